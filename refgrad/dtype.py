@@ -1,0 +1,221 @@
+"""Data types: the dtypes of API.md, the promotion lattice, and numpy conversion."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True, eq=True)
+class DType:
+  """A scalar element type. `priority` orders dtypes of the same kind; `kind` is 'b', 'i', 'u' or 'f'."""
+  name: str
+  itemsize: int
+  kind: str
+  priority: int
+
+  def __repr__(self) -> str:
+    return f"dtypes.{self.name}"
+
+  def __reduce__(self):
+    return (_dtype_by_name, (self.name,))
+
+  @property
+  def bits(self) -> int:
+    return self.itemsize * 8
+
+  @property
+  def np(self) -> np.dtype:
+    return _TO_NUMPY[self.name]
+
+
+def _dtype_by_name(name: str) -> DType:
+  return getattr(dtypes, name)
+
+
+class dtypes:  # noqa: N801 -- lower-case namespace, as in tinygrad and torch
+  """Every dtype, aliases, and the questions one asks of a dtype."""
+  bool = DType("bool", 1, "b", 0)
+  int8 = DType("int8", 1, "i", 1)
+  uint8 = DType("uint8", 1, "u", 2)
+  int16 = DType("int16", 2, "i", 3)
+  uint16 = DType("uint16", 2, "u", 4)
+  int32 = DType("int32", 4, "i", 5)
+  uint32 = DType("uint32", 4, "u", 6)
+  int64 = DType("int64", 8, "i", 7)
+  uint64 = DType("uint64", 8, "u", 8)
+  float16 = DType("float16", 2, "f", 9)
+  bfloat16 = DType("bfloat16", 2, "f", 10)
+  float32 = DType("float32", 4, "f", 11)
+  float64 = DType("float64", 8, "f", 12)
+
+  # aliases
+  half = float16
+  float = float32
+  double = float64
+  char = int8
+  uchar = uint8
+  short = int16
+  ushort = uint16
+  int = int32
+  uint = uint32
+  long = int64
+  ulong = uint64
+
+  default_float: DType = float32
+  default_int: DType = int32
+
+  @staticmethod
+  def is_float(dt: DType) -> bool:
+    return dt.kind == "f"
+
+  @staticmethod
+  def is_int(dt: DType) -> bool:
+    return dt.kind in "iu"
+
+  @staticmethod
+  def is_unsigned(dt: DType) -> bool:
+    return dt.kind == "u"
+
+  @staticmethod
+  def is_bool(dt: DType) -> bool:
+    return dt.kind == "b"
+
+  @staticmethod
+  def min(dt: DType) -> Any:
+    if dt.kind == "b":
+      return False
+    if dt.kind in "iu":
+      return int(np.iinfo(dt.np).min)
+    return -float("inf")
+
+  @staticmethod
+  def max(dt: DType) -> Any:
+    if dt.kind == "b":
+      return True
+    if dt.kind in "iu":
+      return int(np.iinfo(dt.np).max)
+    return float("inf")
+
+  @staticmethod
+  def from_py(x: Any) -> DType:
+    """The dtype a Python scalar or nested list gets by itself (bool, then default_int, then default_float)."""
+    return _dtype_of_python_value(x)
+
+  @staticmethod
+  def from_np(npdt: Any) -> DType:
+    return from_numpy(npdt)
+
+  @staticmethod
+  def fields() -> dict[str, DType]:
+    return dict(ALL_DTYPES)
+
+
+ALL_DTYPES: dict[str, DType] = {v.name: v for v in vars(dtypes).values() if isinstance(v, DType)}
+# void: the dtype of nodes that yield no value (STORE, SINK, RANGE ends); not a tensor dtype
+dtypes.void = DType("void", 0, "v", -1)
+DTYPES_BY_PRIORITY: list[DType] = sorted(ALL_DTYPES.values(), key=lambda d: d.priority)
+
+_TO_NUMPY: dict[str, np.dtype] = {name: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
+                                  for name in ALL_DTYPES}
+_FROM_NUMPY: dict[np.dtype, DType] = {npdt: ALL_DTYPES[name] for name, npdt in _TO_NUMPY.items()}
+
+
+def from_numpy(npdt: Any) -> DType:
+  """The refgrad dtype of a numpy dtype; TypeError for dtypes refgrad does not have."""
+  try:
+    return _FROM_NUMPY[np.dtype(npdt)]
+  except (KeyError, TypeError):
+    raise TypeError(f"numpy dtype {npdt!r} has no refgrad equivalent; supported: {', '.join(ALL_DTYPES)}") from None
+
+
+def to_dtype(x: Any) -> DType:
+  """Accept a DType, a dtype name ('float32', 'half'), or a numpy dtype; TypeError otherwise."""
+  if isinstance(x, DType):
+    return x
+  if isinstance(x, str):
+    found = getattr(dtypes, x, None)
+    if isinstance(found, DType):
+      return found
+    raise TypeError(f"unknown dtype {x!r}; known dtypes: {', '.join(ALL_DTYPES)}")
+  if x is bool:
+    return dtypes.bool
+  if x is int:
+    return dtypes.default_int
+  if x is float:
+    return dtypes.default_float
+  return from_numpy(x)
+
+
+# The promotion lattice (as in tinygrad and JAX): each dtype lists the dtypes directly above it.
+# Signed and unsigned of one width meet at the next wider signed type; uint64 and int64 meet at a float.
+PROMOTES_TO: dict[DType, tuple[DType, ...]] = {
+  dtypes.bool: (dtypes.int8, dtypes.uint8),
+  dtypes.int8: (dtypes.int16,),
+  dtypes.int16: (dtypes.int32,),
+  dtypes.int32: (dtypes.int64,),
+  dtypes.int64: (dtypes.float16, dtypes.bfloat16),
+  dtypes.uint8: (dtypes.int16, dtypes.uint16),
+  dtypes.uint16: (dtypes.int32, dtypes.uint32),
+  dtypes.uint32: (dtypes.int64, dtypes.uint64),
+  dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
+  dtypes.float16: (dtypes.float32,),
+  dtypes.bfloat16: (dtypes.float32,),
+  dtypes.float32: (dtypes.float64,),
+  dtypes.float64: (),
+}
+
+
+def _ancestors(dt: DType) -> set[DType]:
+  found = {dt}
+  for up in PROMOTES_TO[dt]:
+    found |= _ancestors(up)
+  return found
+
+
+_ANCESTORS = {dt: frozenset(_ancestors(dt)) for dt in PROMOTES_TO}
+
+
+def least_upper_dtype(*dts: DType) -> DType:
+  """The smallest dtype every argument promotes to in the lattice."""
+  common = frozenset.intersection(*(_ANCESTORS[to_dtype(d)] for d in dts))
+  return min(common, key=lambda d: d.priority)
+
+
+def least_upper_float(dt: DType) -> DType:
+  """dt if it is a float, else the default float (true division, sqrt, exp ... of ints)."""
+  return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
+
+
+def _dtype_of_python_value(x: Any) -> DType:
+  if isinstance(x, (bool, np.bool_)):
+    return dtypes.bool
+  if isinstance(x, (int, np.integer)):
+    return dtypes.default_int
+  if isinstance(x, (float, np.floating)):
+    return dtypes.default_float
+  raise TypeError(f"cannot infer a dtype for {type(x).__name__} value {x!r}")
+
+
+def scalar_dtype_with(tensor_dtype: DType, scalar: Any) -> DType:
+  """The dtype a Python scalar takes next to a tensor: the tensor's, when the scalar fits its kind."""
+  scalar_dt = _dtype_of_python_value(scalar)
+  if scalar_dt == dtypes.bool or (scalar_dt.kind == "i" and tensor_dtype.kind in "iuf") or \
+     (scalar_dt.kind == "f" and tensor_dtype.kind == "f"):
+    return tensor_dtype
+  return scalar_dt
+
+
+def as_python_scalar(dt: DType, x: Any) -> Any:
+  """Coerce a Python value to the kind of dt, with C-style wraparound for out-of-range integers."""
+  if dt.kind == "b":
+    return bool(x)
+  if dt.kind in "iu":
+    if isinstance(x, float):
+      return x  # float -> int conversion is a cast, decided by alu.py
+    bits = dt.bits
+    v = int(x) & ((1 << bits) - 1)
+    return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v
+  return float(x)

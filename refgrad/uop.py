@@ -1,0 +1,271 @@
+"""The one IR: immutable, hash-consed `UOp(op, dtype, src, arg)` nodes and the `Ops` they carry."""
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from enum import Enum, auto
+from typing import Any, Callable, Iterator
+
+from refgrad.dtype import DType, dtypes
+
+
+class Ops(Enum):
+  # unary ALU
+  NEG = auto(); RECIP = auto(); SQRT = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); TRUNC = auto()  # noqa: E702
+  # binary ALU
+  ADD = auto(); MUL = auto(); FDIV = auto(); IDIV = auto(); MOD = auto(); MAX = auto()  # noqa: E702
+  CMPLT = auto(); CMPNE = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()  # noqa: E702
+  # ternary ALU
+  WHERE = auto()
+  # type changes
+  CAST = auto(); BITCAST = auto()  # noqa: E702
+  # leaves
+  CONST = auto(); DEVICE = auto(); BUFFER = auto()  # noqa: E702
+  # tensor graph: movement, reduce, realization points
+  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
+  REDUCE_AXIS = auto(); CONTIGUOUS = auto(); COPY = auto(); ASSIGN = auto()  # noqa: E702
+  # kernel programs
+  PARAM = auto(); SPECIAL = auto(); RANGE = auto(); REDUCE = auto(); LOAD = auto(); STORE = auto()  # noqa: E702
+  DEFINE_ACC = auto(); ACCUMULATE = auto(); ENDRANGE = auto(); SINK = auto()  # noqa: E702
+
+  def __repr__(self) -> str:
+    return f"Ops.{self.name}"
+
+
+class GroupOp:
+  Unary = frozenset({Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC})
+  Binary = frozenset({Ops.ADD, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE,
+                      Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
+  Ternary = frozenset({Ops.WHERE})
+  ALU = Unary | Binary | Ternary
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
+  Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
+  Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+  ReduceOps = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
+
+
+def _arg_key(arg: Any) -> Any:
+  """Hash-consing key of an arg: keeps -0.0 apart from 0.0 and True apart from 1."""
+  if type(arg) is float:
+    return ("float", arg.hex()) if not math.isnan(arg) else ("float", "nan")
+  if type(arg) is bool:
+    return ("bool", arg)
+  if type(arg) is tuple:
+    return tuple(_arg_key(a) for a in arg)
+  return arg
+
+
+class UOp:
+  """A node of the IR. Structurally equal nodes are the same object, so `is` and `==` agree."""
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  _cache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+
+  op: Ops
+  dtype: DType
+  src: tuple[UOp, ...]
+  arg: Any
+
+  def __new__(cls, op: Ops, dtype: DType = dtypes.void,
+              src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+    key = (op, dtype, src, _arg_key(arg))
+    if (found := UOp._cache.get(key)) is not None:
+      return found
+    node = super().__new__(cls)
+    object.__setattr__(node, "op", op)
+    object.__setattr__(node, "dtype", dtype)
+    object.__setattr__(node, "src", src)
+    object.__setattr__(node, "arg", arg)
+    UOp._cache[key] = node
+    return node
+
+  def __setattr__(self, name: str, value: Any) -> None:
+    if name in UOp.__slots__:
+      raise AttributeError("UOp is immutable")
+    object.__setattr__(self, name, value)
+
+  def __reduce__(self):
+    return (UOp, (self.op, self.dtype, self.src, self.arg))
+
+  def replace(self, **kwargs: Any) -> UOp:
+    fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg} | kwargs
+    return UOp(fields["op"], fields["dtype"], tuple(fields["src"]), fields["arg"])
+
+  # ---- graph walks
+  @functools.cached_property
+  def toposort(self) -> tuple[UOp, ...]:
+    """Every node reachable from self, each after its sources."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in seen:
+        continue
+      if expanded:
+        seen.add(node)
+        order.append(node)
+        continue
+      stack.append((node, True))
+      stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+    return tuple(order)
+
+  def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+    """Rebuild the graph with some nodes replaced."""
+    rebuilt: dict[UOp, UOp] = {}
+    for node in self.toposort:
+      if node in mapping:
+        rebuilt[node] = mapping[node]
+      else:
+        new_src = tuple(rebuilt[s] for s in node.src)
+        rebuilt[node] = node if new_src == node.src else node.replace(src=new_src)
+    return rebuilt[self]
+
+  # ---- tensor-graph facts
+  @functools.cached_property
+  def shape(self) -> tuple[int, ...]:
+    return infer_shape(self)
+
+  @functools.cached_property
+  def device(self) -> str:
+    if self.op is Ops.DEVICE:
+      return self.arg
+    if self.op is Ops.BUFFER:
+      return self.arg.device
+    if self.op is Ops.COPY:
+      return self.arg
+    return self.src[0].device
+
+  # ---- construction helpers (used by the lowering and by tests)
+  @staticmethod
+  def const(dtype: DType, value: Any) -> UOp:
+    return UOp(Ops.CONST, dtype, (), canonical_const(dtype, value))
+
+  def alu(self, op: Ops, *others: UOp) -> UOp:
+    out_dtype = dtypes.bool if op in GroupOp.Comparison else (others[-1].dtype if op is Ops.WHERE else self.dtype)
+    return UOp(op, out_dtype, (self, *others))
+
+  def _binary(self, op: Ops, other: Any, reverse: bool = False) -> UOp:
+    other_uop = other if isinstance(other, UOp) else UOp.const(self.dtype, other)
+    return other_uop.alu(op, self) if reverse else self.alu(op, other_uop)
+
+  def __add__(self, other: Any) -> UOp: return self._binary(Ops.ADD, other)  # noqa: E704
+  def __radd__(self, other: Any) -> UOp: return self._binary(Ops.ADD, other, True)  # noqa: E704
+  def __mul__(self, other: Any) -> UOp: return self._binary(Ops.MUL, other)  # noqa: E704
+  def __rmul__(self, other: Any) -> UOp: return self._binary(Ops.MUL, other, True)  # noqa: E704
+  def __floordiv__(self, other: Any) -> UOp: return self._binary(Ops.IDIV, other)  # noqa: E704
+  def __mod__(self, other: Any) -> UOp: return self._binary(Ops.MOD, other)  # noqa: E704
+  def __neg__(self) -> UOp: return self.alu(Ops.NEG)  # noqa: E704
+  def __sub__(self, other: Any) -> UOp: return self + (-other if not isinstance(other, UOp) else other.alu(Ops.NEG))  # noqa: E704,E501
+  def lt(self, other: Any) -> UOp: return self._binary(Ops.CMPLT, other)  # noqa: E704
+  def ne(self, other: Any) -> UOp: return self._binary(Ops.CMPNE, other)  # noqa: E704
+  def logical_and(self, other: UOp) -> UOp: return self.alu(Ops.AND, other)  # noqa: E704
+  def where(self, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (self, a, b))  # noqa: E704
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))  # noqa: E704,E501
+
+  @functools.cached_property
+  def vrange(self) -> tuple[Any, Any]:
+    """(lowest, highest) value this integer node can take; see codegen/symbolic.py."""
+    from refgrad.codegen.symbolic import value_range
+    return value_range(self)
+
+  @property
+  def vmin(self) -> Any:
+    return self.vrange[0]
+
+  @property
+  def vmax(self) -> Any:
+    return self.vrange[1]
+
+  # ---- printing
+  def __repr__(self) -> str:
+    return render_tree(self)
+
+  def __hash__(self) -> int:
+    return id(self)
+
+  def __eq__(self, other: object) -> bool:
+    return self is other
+
+  def __iter__(self) -> Iterator[UOp]:
+    raise TypeError("UOp is not iterable")
+
+  def __bool__(self) -> bool:
+    return True
+
+
+def canonical_const(dtype: DType, value: Any) -> Any:
+  """Store constants as the Python type of their dtype's kind (bool, int with wraparound, float)."""
+  from refgrad.dtype import as_python_scalar
+  return as_python_scalar(dtype, value)
+
+
+def render_tree(root: UOp, max_nodes: int = 60) -> str:
+  """A readable, numbered listing of a graph: one line per node, sources by number."""
+  nodes = root.toposort
+  number = {n: i for i, n in enumerate(nodes)}
+  lines = []
+  for n in nodes[-max_nodes:]:
+    srcs = ", ".join(f"%{number[s]}" for s in n.src)
+    arg = "" if n.arg is None else f" arg={n.arg!r}"
+    lines.append(f"%{number[n]} = {n.op.name}:{n.dtype.name}({srcs}){arg}")
+  if len(nodes) > max_nodes:
+    lines.insert(0, f"... {len(nodes) - max_nodes} earlier nodes")
+  return "\n".join(lines)
+
+
+# ---- shape inference for tensor-graph nodes: one small function per op kind
+def _elementwise_shape(u: UOp) -> tuple[int, ...]:
+  return u.src[0].shape if u.op is not Ops.WHERE else u.src[1].shape
+
+
+def _reduce_shape(u: UOp) -> tuple[int, ...]:
+  _, axes = u.arg
+  return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
+
+
+def _permute_shape(u: UOp) -> tuple[int, ...]:
+  return tuple(u.src[0].shape[i] for i in u.arg)
+
+
+def _pad_shape(u: UOp) -> tuple[int, ...]:
+  return tuple(s + before + after for s, (before, after) in zip(u.src[0].shape, u.arg))
+
+
+def _shrink_shape(u: UOp) -> tuple[int, ...]:
+  return tuple(end - start for start, end in u.arg)
+
+
+SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
+  Ops.CONST: lambda u: (),
+  Ops.DEVICE: lambda u: (),
+  Ops.BUFFER: lambda u: (u.arg.size,),
+  Ops.RESHAPE: lambda u: u.arg,
+  Ops.EXPAND: lambda u: u.arg,
+  Ops.PERMUTE: _permute_shape,
+  Ops.PAD: _pad_shape,
+  Ops.SHRINK: _shrink_shape,
+  Ops.FLIP: lambda u: u.src[0].shape,
+  Ops.REDUCE_AXIS: _reduce_shape,
+  Ops.CONTIGUOUS: lambda u: u.src[0].shape,
+  Ops.COPY: lambda u: u.src[0].shape,
+  Ops.ASSIGN: lambda u: u.src[0].shape,
+  Ops.CAST: lambda u: u.src[0].shape,
+  Ops.BITCAST: lambda u: u.src[0].shape,
+}
+
+
+def infer_shape(u: UOp) -> tuple[int, ...]:
+  if u.op in GroupOp.ALU:
+    return _elementwise_shape(u)
+  if (rule := SHAPE_RULES.get(u.op)) is not None:
+    return rule(u)
+  raise TypeError(f"{u.op} is not a tensor-graph op and has no shape")
+
+
+def prod(xs: Any) -> int:
+  out = 1
+  for x in xs:
+    out *= x
+  return out
