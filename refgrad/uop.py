@@ -241,6 +241,7 @@ SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.CONST: lambda u: (),
   Ops.DEVICE: lambda u: (),
   Ops.BUFFER: lambda u: (u.arg.size,),
+  Ops.PARAM: lambda u: (u.arg[1],),
   Ops.RESHAPE: lambda u: u.arg,
   Ops.EXPAND: lambda u: u.arg,
   Ops.PERMUTE: _permute_shape,

@@ -1,0 +1,130 @@
+"""Linearization: a lowered kernel graph becomes an ordered `Program` that any device can consume.
+
+`REDUCE(body, *ranges)` turns into
+    DEFINE_ACC            accumulator, starts at the reduce identity
+    RANGE ...             one loop per reduced axis
+      <body>              only the nodes that depend on the loop; the rest is hoisted above it
+      ACCUMULATE(acc, v)  acc <- reduce_op(acc, v)
+    ENDRANGE ...
+and later uses of the reduce read the accumulator.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from refgrad.codegen.lowering import lower_kernel
+from refgrad.codegen.symbolic import simplify
+from refgrad.dtype import DType, dtypes
+from refgrad.uop import Ops, UOp
+
+
+@dataclass(frozen=True)
+class Program:
+  """A kernel ready for a device. `uops` is ordered; PARAM i is the i-th buffer (0 is the output)."""
+  name: str
+  uops: tuple[UOp, ...]
+  global_shape: tuple[int, ...]
+  key: UOp
+
+  @functools.cached_property
+  def params(self) -> tuple[UOp, ...]:
+    return tuple(sorted((u for u in self.uops if u.op is Ops.PARAM), key=lambda u: u.arg[0]))
+
+  def listing(self) -> str:
+    """A numbered, readable text form: what the PYTHON device 'renders'."""
+    number = {u: i for i, u in enumerate(self.uops)}
+    lines = [f"kernel {self.name} global_shape={self.global_shape}"]
+    depth = 0
+    for i, u in enumerate(self.uops):
+      depth -= u.op is Ops.ENDRANGE
+      srcs = ", ".join(f"%{number[s]}" for s in u.src)
+      arg = "" if u.arg is None else f" {u.arg!r}"
+      lines.append(f"{i:4d} {'  ' * depth}{u.op.name}:{u.dtype.name}({srcs}){arg}")
+      depth += u.op is Ops.RANGE
+    return "\n".join(lines)
+
+
+def _replace_reduces(sink: UOp) -> tuple[UOp, dict[UOp, tuple[UOp, tuple[UOp, ...]]]]:
+  """Swap every REDUCE for a DEFINE_ACC; remember each accumulator's (body, ranges)."""
+  rebuilt: dict[UOp, UOp] = {}
+  reduces: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = {}
+  for node in sink.toposort:
+    new_src = tuple(rebuilt[s] for s in node.src)
+    if node.op is Ops.REDUCE:
+      acc = UOp(Ops.DEFINE_ACC, node.dtype, (), (len(reduces), node.arg))
+      reduces[acc] = (new_src[0], new_src[1:])
+      rebuilt[node] = acc
+    else:
+      rebuilt[node] = node if new_src == node.src else node.replace(src=new_src)
+  return rebuilt[sink], reduces
+
+
+class _Linearizer:
+  def __init__(self, reduces: dict[UOp, tuple[UOp, tuple[UOp, ...]]]):
+    self.reduces = reduces
+    self.order: list[UOp] = []
+    self.emitted: set[UOp] = set()
+    self.deps: dict[UOp, frozenset[UOp]] = {}
+
+  def ranges_of(self, node: UOp) -> frozenset[UOp]:
+    """The loops a node's value depends on."""
+    for n in node.toposort:
+      if n in self.deps:
+        continue
+      if n.op is Ops.RANGE:
+        self.deps[n] = frozenset({n})
+      elif n.op is Ops.DEFINE_ACC:
+        body, ranges = self.reduces[n]
+        self.deps[n] = self.ranges_of(body) - set(ranges)
+      else:
+        self.deps[n] = frozenset().union(*(self.deps[s] for s in n.src))
+    return self.deps[node]
+
+  def emit(self, target: UOp, skip_ranges: frozenset[UOp] = frozenset()) -> None:
+    """Emit target and everything it needs; with skip_ranges, only what does not depend on those loops."""
+    for n in target.toposort:
+      if n in self.emitted or (skip_ranges and self.ranges_of(n) & skip_ranges):
+        continue
+      if n.op is Ops.DEFINE_ACC:
+        self.emit_reduce(n)
+      else:
+        self.emitted.add(n)
+        self.order.append(n)
+
+  def emit_reduce(self, acc: UOp) -> None:
+    body, ranges = self.reduces[acc]
+    self.emit(body, skip_ranges=frozenset(ranges))  # hoist loop-invariant work above the loops
+    self.emitted.add(acc)
+    self.order.append(acc)
+    for r in ranges:
+      self.emitted.add(r)
+      self.order.append(r)
+    self.emit(body)
+    self.order.append(UOp(Ops.ACCUMULATE, dtypes.void, (acc, body)))
+    self.order.extend(UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(ranges))
+
+
+def linearize(sink: UOp) -> list[UOp]:
+  flat_sink, reduces = _replace_reduces(sink)
+  lin = _Linearizer(reduces)
+  for store in flat_sink.src:
+    lin.emit(store)
+  return lin.order
+
+
+def kernel_name(sink: UOp, shape: tuple[int, ...]) -> str:
+  has_reduce = any(u.op is Ops.REDUCE for u in sink.toposort)
+  return ("r_" if has_reduce else "E_") + ("_".join(str(s) for s in shape) or "0d")
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_ast(ast: UOp) -> Program:
+  """The whole codegen pipeline for one scheduled kernel: lower, simplify, linearize."""
+  lowered, shape = lower_kernel(ast)
+  lowered = simplify(lowered)
+  return Program(kernel_name(lowered, shape), tuple(linearize(lowered)), shape, ast)
+
+
+def output_dtype(program: Program) -> DType:
+  return program.params[0].dtype

@@ -1,0 +1,248 @@
+"""Symbolic rules: constant folding, algebraic identities, and integer index simplification.
+
+Index expressions come out of the lowering as sums of products of loop and thread indices with `//` and `%`
+from reshapes. These rules, driven by value ranges, fold them back to small affine forms, e.g.
+`(x//4)*4 + x%4 -> x`. Folding uses refgrad/interp/alu.py, so constants fold exactly as the spec says.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from refgrad.dtype import dtypes
+from refgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from refgrad.uop import GroupOp, Ops, UOp
+
+INDEX_DTYPES = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
+                          dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
+
+
+# ---- value ranges: (lowest, highest) of an integer or bool node
+def _range_of_products(a: tuple, b: tuple) -> tuple:
+  products = [x * y for x in a for y in b]
+  return min(products), max(products)
+
+
+def _trunc_div(a: int, b: int) -> int:
+  q = abs(a) // abs(b)
+  return q if (a >= 0) == (b > 0) else -q
+
+
+def _idiv_range(u: UOp) -> tuple | None:
+  (lo, hi), (dlo, dhi) = u.src[0].vrange, u.src[1].vrange
+  if dlo != dhi or dlo <= 0:
+    return None
+  return _trunc_div(lo, dlo), _trunc_div(hi, dlo)
+
+
+def _mod_range(u: UOp) -> tuple | None:
+  (lo, hi), (dlo, dhi) = u.src[0].vrange, u.src[1].vrange
+  if dlo <= 0:
+    return None
+  if 0 <= lo and hi < dlo:
+    return lo, hi
+  return (0 if lo >= 0 else -(dhi - 1)), (dhi - 1 if hi > 0 else 0)
+
+
+def _cmp_range(u: UOp) -> tuple:
+  (alo, ahi), (blo, bhi) = u.src[0].vrange, u.src[1].vrange
+  if u.op is Ops.CMPLT:
+    return (ahi < blo, alo < bhi)
+  never_equal = ahi < blo or bhi < alo
+  always_equal = alo == ahi == blo == bhi
+  return (never_equal, not always_equal)
+
+
+RANGE_RULES: dict[Ops, Any] = {
+  Ops.CONST: lambda u: (u.arg, u.arg),
+  Ops.SPECIAL: lambda u: (0, u.arg[1] - 1),
+  Ops.RANGE: lambda u: (0, u.arg[1] - 1),
+  Ops.ADD: lambda u: (u.src[0].vmin + u.src[1].vmin, u.src[0].vmax + u.src[1].vmax),
+  Ops.MUL: lambda u: _range_of_products(u.src[0].vrange, u.src[1].vrange),
+  Ops.NEG: lambda u: (-u.src[0].vmax, -u.src[0].vmin),
+  Ops.IDIV: _idiv_range,
+  Ops.MOD: _mod_range,
+  Ops.MAX: lambda u: (max(u.src[0].vmin, u.src[1].vmin), max(u.src[0].vmax, u.src[1].vmax)),
+  Ops.WHERE: lambda u: (min(u.src[1].vmin, u.src[2].vmin), max(u.src[1].vmax, u.src[2].vmax)),
+  Ops.CMPLT: _cmp_range,
+  Ops.CMPNE: _cmp_range,
+  Ops.CAST: lambda u: u.src[0].vrange,
+}
+
+
+def value_range(u: UOp) -> tuple[Any, Any]:
+  """Bounds of an integer/bool node; the dtype's full range when nothing better is known."""
+  if u.dtype not in INDEX_DTYPES and u.dtype != dtypes.bool:
+    return dtypes.min(u.dtype) if u.dtype != dtypes.void else None, dtypes.max(u.dtype) if u.dtype != dtypes.void else None
+  full = (dtypes.min(u.dtype), dtypes.max(u.dtype))
+  rule = RANGE_RULES.get(u.op)
+  found = rule(u) if rule is not None and all(s.dtype in INDEX_DTYPES or s.dtype == dtypes.bool
+                                                for s in u.src[-2:]) else None
+  if found is None or found[0] < full[0] or found[1] > full[1]:  # may overflow: know nothing
+    return full
+  return found
+
+
+# ---- constant folding through the spec
+def fold_constants(root: UOp) -> UOp | None:
+  from refgrad.interp.alu import exec_alu, undefined_lanes
+  srcs = [np.array(s.arg, dtype=s.dtype.np) for s in root.src]
+  if undefined_lanes(root.op, root.dtype, *srcs) is not None and undefined_lanes(root.op, root.dtype, *srcs).any():
+    return None  # leave undefined operations to the device
+  return UOp.const(root.dtype, exec_alu(root.op, root.dtype, *srcs).item())
+
+
+def fold_cast(x: UOp, c: UOp) -> UOp | None:
+  from refgrad.interp.alu import exec_cast, undefined_cast_lanes
+  value = np.array(c.arg, dtype=c.dtype.np)
+  undefined = undefined_cast_lanes(value, x.dtype)
+  if undefined is not None and undefined.any():
+    return None
+  return UOp.const(x.dtype, exec_cast(value, x.dtype).item())
+
+
+def fold_by_range(x: UOp) -> UOp | None:
+  if x.op is not Ops.CONST and (x.dtype in INDEX_DTYPES or x.dtype == dtypes.bool) and x.vmin == x.vmax:
+    return UOp.const(x.dtype, x.vmin)
+  return None
+
+
+# ---- integer sums as linear forms: {term: coefficient} + constant
+def linear_form(u: UOp) -> tuple[dict[UOp, int], int]:
+  if u.op is Ops.CONST:
+    return {}, u.arg
+  if u.op is Ops.ADD:
+    (ta, ca), (tb, cb) = linear_form(u.src[0]), linear_form(u.src[1])
+    merged = dict(ta)
+    for t, k in tb.items():
+      merged[t] = merged.get(t, 0) + k
+    return {t: k for t, k in merged.items() if k != 0}, ca + cb
+  if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+    terms, c = linear_form(u.src[0])
+    k = u.src[1].arg
+    return ({t: v * k for t, v in terms.items()} if k != 0 else {}), c * k
+  if u.op is Ops.NEG:
+    terms, c = linear_form(u.src[0])
+    return {t: -v for t, v in terms.items()}, -c
+  return {u: 1}, 0
+
+
+def _term_order(t: UOp) -> tuple:
+  return (t.op is Ops.RANGE, t.op.value, t.arg if isinstance(t.arg, tuple) else (), id(t))
+
+
+def build_sum(terms: dict[UOp, int], const: int, dtype) -> UOp:
+  out: UOp | None = None
+  for t in sorted(terms, key=_term_order):
+    k = terms[t]
+    piece = t if k == 1 else t * UOp.const(dtype, k)
+    out = piece if out is None else out + piece
+  if out is None:
+    return UOp.const(dtype, const)
+  return out + UOp.const(dtype, const) if const != 0 else out
+
+
+def _merge_div_mod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
+  """(x//c)*c*k + (x%c)*k -> x*k: the pair that unflattening an index and flattening it again leaves."""
+  merged = dict(terms)
+  for t in list(terms):
+    if t.op is not Ops.MOD or t not in merged or t.src[1].op is not Ops.CONST:
+      continue
+    x, c = t.src[0], t.src[1].arg
+    div = UOp(Ops.IDIV, t.dtype, (x, t.src[1]))
+    k = merged[t]
+    if merged.get(div) == k * c and x.vmin >= 0:
+      del merged[t], merged[div]
+      merged[x] = merged.get(x, 0) + k
+      if merged[x] == 0:
+        del merged[x]
+  return merged
+
+
+def canonicalize_sum(root: UOp) -> UOp | None:
+  terms, const = linear_form(root)
+  terms = _merge_div_mod_pairs(terms)
+  rebuilt = build_sum(terms, const, root.dtype)
+  return rebuilt if rebuilt is not root else None
+
+
+def _split_divisible(x: UOp, c: int) -> tuple[UOp, UOp] | None:
+  """x = c*quotient + rest with x >= 0, rest >= 0 and a non-empty quotient, or None."""
+  if x.vmin < 0:
+    return None
+  terms, const = linear_form(x)
+  quotient_terms = {t: k // c for t, k in terms.items() if k % c == 0}
+  quotient_const, rest_const = divmod(const, c)
+  if not quotient_terms and not quotient_const:
+    return None
+  rest = build_sum({t: k for t, k in terms.items() if k % c != 0}, rest_const, x.dtype)
+  if rest.vmin < 0:
+    return None
+  return build_sum(quotient_terms, quotient_const, x.dtype), rest
+
+
+def simplify_idiv(x: UOp, c: UOp) -> UOp | None:
+  if c.arg <= 0 or x.vmin < 0:
+    return None
+  if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
+    return x.src[0] // (x.src[1].arg * c.arg)
+  if (split := _split_divisible(x, c.arg)) is None:
+    return None
+  quotient, rest = split
+  return quotient if rest.vmax < c.arg else quotient + rest // c
+
+
+def simplify_mod(x: UOp, c: UOp) -> UOp | None:
+  if c.arg <= 0 or x.vmin < 0:
+    return None
+  if x.vmax < c.arg:
+    return x
+  if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % c.arg == 0:
+    return x.src[0] % c
+  if (split := _split_divisible(x, c.arg)) is None:
+    return None
+  rest = split[1]
+  return rest if rest.vmax < c.arg else rest % c
+
+
+ints = tuple(INDEX_DTYPES)
+x_, y_ = UPat.var("x"), UPat.var("y")
+
+symbolic_rules = PatternMatcher([
+  # constants: fold every ALU op with constant sources through alu.py
+  (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="root"), fold_constants),
+  (UPat(Ops.CAST, src=(UPat.cvar("c"),), name="x"), fold_cast),
+  # identities that hold for every dtype (x*1 is exact for floats too)
+  (UPat(Ops.MUL, src=[x_, UPat.const(1)]), lambda x: x),
+  (UPat(Ops.MUL, src=[x_, UPat.const(1.0)]), lambda x: x),
+  (UPat(Ops.WHERE, src=(UPat.const(True), x_, y_)), lambda x, y: x),
+  (UPat(Ops.WHERE, src=(UPat.const(False), x_, y_)), lambda x, y: y),
+  (UPat(Ops.WHERE, src=(UPat.var(), x_, x_)), lambda x: x),
+  (UPat(Ops.AND, src=[x_, UPat.const(True)]), lambda x: x),
+  (UPat(Ops.AND, src=[x_, UPat.const(False)]), lambda x: UOp.const(dtypes.bool, False)),
+  (UPat(Ops.CAST, src=(x_,), name="c"), lambda x, c: x if x.dtype == c.dtype else None),
+  # integer identities
+  (UPat(Ops.MUL, dtype=ints, src=[x_, UPat.const(0)]), lambda x: UOp.const(x.dtype, 0)),
+  (UPat(Ops.ADD, dtype=ints, src=[x_, UPat.const(0)]), lambda x: x),
+  (UPat(Ops.IDIV, dtype=ints, src=(x_, UPat.const(1))), lambda x: x),
+  (UPat(Ops.MOD, dtype=ints, src=(x_, UPat.const(1))), lambda x: UOp.const(x.dtype, 0)),
+  # index simplification driven by value ranges
+  (UPat(GroupOp.ALU, dtype=ints + (dtypes.bool,), name="x"), fold_by_range),
+  (UPat(Ops.ADD, dtype=ints, name="root"), canonicalize_sum),
+  (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.ADD), UPat.cvar()), name="root"), canonicalize_sum),
+  (UPat(Ops.IDIV, dtype=ints, src=(x_, UPat.cvar("c"))), simplify_idiv),
+  (UPat(Ops.MOD, dtype=ints, src=(x_, UPat.cvar("c"))), simplify_mod),
+])
+
+
+def simplify(root: UOp) -> UOp:
+  """Apply the symbolic rules to a whole graph."""
+  return graph_rewrite(root, symbolic_rules)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def simplify_index(root: UOp) -> UOp:
+  """simplify, memoized: the lowering simplifies the same index expressions many times."""
+  return graph_rewrite(root, symbolic_rules)

@@ -1,0 +1,118 @@
+"""Scheduling: cut a lazy tensor graph into kernels, each one graph that stores one output buffer.
+
+Fusion rules: elementwise ops and movement ops are inlined into their consumer; a reduce is inlined when the
+path from it to the kernel's output is elementwise only (so `(a*b+c).sum()` is one kernel, and so is
+`x.sum() + 1`); a reduce seen through a movement op (e.g. `x - x.max()` expands it) is realized first.
+`contiguous()`, copies between devices, and the tensors being realized are always their own kernels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refgrad.device import Buffer
+from refgrad.dtype import dtypes
+from refgrad.uop import GroupOp, Ops, UOp, prod
+
+
+@dataclass(frozen=True)
+class ScheduleItem:
+  """One kernel (or a copy): `ast` is SINK(STORE(PARAM 0, value)) over PARAM inputs; buffers[i] is PARAM i."""
+  ast: UOp
+  buffers: tuple[Buffer, ...]
+
+  @property
+  def is_copy(self) -> bool:
+    return self.ast.op is Ops.COPY
+
+
+def realized_buffer(node: UOp) -> Buffer | None:
+  """The buffer behind a realized tensor node (BUFFER, or a RESHAPE of one to the full size)."""
+  if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
+    node = node.src[0]
+  return node.arg if node.op is Ops.BUFFER else None
+
+
+def buffer_node(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+  base = UOp(Ops.BUFFER, buf.dtype, (), buf)
+  return base if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (base,), shape)
+
+
+class _KernelBuilder:
+  """Builds one kernel's graph: realized inputs become PARAMs, numbered in order of first use."""
+
+  def __init__(self, scheduler: Scheduler, output: Buffer):
+    self.scheduler = scheduler
+    self.buffers: list[Buffer] = [output]
+    self.params: dict[Buffer, UOp] = {}
+    self.memo: dict[tuple[UOp, bool], UOp] = {}
+
+  def param(self, buf: Buffer) -> UOp:
+    if buf not in self.params:
+      self.params[buf] = UOp(Ops.PARAM, buf.dtype, (), (len(self.buffers), buf.size))
+      self.buffers.append(buf)
+    return self.params[buf]
+
+  def input_from(self, node: UOp) -> UOp:
+    buf = self.scheduler.realize(node)
+    p = self.param(buf)
+    return p if node.shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (p,), node.shape)
+
+  def build(self, node: UOp, top: bool) -> UOp:
+    """`top`: only elementwise ops lie between node and the kernel's output, so a reduce may be inlined."""
+    key = (node, top)
+    if key not in self.memo:
+      self.memo[key] = self._build(node, top)
+    return self.memo[key]
+
+  def _build(self, node: UOp, top: bool) -> UOp:
+    if node.op is Ops.BUFFER:
+      return self.param(node.arg)
+    if node in self.scheduler.done or node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
+      return self.input_from(node)
+    if node.op is Ops.REDUCE_AXIS:
+      if not top:
+        return self.input_from(node)
+      return node.replace(src=(self.build(node.src[0], False),))
+    if node.op in (Ops.CONST, Ops.DEVICE):
+      return node
+    keeps_top = top and node.op in GroupOp.Elementwise
+    return node.replace(src=tuple(self.build(s, keeps_top) for s in node.src))
+
+
+class Scheduler:
+  """Turns tensor nodes into schedule items; `done` maps each realized node to its buffer."""
+
+  def __init__(self):
+    self.items: list[ScheduleItem] = []
+    self.done: dict[UOp, Buffer] = {}
+
+  def realize(self, node: UOp) -> Buffer:
+    if (buf := realized_buffer(node)) is not None and buf.size == prod(node.shape):
+      return buf
+    if node not in self.done:
+      self.done[node] = self._schedule(node)
+    return self.done[node]
+
+  def _schedule(self, node: UOp) -> Buffer:
+    out = Buffer(node.device, prod(node.shape), node.dtype)
+    if node.op is Ops.COPY:
+      self.items.append(ScheduleItem(UOp(Ops.COPY, node.dtype, (), node.arg), (out, self.realize(node.src[0]))))
+      return out
+    if node.op is Ops.ASSIGN:
+      target = self.realize(node.src[0])
+      out = target
+    value = node.src[0] if node.op is Ops.CONTIGUOUS else (node.src[1] if node.op is Ops.ASSIGN else node)
+    if out.size == 0:
+      return out
+    builder = _KernelBuilder(self, out)
+    body = builder.build(value, True)
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, node.dtype, (), (0, out.size)), body))
+    self.items.append(ScheduleItem(UOp(Ops.SINK, dtypes.void, (store,)), tuple(builder.buffers)))
+    return out
+
+
+def create_schedule(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:
+  """The kernels that realize `nodes`, in dependency order, and the buffer each node ends up in."""
+  scheduler = Scheduler()
+  results = {n: scheduler.realize(n) for n in nodes}
+  return scheduler.items, results
