@@ -7,8 +7,9 @@ registration go through pluggy; `register_device` is the one entry point both pa
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 

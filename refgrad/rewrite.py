@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from refgrad.dtype import DType
 from refgrad.uop import Ops, UOp
@@ -51,7 +52,9 @@ class UPat:
 
   def match(self, node: UOp, bound: dict[str, UOp]) -> list[dict[str, UOp]]:
     """Every way this pattern matches node, each as the bindings extended from `bound`."""
-    if (self.ops is not None and node.op not in self.ops) or (self.dtypes is not None and node.dtype not in self.dtypes):
+    if self.ops is not None and node.op not in self.ops:
+      return []
+    if self.dtypes is not None and node.dtype not in self.dtypes:
       return []
     if self.arg is not _ANY and not _same_arg(self.arg, node.arg):
       return []

@@ -1,8 +1,9 @@
 """Scheduling: cut a lazy tensor graph into kernels, each one graph that stores one output buffer.
 
-Fusion rules: elementwise ops and movement ops are inlined into their consumer; a reduce is inlined when the
-path from it to the kernel's output is elementwise only (so `(a*b+c).sum()` is one kernel, and so is
-`x.sum() + 1`); a reduce seen through a movement op (e.g. `x - x.max()` expands it) is realized first.
+Fusion rules: elementwise ops and movement ops are inlined into their consumer; a reduce is inlined when no
+EXPAND and no other reduce lies between it and the kernel's output (so `(a*b+c).sum()` is one kernel, and so
+is `x.sum(1).reshape(-1) + 1`); a reduce that gets expanded (e.g. `x - x.max()`) would be recomputed for every
+copy, so it is realized first, in its own kernel.
 `contiguous()`, copies between devices, and the tensors being realized are always their own kernels.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from refgrad.device import Buffer
 from refgrad.dtype import dtypes
-from refgrad.uop import GroupOp, Ops, UOp, prod
+from refgrad.uop import Ops, UOp, prod
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class _KernelBuilder:
       return node.replace(src=(self.build(node.src[0], False),))
     if node.op in (Ops.CONST, Ops.DEVICE):
       return node
-    keeps_top = top and node.op in GroupOp.Elementwise
+    keeps_top = top and node.op is not Ops.EXPAND  # an expanded reduce would be recomputed per copy
     return node.replace(src=tuple(self.build(s, keeps_top) for s in node.src))
 
 

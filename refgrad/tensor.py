@@ -7,7 +7,8 @@ implements those gets the whole API.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

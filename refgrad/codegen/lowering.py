@@ -7,7 +7,7 @@ validity condition). A reduce becomes `REDUCE(body, *RANGE)`, one `RANGE` loop p
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from refgrad.codegen.symbolic import simplify_index
 from refgrad.dtype import DType, dtypes

@@ -74,8 +74,10 @@ RANGE_RULES: dict[Ops, Any] = {
 
 def value_range(u: UOp) -> tuple[Any, Any]:
   """Bounds of an integer/bool node; the dtype's full range when nothing better is known."""
+  if u.dtype == dtypes.void:
+    return None, None
   if u.dtype not in INDEX_DTYPES and u.dtype != dtypes.bool:
-    return dtypes.min(u.dtype) if u.dtype != dtypes.void else None, dtypes.max(u.dtype) if u.dtype != dtypes.void else None
+    return dtypes.min(u.dtype), dtypes.max(u.dtype)
   full = (dtypes.min(u.dtype), dtypes.max(u.dtype))
   rule = RANGE_RULES.get(u.op)
   found = rule(u) if rule is not None and all(s.dtype in INDEX_DTYPES or s.dtype == dtypes.bool
@@ -144,21 +146,29 @@ def build_sum(terms: dict[UOp, int], const: int, dtype) -> UOp:
   return out + UOp.const(dtype, const) if const != 0 else out
 
 
-def _merge_div_mod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
-  """(x//c)*c*k + (x%c)*k -> x*k: the pair that unflattening an index and flattening it again leaves."""
-  merged = dict(terms)
-  for t in list(terms):
-    if t.op is not Ops.MOD or t not in merged or t.src[1].op is not Ops.CONST:
+def _merge_one_pair(terms: dict[UOp, int]) -> dict[UOp, int] | None:
+  """Merge the first pair that unflattening an index and flattening it again leaves behind:
+  (x//c)*c*k + (x%c)*k -> x*k   and   ((x//c)%m)*c*k + (x%c)*k -> (x%(c*m))*k   (x >= 0)."""
+  for t, k in terms.items():
+    if t.op is not Ops.MOD or t.src[1].op is not Ops.CONST or t.src[0].vmin < 0:
       continue
-    x, c = t.src[0], t.src[1].arg
-    div = UOp(Ops.IDIV, t.dtype, (x, t.src[1]))
-    k = merged[t]
-    if merged.get(div) == k * c and x.vmin >= 0:
-      del merged[t], merged[div]
-      merged[x] = merged.get(x, 0) + k
-      if merged[x] == 0:
-        del merged[x]
-  return merged
+    x, c = t.src[0], t.src[1]
+    div = UOp(Ops.IDIV, t.dtype, (x, c))
+    candidates = [(div, x)]
+    candidates += [(u, x % (c.arg * u.src[1].arg)) for u in terms
+                   if u.op is Ops.MOD and u.src[0] is div and u.src[1].op is Ops.CONST]
+    for partner, merged_term in candidates:
+      if terms.get(partner) == k * c.arg:
+        merged = {u: v for u, v in terms.items() if u is not t and u is not partner}
+        merged[merged_term] = merged.get(merged_term, 0) + k
+        return {u: v for u, v in merged.items() if v != 0}
+  return None
+
+
+def _merge_div_mod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
+  while (merged := _merge_one_pair(terms)) is not None:
+    terms = merged
+  return terms
 
 
 def canonicalize_sum(root: UOp) -> UOp | None:

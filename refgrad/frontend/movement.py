@@ -1,7 +1,8 @@
 """Movement methods of Tensor: they only change how elements are addressed, never copy data."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp, prod

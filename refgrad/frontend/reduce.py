@@ -1,7 +1,8 @@
 """Reductions and matmul. Only ADD, MUL and MAX reduce natively; min, mean, argmax ... build on them."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from refgrad.uop import Ops, UOp, prod

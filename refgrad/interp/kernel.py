@@ -13,8 +13,9 @@ tracked in a mask per value and stored beside the output, so differential checks
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -104,7 +105,30 @@ class PythonKernel:
         acc = u.src[0]
         self.acc_axes[acc] = tuple(self.axis_of[self.uops[p]] for p in open_loops if p > acc_position[acc])
     self.affine = {u: affine_form(u.src[1], self.axis_of) for u in self.uops if u.op in (Ops.LOAD, Ops.STORE)}
+    self.loop_elements = self._largest_loop_nest()
+    self.skipped = self._index_only_uops()
     self.last_use = self._last_uses()
+
+  def _index_only_uops(self) -> frozenset[UOp]:
+    """Index math that only feeds affine loads and stores: those read it as strides, so it never runs."""
+    needed: set[UOp] = set()
+    for u in reversed(self.uops):
+      if u.op is Ops.STORE or u in needed or u.op in (Ops.ACCUMULATE, Ops.ENDRANGE, Ops.RANGE):
+        needed.add(u)
+        skip_index = u.op in (Ops.LOAD, Ops.STORE) and self.affine[u] is not None
+        needed.update(s for i, s in enumerate(u.src) if not (skip_index and i == 1))
+    return frozenset(u for u in self.uops if u not in needed)
+
+  def _largest_loop_nest(self) -> int:
+    """Iterations of the biggest loop nest: a block of threads runs all of them at once if it can."""
+    largest, stack = 1, [1]
+    for u in self.uops:
+      if u.op is Ops.RANGE:
+        stack.append(stack[-1] * u.arg[1])
+        largest = max(largest, stack[-1])
+      elif u.op is Ops.ENDRANGE:
+        stack.pop()
+    return largest
 
   def _last_uses(self) -> dict[int, list[UOp]]:
     """position -> values that die there; a value used inside a loop it was defined outside of lives to its end."""
@@ -134,14 +158,16 @@ class PythonKernel:
     out.undefined = run.out_undefined if run.out_undefined is not None and run.out_undefined.any() else None
 
   def _global_blocks(self):
+    """Blocks of the thread space, small enough that their loops (if any) fit in BLOCK_ELEMENTS at once."""
     shape = self.program.global_shape
-    split = next((k for k in range(len(shape)) if prod(shape[k + 1:]) <= BLOCK_ELEMENTS), len(shape))
+    budget = max(1, BLOCK_ELEMENTS // self.loop_elements)
+    split = next((k for k in range(len(shape)) if prod(shape[k + 1:]) <= budget), len(shape))
     if split == len(shape):
       block = Block(self.rank)
       yield block
       return
     inner = prod(shape[split + 1:])
-    step = max(1, BLOCK_ELEMENTS // max(inner, 1))
+    step = max(1, budget // max(inner, 1))
     for outer in itertools.product(*(range(s) for s in shape[:split])):
       for start in range(0, shape[split], step):
         block = Block(self.rank)
@@ -176,7 +202,7 @@ class _Run:
         end = self.k.loop_end[i]
         self.run_loop(u, i + 1, end)
         i = end
-      else:
+      elif u not in self.k.skipped:
         HANDLERS[u.op](self, u)
       for dead in self.k.last_use.get(i, ()):
         self.env.pop(dead, None)
@@ -233,7 +259,9 @@ def _load(run: _Run, u: UOp) -> None:
   form = run.k.affine[u]
   view = run.view(array, form) if form is not None else None
   undefined_src = run.in_undefined[param_index]
-  if view is not None:
+  if array.size == 0:  # every lane is masked off (padding around an empty tensor)
+    value, undefined = np.zeros((), array.dtype), None
+  elif view is not None:
     value = view
     undefined = run.view(undefined_src, form) if undefined_src is not None else None
   else:
@@ -275,13 +303,7 @@ def _store(run: _Run, u: UOp) -> None:
 def _alu(run: _Run, u: UOp) -> None:
   srcs = [run.env[s] for s in u.src]
   run.env[u] = alu.exec_alu(u.op, u.dtype, *srcs)
-  undefined = run.src_undefined(u)
-  if u.op is Ops.WHERE and undefined is not None:  # only the chosen side's undefinedness counts
-    cond, a, b = (run.undef.get(s) for s in u.src)
-    chosen = np.where(srcs[0], a if a is not None else False, b if b is not None else False)
-    undefined = chosen | cond if cond is not None else chosen
-  new = alu.undefined_lanes(u.op, u.dtype, *srcs)
-  run.mark(u, new if undefined is None else (undefined if new is None else undefined | new))
+  run.mark(u, alu.propagate_undefined(u.op, u.dtype, srcs, [run.undef.get(s) for s in u.src]))
 
 
 def _cast(run: _Run, u: UOp) -> None:

@@ -1,0 +1,1 @@
+"""The oracle kit: hypothesis strategies and differential checks against the PYTHON reference."""

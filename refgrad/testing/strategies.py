@@ -1,0 +1,194 @@
+"""Hypothesis strategies: dtypes, shapes, edge-case values, arrays, and random tensor programs.
+
+Every strategy shrinks toward small, readable examples: few dims, small sizes, plain values, short programs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from hypothesis import strategies as st
+
+from refgrad.dtype import ALL_DTYPES, DType, dtypes
+from refgrad.testing.programs import Step, TensorProgram
+
+FLOAT_DTYPES = (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64)
+INT_DTYPES = (dtypes.int32, dtypes.int8, dtypes.int16, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
+              dtypes.uint64)
+ALL = (dtypes.float32, dtypes.int32, dtypes.bool) + FLOAT_DTYPES[1:] + INT_DTYPES[1:]
+assert set(ALL) == set(ALL_DTYPES.values())
+
+
+def dtype_strategy(choices: tuple[DType, ...] = ALL) -> st.SearchStrategy[DType]:
+  """Any refgrad dtype (float32 first, so failures shrink toward it)."""
+  return st.sampled_from(choices)
+
+
+def shapes(min_dims: int = 0, max_dims: int = 4, min_side: int = 0, max_side: int = 5) -> st.SearchStrategy[tuple]:
+  """Shapes including 0-d and 0-size ones."""
+  return st.lists(st.integers(min_side, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
+
+
+def edge_values(dtype: DType) -> list[Any]:
+  """The values where backends usually go wrong, for one dtype."""
+  if dtype == dtypes.bool:
+    return [False, True]
+  if dtypes.is_int(dtype):
+    lo, hi = dtypes.min(dtype), dtypes.max(dtype)
+    return sorted({0, 1, 2, 7, hi, hi - 1, lo, lo + 1} | ({-1, -2, -7} if lo < 0 else set()))
+  info = ml_dtypes.finfo(dtype.np)
+  tiny, smallest = float(info.tiny), float(info.smallest_subnormal)
+  return [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, float("nan"), float("inf"), float("-inf"), float(info.max),
+          -float(info.max), tiny, smallest, -smallest, 1e-3, 100.0, math.pi]
+
+
+def scalars(dtype: DType, edges: bool = True) -> st.SearchStrategy[Any]:
+  """Plain values of a dtype, mixed with its edge values."""
+  if dtype == dtypes.bool:
+    plain: st.SearchStrategy[Any] = st.booleans()
+  elif dtypes.is_int(dtype):
+    plain = st.integers(-8 if dtypes.min(dtype) < 0 else 0, 8) | st.integers(dtypes.min(dtype), dtypes.max(dtype))
+  else:
+    plain = st.integers(-8, 8).map(float) | st.floats(-10, 10, width=32).map(lambda v: float(v))
+  return plain | st.sampled_from(edge_values(dtype)) if edges else plain
+
+
+@st.composite
+def arrays(draw: st.DrawFn, dtype: DType | None = None, shape: tuple | None = None, edges: bool = True) -> np.ndarray:
+  """A numpy array of a refgrad dtype; values are cast with numpy (wrapping) to the dtype."""
+  dtype = dtype or draw(dtype_strategy())
+  shape = shape if shape is not None else draw(shapes())
+  n = int(np.prod(shape))
+  values = draw(st.lists(scalars(dtype, edges), min_size=n, max_size=n))
+  with np.errstate(all="ignore"):
+    if dtype == dtypes.bool or dtypes.is_float(dtype):
+      array = np.array(values, dtype=np.float64 if dtypes.is_float(dtype) else np.bool_).astype(dtype.np)
+    else:
+      array = np.array([v % (1 << dtype.bits) for v in values], dtype=np.uint64).astype(dtype.np)
+  return array.reshape(shape)
+
+
+# ---- random tensor programs
+UNARY = ("neg", "abs", "exp2", "log2", "sqrt", "sin", "reciprocal", "trunc", "relu", "sigmoid", "floor")
+BINARY = ("add", "mul", "sub", "maximum", "minimum", "lt", "eq", "ne")
+INT_BINARY = ("idiv", "mod", "bitwise_and", "bitwise_xor", "bitwise_or")
+EXACT_REDUCES = ("max", "min")
+
+
+class _Builder:
+  """Tracks shape and dtype of each value while steps are drawn."""
+
+  def __init__(self, draw: st.DrawFn, inputs: list[np.ndarray]):
+    self.draw, self.inputs = draw, inputs
+    self.shapes = [x.shape for x in inputs]
+    self.dtypes = [dtypes.from_np(x.dtype) for x in inputs]
+    self.steps: list[Step] = []
+    self.float_sum_last = False
+
+  def add(self, step: Step, shape: tuple, dtype: DType) -> None:
+    self.steps.append(step)
+    self.shapes.append(shape)
+    self.dtypes.append(dtype)
+
+  @property
+  def last(self) -> int:
+    return len(self.shapes) - 1
+
+
+def _factor_shapes(n: int) -> list[tuple]:
+  out = [(n,), (1, n), (n, 1)]
+  for d in range(2, n):
+    if n % d == 0:
+      out.append((d, n // d))
+  return out
+
+
+def _draw_step(b: _Builder) -> None:
+  draw, v = b.draw, b.last
+  shape, dtype = b.shapes[v], b.dtypes[v]
+  kind = draw(st.sampled_from(("unary", "binary", "movement", "reduce", "cast")))
+  from refgrad.dtype import least_upper_dtype, least_upper_float
+  if kind == "unary":
+    name = draw(st.sampled_from(UNARY))
+    float_result = name in ("exp2", "log2", "sqrt", "sin", "reciprocal", "sigmoid")
+    if name in ("neg",) and dtype == dtypes.bool:
+      name = "abs"
+    b.add(Step(name, (v,), (True,)), shape, least_upper_float(dtype) if float_result else dtype)
+  elif kind == "binary":
+    names = BINARY + (INT_BINARY if dtypes.is_int(dtype) else ())
+    name = draw(st.sampled_from(names))
+    if name == "sub" and dtype == dtypes.bool:
+      name = "add"
+    other = draw(st.sampled_from([i for i, s in enumerate(b.shapes) if s == shape or s == ()] or [v]))
+    out_dtype = least_upper_dtype(dtype, b.dtypes[other])
+    if name in INT_BINARY and not dtypes.is_int(out_dtype):
+      name = "add"
+    if name == "sub" and out_dtype == dtypes.bool:
+      name = "mul"
+    result = dtypes.bool if name in ("lt", "eq", "ne") else out_dtype
+    b.add(Step(name, (v, other), (True, True)), shape, result)
+  elif kind == "movement":
+    _draw_movement(b, v, shape, dtype)
+  elif kind == "reduce" and len(shape) > 0:
+    axis = draw(st.integers(0, len(shape) - 1))
+    keepdim = draw(st.booleans())
+    name = draw(st.sampled_from(EXACT_REDUCES + (("sum",) if not dtypes.is_float(dtype) else ())))
+    if name in ("max", "min") and shape[axis] == 0:
+      name = "sum" if not dtypes.is_float(dtype) else None
+    if name is None:
+      return
+    out_shape = tuple(1 if i == axis else s for i, s in enumerate(shape)) if keepdim else \
+      tuple(s for i, s in enumerate(shape) if i != axis)
+    from refgrad.frontend.reduce import SUM_ACC_DTYPE
+    out_dtype = SUM_ACC_DTYPE.get(dtype, dtype) if name == "sum" else dtype
+    b.add(Step(name, (v, axis), (True,), (("keepdim", keepdim),)), out_shape, out_dtype)
+  elif kind == "cast":
+    to = draw(dtype_strategy())
+    b.add(Step("cast", (v, to), (True,)), shape, to)
+
+
+def _draw_movement(b: _Builder, v: int, shape: tuple, dtype: DType) -> None:
+  draw = b.draw
+  choices = ["reshape", "flip", "pad", "contiguous"] + (["permute", "shrink"] if len(shape) else [])
+  choices += ["expand"] if 1 in shape else []
+  name = draw(st.sampled_from(choices))
+  n = int(np.prod(shape))
+  if name == "reshape":
+    new = draw(st.sampled_from(_factor_shapes(n) if n else [(0,), (0, 2)]))
+    b.add(Step("reshape", (v, new), (True,)), new, dtype)
+  elif name == "flip":
+    axes = tuple(i for i in range(len(shape)) if draw(st.booleans()))
+    b.add(Step("flip", (v, axes), (True,)), shape, dtype)
+  elif name == "pad":
+    pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape)
+    b.add(Step("pad", (v, pads), (True,)), tuple(s + p + q for s, (p, q) in zip(shape, pads)), dtype)
+  elif name == "contiguous":
+    b.add(Step("contiguous", (v,), (True,)), shape, dtype)
+  elif name == "permute":
+    order = tuple(draw(st.permutations(range(len(shape)))))
+    b.add(Step("permute", (v, order), (True,)), tuple(shape[i] for i in order), dtype)
+  elif name == "shrink":
+    bounds = []
+    for s in shape:
+      start = draw(st.integers(0, s))
+      bounds.append((start, draw(st.integers(start, s))))
+    b.add(Step("shrink", (v, tuple(bounds)), (True,)), tuple(e - s for s, e in bounds), dtype)
+  elif name == "expand":
+    new = tuple(draw(st.integers(1, 3)) if s == 1 else s for s in shape)
+    b.add(Step("expand", (v, new), (True,)), new, dtype)
+
+
+@st.composite
+def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, edges: bool = True,
+                    dtype_choices: tuple[DType, ...] = ALL) -> TensorProgram:
+  """Valid chains and DAGs of Tensor methods over random inputs (each step may reuse any earlier value)."""
+  shape = draw(shapes(max_dims=3, max_side=4))
+  n_inputs = draw(st.integers(1, max_inputs))
+  inputs = [draw(arrays(draw(dtype_strategy(dtype_choices)), shape if i == 0 or draw(st.booleans()) else (),
+                        edges)) for i in range(n_inputs)]
+  builder = _Builder(draw, inputs)
+  for _ in range(draw(st.integers(1, max_steps))):
+    _draw_step(builder)
+  return TensorProgram(inputs, builder.steps)
