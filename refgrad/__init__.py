@@ -1,10 +1,13 @@
 """refgrad: a tensor library whose PYTHON interpreter is the ground truth for every backend."""
-from refgrad.device import Device
-from refgrad.dtype import DType, dtypes
-from refgrad.interp.device import make_python_device
-from refgrad.tensor import Tensor
-
-Device.register("PYTHON", make_python_device, plugin="refgrad")
-
-__all__ = ["Tensor", "dtypes", "DType", "Device"]
 __version__ = "0.1.0"
+
+from refgrad import plugins  # noqa: E402
+from refgrad.device import Device  # noqa: E402
+from refgrad.dtype import DType, dtypes  # noqa: E402
+from refgrad.interp import plugin as _python_plugin  # noqa: E402
+from refgrad.tensor import Tensor  # noqa: E402
+
+plugins.register(_python_plugin, name="refgrad-python")
+plugins.load_entry_points()
+
+__all__ = ["Tensor", "dtypes", "DType", "Device", "plugins"]

@@ -11,7 +11,7 @@ import numpy as np
 def cmd_devices(args: argparse.Namespace) -> int:
   """List every registered device with its plugin, version and status."""
   from refgrad import Device
-  for entry in Device.entries():
+  for entry in Device.specs():
     status = "available" if entry.unavailable_reason is None else f"unavailable: {entry.unavailable_reason}"
     print(f"{entry.name:10s} plugin={entry.plugin:16s} {status}")
   return 0

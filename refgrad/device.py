@@ -1,19 +1,22 @@
-"""The device layer: a registry of devices, buffers that live on them, and `Device.DEFAULT`.
+"""The device layer: what a device is, the registry of devices, buffers, and the compile cache.
 
-A device is an allocator plus a way to turn a linear `Program` into something runnable. Devices are registered
-by name; a device that cannot run on this machine is still listed, with the reason. The plugin issue makes
-registration go through pluggy; `register_device` is the one entry point both paths use.
+A device is an allocator plus either an interpreter of programs (PYTHON) or a renderer, a compiler and a
+runtime (every compiled backend). Devices come from plugins (refgrad/hookspecs.py, refgrad/plugins.py); a
+device that cannot run here is still listed, with the reason, and selecting it raises that reason.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from refgrad.dtype import DType
+from refgrad.dtype import ALL_DTYPES, DType
 
 
 class Allocator(Protocol):
@@ -24,35 +27,76 @@ class Allocator(Protocol):
   def copyout(self, dest: memoryview, handle: Any) -> None: ...
 
 
+@dataclass(frozen=True)
+class Capabilities:
+  """What a renderer's programs can do; the oracle kit and the codegen read it."""
+  dtypes: frozenset[DType] = frozenset(ALL_DTYPES.values())
+  native_transcendentals: bool = True  # False: EXP2/LOG2/SIN must be decomposed before rendering
+  local_memory: int = 0                # bytes of work-group local memory (0: none)
+  max_global_size: tuple[int, ...] | None = None
+  max_local_size: int = 1
+
+
+class Renderer(Protocol):
+  caps: Capabilities
+  def render(self, program: Any) -> str: ...
+
+
+class Compiler(Protocol):
+  cache_key: str  # compiler identity and flags: anything besides the source that changes the binary
+  def compile(self, source: str) -> bytes: ...
+
+
+class Runtime(Protocol):
+  def load(self, binary: bytes, program: Any) -> Callable[..., None]: ...
+
+
 class Runner(Protocol):
-  """A compiled kernel: call it with one buffer handle per program parameter (output first)."""
+  """A loaded kernel: call it with one buffer handle per program parameter (output first)."""
   def __call__(self, *handles: Any) -> None: ...
 
 
 @dataclass
 class DeviceImpl:
-  """What a device provides: memory, and a compiler from linear programs to runners."""
+  """A working device. Compiled devices give renderer+compiler+runtime; PYTHON gives `interpret`."""
   name: str
   allocator: Allocator
-  compile_program: Callable[[Any], Runner]
-  plugin: str = "refgrad"
-  version: str = ""
-  render: Callable[[Any], str] | None = None  # source text of a program, for error messages and reports
-  _runner_cache: dict[Any, Runner] = field(default_factory=dict)
+  renderer: Renderer | None = None
+  compiler: Compiler | None = None
+  runtime: Runtime | None = None
+  interpret: Callable[[Any], Runner] | None = None
+  _runners: dict[Any, Runner] = field(default_factory=dict)
+
+  @property
+  def caps(self) -> Capabilities:
+    return self.renderer.caps if self.renderer is not None else Capabilities()
+
+  def render(self, program: Any) -> str:
+    return self.renderer.render(program) if self.renderer is not None else program.listing()
 
   def get_runner(self, program: Any) -> Runner:
     """Compile a program once per device; programs are keyed by their (hash-consed) kernel graph."""
-    runner = self._runner_cache.get(program.key)
+    runner = self._runners.get(program.key)
     if runner is None:
-      runner = self._runner_cache[program.key] = self.compile_program(program)
+      runner = self._runners[program.key] = self._build_runner(program)
     return runner
+
+  def _build_runner(self, program: Any) -> Runner:
+    if self.interpret is not None:
+      return self.interpret(program)
+    source = self.render(program)
+    binary = cached_compile(self.compiler, source)
+    return self.runtime.load(binary, program)
 
 
 @dataclass
-class DeviceEntry:
+class DeviceSpec:
+  """How a plugin describes a device: `probe()` says why it cannot run here (None: it can)."""
   name: str
-  factory: Callable[[], DeviceImpl]
-  plugin: str
+  make: Callable[[], DeviceImpl]
+  plugin: str = "refgrad"
+  version: str = ""
+  probe: Callable[[], str | None] = lambda: None
   unavailable_reason: str | None = None
   instance: DeviceImpl | None = None
 
@@ -61,12 +105,30 @@ class DeviceRegistry:
   """`Device[name]` gives a device; `Device.DEFAULT` is the default one (env REFGRAD_DEVICE, else PYTHON)."""
 
   def __init__(self):
-    self._entries: dict[str, DeviceEntry] = {}
+    self._specs: dict[str, DeviceSpec] = {}
+    self._aliases: dict[str, str] = {}
     self._default: str | None = None
+
+  def add(self, spec: DeviceSpec) -> None:
+    """Register a device; its probe runs now, once."""
+    name = spec.name.upper()
+    try:
+      spec.unavailable_reason = spec.probe()
+    except Exception as e:  # a probe must not break import refgrad; a crashing one makes the device unavailable
+      spec.unavailable_reason = f"probe failed: {type(e).__name__}: {e}"
+    self._specs[name] = spec
 
   def register(self, name: str, factory: Callable[[], DeviceImpl], plugin: str = "refgrad",
                unavailable_reason: str | None = None) -> None:
-    self._entries[name.upper()] = DeviceEntry(name.upper(), factory, plugin, unavailable_reason)
+    """Shortcut for tests: register a device by name and factory."""
+    self.add(DeviceSpec(name.upper(), factory, plugin, probe=lambda: unavailable_reason))
+
+  def remove(self, name: str) -> None:
+    self._specs.pop(name.upper(), None)
+    self._aliases = {a: n for a, n in self._aliases.items() if n != name.upper()}
+
+  def alias(self, alias: str, name: str) -> None:
+    self._aliases[alias.upper()] = name.upper()
 
   def canonicalize(self, name: str | None) -> str:
     """'clang:1' -> 'CLANG:1'; None -> the default device. Unknown names raise ValueError listing the known."""
@@ -75,20 +137,21 @@ class DeviceRegistry:
     if not isinstance(name, str):
       raise TypeError(f"device must be a string like 'PYTHON' or 'CLANG:1', got {type(name).__name__}")
     base, _, index = name.upper().partition(":")
-    if base not in self._entries:
-      raise ValueError(f"unknown device {name!r}; known devices: {', '.join(sorted(self._entries))}")
+    base = self._aliases.get(base, base)
+    if base not in self._specs:
+      raise ValueError(f"unknown device {name!r}; known devices: {', '.join(sorted(self._specs))}")
     if index and not index.isdigit():
       raise ValueError(f"bad device index in {name!r}: expected a number after ':'")
     return base if not index or index == "0" else f"{base}:{index}"
 
   def __getitem__(self, name: str) -> DeviceImpl:
     base = self.canonicalize(name).partition(":")[0]
-    entry = self._entries[base]
-    if entry.unavailable_reason is not None:
-      raise RuntimeError(f"device {base} is unavailable: {entry.unavailable_reason}")
-    if entry.instance is None:
-      entry.instance = entry.factory()
-    return entry.instance
+    spec = self._specs[base]
+    if spec.unavailable_reason is not None:
+      raise RuntimeError(f"device {base} is unavailable: {spec.unavailable_reason}")
+    if spec.instance is None:
+      spec.instance = spec.make()
+    return spec.instance
 
   @property
   def DEFAULT(self) -> str:  # noqa: N802 -- tinygrad's name
@@ -100,14 +163,65 @@ class DeviceRegistry:
   def DEFAULT(self, name: str) -> None:  # noqa: N802
     self._default = self.canonicalize(name)
 
-  def entries(self) -> list[DeviceEntry]:
-    return list(self._entries.values())
+  def specs(self) -> list[DeviceSpec]:
+    return list(self._specs.values())
 
   def available(self) -> list[str]:
-    return [e.name for e in self._entries.values() if e.unavailable_reason is None]
+    return [s.name for s in self._specs.values() if s.unavailable_reason is None]
 
 
 Device = DeviceRegistry()
+
+
+# ---- the compile cache: content-addressed, verified, written atomically
+CACHE_MAGIC = b"refgrad-cache-1\n"
+
+
+def cache_dir() -> Path:
+  """REFGRAD_CACHE if set, else the user cache dir (XDG_CACHE_HOME or ~/.cache) / refgrad."""
+  if (explicit := os.environ.get("REFGRAD_CACHE")):
+    return Path(explicit)
+  return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "refgrad"
+
+
+def _read_entry(path: Path) -> bytes | None:
+  """The payload of a cache file, or None if it is missing, truncated or corrupt."""
+  try:
+    data = path.read_bytes()
+  except OSError:
+    return None
+  header = len(CACHE_MAGIC) + 32
+  if len(data) < header or not data.startswith(CACHE_MAGIC):
+    return None
+  digest, payload = data[len(CACHE_MAGIC):header], data[header:]
+  return payload if hashlib.sha256(payload).digest() == digest else None
+
+
+def _write_entry(path: Path, payload: bytes) -> None:
+  """Write to a temporary file in the same folder, then rename: readers never see half a file."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(CACHE_MAGIC + hashlib.sha256(payload).digest() + payload)
+    os.replace(tmp, path)
+  except BaseException:
+    Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def cached_compile(compiler: Compiler, source: str) -> bytes:
+  """compiler.compile(source), run once per (compiler, source) across processes."""
+  key = hashlib.sha256(f"{compiler.cache_key}\0{source}".encode()).hexdigest()
+  path = cache_dir() / key[:2] / f"{key}.bin"
+  if (payload := _read_entry(path)) is not None:
+    return payload
+  payload = compiler.compile(source)
+  try:
+    _write_entry(path, payload)
+  except OSError:
+    pass  # a read-only or full cache folder only costs speed
+  return payload
 
 
 class Buffer:
@@ -116,7 +230,6 @@ class Buffer:
   def __init__(self, device: str, size: int, dtype: DType):
     self.device, self.size, self.dtype = device, size, dtype
     self._handle: Any = None
-    self.undefined: np.ndarray | None = None  # PYTHON only: lanes whose value the spec leaves undefined
 
   @property
   def nbytes(self) -> int:
@@ -127,6 +240,11 @@ class Buffer:
     if self._handle is None:
       self._handle = Device[self.device].allocator.alloc(self.nbytes)
     return self._handle
+
+  @property
+  def undefined(self) -> np.ndarray | None:
+    """PYTHON only: the lanes whose value the spec leaves undefined (None: all defined)."""
+    return getattr(self._handle, "undefined", None)
 
   def copyin(self, data: np.ndarray) -> Buffer:
     flat = np.ascontiguousarray(data, dtype=self.dtype.np).reshape(-1)

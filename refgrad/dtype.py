@@ -213,8 +213,6 @@ def as_python_scalar(dt: DType, x: Any) -> Any:
   if dt.kind == "b":
     return bool(x)
   if dt.kind in "iu":
-    if isinstance(x, float):
-      return x  # float -> int conversion is a cast, decided by alu.py
     bits = dt.bits
     v = int(x) & ((1 << bits) - 1)
     return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v

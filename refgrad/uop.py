@@ -197,8 +197,15 @@ class UOp:
 
 
 def canonical_const(dtype: DType, value: Any) -> Any:
-  """Store constants as the Python type of their dtype's kind (bool, int with wraparound, float)."""
+  """Store constants as the Python type of their dtype's kind (bool, int with wraparound, float), holding the
+  value the dtype can represent: floats are rounded to the dtype and float -> int truncates, both by alu.py."""
   from refgrad.dtype import as_python_scalar
+  if dtype.kind == "f" or (dtype.kind in "iu" and isinstance(value, float)):
+    import numpy as np
+
+    from refgrad.interp.alu import exec_cast
+    converted = exec_cast(np.array(float(value), np.float64), dtype)
+    return float(converted) if dtype.kind == "f" else int(converted)
   return as_python_scalar(dtype, value)
 
 

@@ -42,7 +42,7 @@ def test_unavailable_device_raises_with_its_reason():
 
 
 def test_a_second_registered_device_runs_programs_and_copies():
-  Device.register("PYCOPY", lambda: DeviceImpl("PYCOPY", PythonAllocator(), PythonKernel), plugin="tests")
+  Device.register("PYCOPY", lambda: DeviceImpl("PYCOPY", PythonAllocator(), interpret=PythonKernel), plugin="tests")
   x = np.arange(6, dtype=np.float32).reshape(2, 3)
   t = Tensor(x, device="PYCOPY")
   assert t.device == "PYCOPY"

@@ -5,6 +5,7 @@ in refgrad/interp/alu.py.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -13,6 +14,17 @@ from refgrad.uop import Ops, UOp
 
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2)
+
+
+def _half_in_float32(fn: Any) -> Any:
+  """Composite math on float16/bfloat16 runs in float32 and rounds once at the end, as torch does: rounding its
+  intermediates (x * log2(e), pi/2 - x, ...) in half precision would cost many ULP."""
+  @functools.wraps(fn)
+  def wrapper(self: Any) -> Any:
+    if self.dtype in (dtypes.float16, dtypes.bfloat16):
+      return fn(self.cast(dtypes.float32)).cast(self.dtype)
+    return fn(self)
+  return wrapper
 
 
 class ElementwiseMixin:
@@ -173,9 +185,11 @@ class ElementwiseMixin:
   def log2(self) -> Any:
     return self._float()._alu(Ops.LOG2)
 
+  @_half_in_float32
   def exp(self) -> Any:
     return (self._float() * LOG2_E)._alu(Ops.EXP2)
 
+  @_half_in_float32
   def log(self) -> Any:
     return self._float()._alu(Ops.LOG2) * LN_2
 
@@ -185,20 +199,25 @@ class ElementwiseMixin:
   def sin(self) -> Any:
     return self._float()._alu(Ops.SIN)
 
+  @_half_in_float32
   def cos(self) -> Any:
     return (math.pi / 2 - self._float()).sin()
 
+  @_half_in_float32
   def tan(self) -> Any:
     return self.sin() / self.cos()
 
+  @_half_in_float32
   def tanh(self) -> Any:
     return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
+  @_half_in_float32
   def sigmoid(self) -> Any:
     return (1.0 + (-self._float()).exp()).reciprocal()
 
   def relu(self) -> Any:
-    return self.gt(0).where(self, self._const(0))
+    """max(x, 0) like torch.relu: NaN stays NaN and -0.0 stays -0.0."""
+    return self.lt(0).where(self._const(0), self)
 
   def trunc(self) -> Any:
     return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
@@ -252,9 +271,9 @@ class ElementwiseMixin:
   def where(self, x: Any, y: Any) -> Any:
     """self ? x : y, lanewise; self is the condition."""
     cond = self.cast(dtypes.bool) if self.dtype != dtypes.bool else self
-    if not isinstance(x, type(self)) and not isinstance(y, type(self)):
-      x = self._const(x, dtypes.from_py(x))
-    x, y = (x if isinstance(x, type(self)) else self._to_tensor(x))._broadcasted(y)
+    if not isinstance(x, type(self)):  # a Python scalar takes the other branch's dtype when it fits its kind
+      x = y._to_tensor(x) if isinstance(y, type(self)) else self._const(x, dtypes.from_py(x))
+    x, y = x._broadcasted(y)
     from refgrad.tensor import broadcast_shape
     shape = broadcast_shape(cond.shape, x.shape)
     cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
@@ -370,10 +389,14 @@ class ElementwiseMixin:
 
 
 def _float_pow(x: Any, y: Any) -> Any:
-  """x ** y for floats via exp2(y * log2|x|), with the sign and zero rules of C's pow."""
+  """x ** y for floats via exp2(y * log2|x|), with the sign, zero and infinity rules of C's pow (as torch)."""
+  if x.dtype in (dtypes.float16, dtypes.bfloat16):  # the log2/mul/exp2 chain would round three times in half
+    return _float_pow(x.cast(dtypes.float32), y.cast(dtypes.float32)).cast(x.dtype)
   magnitude = (y * x.abs().log2()).exp2()
-  y_is_int = y.trunc().eq(y)
+  y_is_int = y.trunc().eq(y)  # True for +-inf, False for NaN
   y_is_odd = y_is_int & (y * 0.5).trunc().ne(y * 0.5)
-  negative = x.lt(0)
-  result = negative.where(y_is_int.where(y_is_odd.where(-magnitude, magnitude), float("nan")), magnitude)
-  return y.eq(0).where(1.0, x.eq(1).where(1.0, result))
+  sign_bit = x.lt(0) | (x.eq(0) & x.reciprocal().lt(0))  # includes -0.0
+  result = (sign_bit & y_is_odd).where(-magnitude, magnitude)
+  result = (x.lt(0) & x.ne(float("-inf")) & y_is_int.logical_not()).where(float("nan"), result)
+  one = y.eq(0) | x.eq(1) | (x.eq(-1) & y.abs().eq(float("inf")))
+  return one.where(1.0, result)

@@ -1,11 +1,9 @@
-"""The PYTHON device: numpy memory and the vectorized kernel interpreter, registered like any other device."""
+"""The PYTHON device's memory: numpy byte arrays, with the undefined-lane mask the interpreter writes."""
 from __future__ import annotations
 
 import numpy as np
 
-from refgrad.codegen.linearize import Program
-from refgrad.device import DeviceImpl
-from refgrad.interp.kernel import PyBuffer, PythonKernel
+from refgrad.interp.kernel import PyBuffer
 
 
 class PythonAllocator:
@@ -21,7 +19,3 @@ class PythonAllocator:
 
   def copyout(self, dest: memoryview, handle: PyBuffer) -> None:
     np.frombuffer(dest, dtype=np.uint8)[:] = handle.data
-
-
-def make_python_device() -> DeviceImpl:
-  return DeviceImpl("PYTHON", PythonAllocator(), PythonKernel, plugin="refgrad", render=Program.listing)

@@ -249,7 +249,14 @@ class _Run:
     return as_strided(array[base:], shape=shape, strides=strides, writeable=writable)
 
   def index_array(self, u: UOp) -> np.ndarray:
-    return np.asarray(self.env[u.src[1]])
+    """The index of a load or store as an array (affine indices are not evaluated as uops: rebuild them)."""
+    form = self.k.affine[u]
+    if form is None:
+      return np.asarray(self.env[u.src[1]])
+    index = np.array(form.const, dtype=np.int64)
+    for axis, k in form.coeffs:
+      index = index + k * self.block.axis_values(axis, self.k.rank)
+    return index
 
 
 def _load(run: _Run, u: UOp) -> None:

@@ -1,0 +1,17 @@
+"""Registers the PYTHON device through the same plugin contract as every other backend."""
+from __future__ import annotations
+
+from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.hookspecs import hookimpl
+
+
+def make_python_device() -> DeviceImpl:
+  from refgrad.interp.device import PythonAllocator
+  from refgrad.interp.kernel import PythonKernel
+  return DeviceImpl("PYTHON", PythonAllocator(), interpret=PythonKernel)
+
+
+@hookimpl
+def refgrad_devices() -> list[DeviceSpec]:
+  from refgrad import __version__
+  return [DeviceSpec("PYTHON", make_python_device, plugin="refgrad", version=__version__)]

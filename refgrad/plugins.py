@@ -1,0 +1,61 @@
+"""Plugin discovery with pluggy: entry points in the group `refgrad`, plus in-process registration."""
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+
+import pluggy
+
+from refgrad import hookspecs
+from refgrad.device import Device, DeviceImpl, DeviceSpec
+
+manager = pluggy.PluginManager("refgrad")
+manager.add_hookspecs(hookspecs)
+
+
+def _broken_plugin_spec(name: str, error: BaseException) -> DeviceSpec:
+  def fail() -> DeviceImpl:
+    raise RuntimeError(f"plugin {name} failed to load")
+  return DeviceSpec(name.upper(), fail, plugin=name, probe=lambda: f"plugin failed to load: {type(error).__name__}: "
+                                                                  f"{error}")
+
+
+def _hook_of(plugin: Any, hook: str) -> Any:
+  """Call one hook on one plugin only (pluggy's subset caller), so registering is incremental."""
+  others = [p for p in manager.get_plugins() if p is not plugin]
+  return manager.subset_hook_caller(hook, remove_plugins=others)()
+
+
+def register(plugin: Any, name: str | None = None) -> list[str]:
+  """Register a plugin object or module in-process; returns the names of the devices it added."""
+  manager.register(plugin, name=name)
+  added = []
+  for specs in _hook_of(plugin, "refgrad_devices"):
+    for spec in specs:
+      Device.add(spec)
+      added.append(spec.name.upper())
+  for aliases in _hook_of(plugin, "refgrad_aliases"):
+    for alias, target in aliases.items():
+      Device.alias(alias, target)
+  return added
+
+
+def unregister(plugin: Any) -> None:
+  """Remove an in-process plugin and its devices (tests use this to clean up)."""
+  for specs in _hook_of(plugin, "refgrad_devices"):
+    for spec in specs:
+      Device.remove(spec.name)
+  manager.unregister(plugin)
+
+
+def load_entry_points() -> None:
+  """Import every installed plugin; one that fails to import is listed as an unavailable device."""
+  for ep in entry_points(group="refgrad"):
+    try:
+      plugin = ep.load()
+    except Exception as e:  # never let a broken plugin break `import refgrad`
+      Device.add(_broken_plugin_spec(ep.name, e))
+      continue
+    if manager.is_registered(plugin):
+      continue
+    register(plugin, name=ep.name)
