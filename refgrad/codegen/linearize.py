@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from refgrad.codegen.lowering import lower_kernel
 from refgrad.codegen.symbolic import simplify
-from refgrad.dtype import DType, dtypes
+from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp
 
 
@@ -29,7 +29,8 @@ class Program:
 
   @functools.cached_property
   def params(self) -> tuple[UOp, ...]:
-    return tuple(sorted((u for u in self.uops if u.op is Ops.PARAM), key=lambda u: u.arg[0]))
+    """Every buffer parameter, in order, including any the simplified program no longer reads."""
+    return tuple(sorted((u for u in self.key.toposort if u.op is Ops.PARAM), key=lambda u: u.arg[0]))
 
   def listing(self) -> str:
     """A numbered, readable text form: what the PYTHON device 'renders'."""
@@ -124,7 +125,3 @@ def compile_ast(ast: UOp) -> Program:
   lowered, shape = lower_kernel(ast)
   lowered = simplify(lowered)
   return Program(kernel_name(lowered, shape), tuple(linearize(lowered)), shape, ast)
-
-
-def output_dtype(program: Program) -> DType:
-  return program.params[0].dtype

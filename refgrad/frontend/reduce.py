@@ -66,7 +66,7 @@ class ReduceMixin:
       raise RuntimeError(f"{what}(): cannot reduce over a zero-size dimension of a tensor of shape {self.shape}")
 
   def mean(self, axis: Any = None, keepdim: bool = False) -> Any:
-    axes = reduce_axes(axis, self.ndim)
+    axes = reduce_axes(axis, self.ndim) if self.ndim else ()  # a 0-d tensor accepts axis 0 and -1
     count = prod(self.shape[a] for a in axes)
     out_dtype = least_upper_float(self.dtype)
     total = self.cast(out_dtype).sum(axis, keepdim)
@@ -74,8 +74,9 @@ class ReduceMixin:
 
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Any:
     """Index of the first maximum (NaN counts as the maximum, as in torch); int32."""
-    if axis is None:
-      return self.flatten().argmax(0)
+    if axis is None:  # index into the flattened tensor; keepdim keeps every dim as size 1, as torch does
+      flat = self.flatten().argmax(0)
+      return flat.reshape((1,) * self.ndim) if keepdim else flat
     from refgrad.tensor import normalize_dim
     ax = normalize_dim(axis, self.ndim)
     self._check_nonempty(ax, "argmax")
@@ -109,10 +110,10 @@ class ReduceMixin:
     w2 = w.cast(out_dtype) if w.ndim > 1 else w.cast(out_dtype).reshape(k_w, 1)  # (..., K, N)
     x_mat = x2.reshape(*x2.shape[:-1], 1, k_x)  # (..., M, 1, K)
     w_mat = w2.transpose(-1, -2).unsqueeze(-3)  # (..., 1, N, K)
-    product = (x_mat * w_mat).sum(-1)  # (..., M, N)
-    if w.ndim == 1:
-      product = product.squeeze(-1)
-    return product.squeeze(-2) if x.ndim == 1 else product
+    product = (x_mat * w_mat).sum(-1).cast(out_dtype)  # (..., M, N); small ints sum wider, then wrap, as tinygrad
+    if x.ndim == 1:
+      product = product.squeeze(-2)
+    return product.squeeze(-1) if w.ndim == 1 else product
 
   def matmul(self, w: Any, reverse: bool = False) -> Any:
     return w.dot(self) if reverse else self.dot(w)

@@ -50,3 +50,40 @@ class TensorProgram:
 
 def dtype_of(x: np.ndarray) -> DType:
   return dtypes.from_np(x.dtype)
+
+
+@dataclass(frozen=True)
+class Expr:
+  """A node of a random kernel: an input (`op == "INPUT"`, `index`) or a primitive op over children."""
+  op: str
+  dtype: DType
+  children: tuple[Expr, ...] = ()
+  index: int = 0
+
+  def __repr__(self) -> str:
+    if self.op == "INPUT":
+      return f"in{self.index}"
+    inner = ", ".join(repr(c) for c in self.children)
+    return f"{self.op}<{self.dtype.name}>({inner})"
+
+
+@dataclass
+class RandomKernel:
+  """Primitive ops over 1-D inputs, built as UOps directly (below the Tensor API): one fused kernel."""
+  inputs: list[np.ndarray]
+  root: Expr
+
+  def build(self, device: str | None = None) -> Any:
+    from refgrad.tensor import Tensor
+    from refgrad.uop import Ops, UOp
+    leaves = [Tensor(x, device=device).uop for x in self.inputs]
+
+    def lower(e: Expr) -> UOp:
+      if e.op == "INPUT":
+        return leaves[e.index]
+      return UOp(Ops[e.op], e.dtype, tuple(lower(c) for c in e.children))
+    return Tensor(lower(self.root))
+
+  def __repr__(self) -> str:
+    lines = [f"in{i} = np.array({x.tolist()!r}, dtype={x.dtype})" for i, x in enumerate(self.inputs)]
+    return "\n".join(lines + [f"out = {self.root!r}"])

@@ -192,3 +192,57 @@ def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, ed
   for _ in range(draw(st.integers(1, max_steps))):
     _draw_step(builder)
   return TensorProgram(inputs, builder.steps)
+
+
+# ---- random kernels: primitive ops straight on UOps
+def _ops_for(dtype: DType, root: bool) -> list[str]:
+  """Primitive ops (by name) whose result has `dtype`; transcendentals only at the root (see alu_kernels)."""
+  from refgrad.interp.alu import OP_KINDS, TRANSCENDENTAL
+  from refgrad.uop import GroupOp
+  names = [op.name for op, kinds in OP_KINDS.items()
+           if dtype.kind in kinds and op not in GroupOp.Comparison and (root or op not in TRANSCENDENTAL)]
+  if dtype == dtypes.bool:
+    names += ["CMPLT", "CMPNE"]
+  return names + ["CAST", "BITCAST"]
+
+
+@st.composite
+def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], size: int, root: bool = False) -> Any:
+  from refgrad.testing.programs import Expr
+  from refgrad.uop import GroupOp, Ops
+  if depth == 0 or draw(st.integers(0, 3)) == 0:
+    same = [i for i, x in enumerate(inputs) if dtypes.from_np(x.dtype) == dtype]
+    if same and draw(st.booleans()):
+      return Expr("INPUT", dtype, index=draw(st.sampled_from(same)))
+    inputs.append(draw(arrays(dtype, (size,))))
+    return Expr("INPUT", dtype, index=len(inputs) - 1)
+  name = draw(st.sampled_from(_ops_for(dtype, root)))
+  sub = lambda dt: _expr(dt, depth - 1, inputs, size)  # noqa: E731
+  if name == "CAST":
+    return Expr(name, dtype, (draw(sub(draw(dtype_strategy()))),))
+  if name == "BITCAST":
+    same_size = [d for d in ALL if d.itemsize == dtype.itemsize and d != dtypes.bool] if dtype != dtypes.bool else []
+    if not same_size:
+      return draw(_expr(dtype, 0, inputs, size))
+    return Expr(name, dtype, (draw(sub(draw(st.sampled_from(same_size)))),))
+  op = Ops[name]
+  if op in GroupOp.Comparison:
+    operand = draw(dtype_strategy())
+    return Expr(name, dtype, (draw(sub(operand)), draw(sub(operand))))
+  if op is Ops.WHERE:
+    return Expr(name, dtype, (draw(sub(dtypes.bool)), draw(sub(dtype)), draw(sub(dtype))))
+  arity = 1 if op in GroupOp.Unary else 2
+  return Expr(name, dtype, tuple(draw(sub(dtype)) for _ in range(arity)))
+
+
+@st.composite
+def alu_kernels(draw: st.DrawFn, max_depth: int = 3, dtype_choices: tuple[DType, ...] = ALL) -> Any:
+  """Random kernels: expression trees of primitive ops over typed 1-D inputs full of edge values.
+
+  Transcendentals appear only at the root, so every other node is exact on a correct device and the root
+  can be held to its ULP bound."""
+  from refgrad.testing.programs import RandomKernel
+  size = draw(st.integers(1, 12))
+  inputs: list[np.ndarray] = []
+  root = draw(_expr(draw(dtype_strategy(dtype_choices)), max_depth, inputs, size, root=True))
+  return RandomKernel(inputs, root)

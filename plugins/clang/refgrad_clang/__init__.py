@@ -1,0 +1,118 @@
+"""refgrad-clang: the CLANG device. Programs are rendered to C, compiled to a shared library, run with ctypes.
+
+Threads become nested loops; the C-style renderer of the core does the rest. Compiler flags keep the spec:
+no fast-math, no FP contraction (no fused multiply-add), -fwrapv.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+
+from refgrad.codegen.cstyle import CDialect, CStyleRenderer
+from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.hookspecs import hookimpl
+
+FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
+         "-fno-math-errno", "-Wno-everything", "-x", "c", "-std=c11")
+
+
+class CompileError(RuntimeError):
+  """The C compiler rejected a program: the message shows the numbered source and the compiler's stderr."""
+
+
+def find_compiler() -> tuple[str | None, list[str]]:
+  """clang first, then $CC, then cc: (path or None, what was tried)."""
+  tried = ["clang"] + ([os.environ["CC"]] if os.environ.get("CC") else []) + ["cc"]
+  for name in tried:
+    if (path := shutil.which(name)) is not None:
+      return path, tried
+  return None, tried
+
+
+def numbered(source: str) -> str:
+  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
+
+
+class ClangCompiler:
+  def __init__(self, path: str):
+    self.path = path
+    banner = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()
+    self.version = banner[0] if banner else path
+    self.cache_key = f"clang|{self.version}|{' '.join(FLAGS)}"
+
+  def compile(self, source: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="refgrad-clang-") as tmp:
+      out = os.path.join(tmp, "kernel.so")
+      result = subprocess.run([self.path, *FLAGS, "-", "-o", out, "-lm"], input=source, capture_output=True,
+                              text=True)
+      if result.returncode != 0:
+        raise CompileError(f"{os.path.basename(self.path)} failed to compile this program:\n{numbered(source)}\n\n"
+                           f"compiler stderr:\n{result.stderr.strip()}")
+      with open(out, "rb") as f:
+        return f.read()
+
+
+class HostAllocator:
+  """Buffers in host memory as numpy byte arrays (ctypes gets their addresses)."""
+
+  def alloc(self, nbytes: int) -> np.ndarray:
+    return np.zeros(max(nbytes, 1), dtype=np.uint8)
+
+  def free(self, handle: np.ndarray) -> None:
+    pass
+
+  def copyin(self, handle: np.ndarray, src: memoryview) -> None:
+    handle[:len(src)] = np.frombuffer(src, dtype=np.uint8)
+
+  def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
+    np.frombuffer(dest, dtype=np.uint8)[:] = handle[:len(dest)]
+
+
+class SharedLibraryRuntime:
+  """Loads a compiled kernel with ctypes. The library is written to a temporary file, opened, then deleted."""
+
+  def load(self, binary: bytes, program):
+    fd, path = tempfile.mkstemp(suffix=".so", prefix="refgrad-")
+    try:
+      with os.fdopen(fd, "wb") as f:
+        f.write(binary)
+      library = ctypes.CDLL(path)
+    finally:
+      os.unlink(path)
+    function = getattr(library, program.name)
+    function.restype = None
+    function.argtypes = [ctypes.c_void_p] * len(program.params)
+
+    def run(*handles: np.ndarray) -> None:
+      function(*(h.ctypes.data for h in handles))
+    run.library = library  # keep the library loaded as long as the runner lives
+    return run
+
+
+def plugin_version() -> str:
+  try:
+    return version("refgrad-clang")
+  except PackageNotFoundError:
+    return "0.1.0"
+
+
+def probe() -> str | None:
+  path, tried = find_compiler()
+  return None if path else f"no C compiler found: tried {', '.join(tried)}"
+
+
+def make_device() -> DeviceImpl:
+  path, _ = find_compiler()
+  return DeviceImpl("CLANG", HostAllocator(), renderer=CStyleRenderer(CDialect()), compiler=ClangCompiler(path),
+                    runtime=SharedLibraryRuntime())
+
+
+@hookimpl
+def refgrad_devices() -> list[DeviceSpec]:
+  return [DeviceSpec("CLANG", make_device, plugin="refgrad-clang", version=plugin_version(), probe=probe)]

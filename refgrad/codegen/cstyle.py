@@ -1,0 +1,321 @@
+"""A C-style renderer: linear `Program` -> C-like source, specialised per backend by a small `CDialect`.
+
+Every value becomes one `const` local; loops become `for` loops. What each op means comes from docs/SPEC.md;
+the `OP_RENDERERS` table says how each op is written so that C gives exactly that meaning:
+integer + * and negation wrap (computed in an unsigned type), division and shifts are guarded where C would
+trap or be undefined, MAX propagates NaN, and half/bfloat16 are emulated (see cstyle_prelude.py).
+Backend authors subclass nothing: they fill in a `CDialect`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
+from refgrad.codegen.linearize import Program
+from refgrad.device import Capabilities
+from refgrad.dtype import DType, dtypes
+from refgrad.interp.alu import reduce_identity
+from refgrad.uop import GroupOp, Ops, UOp
+
+EMULATED = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}  # computed in float, stored as 16 bits
+UNSIGNED_OF_WIDTH = {8: dtypes.uint8, 16: dtypes.uint16, 32: dtypes.uint32, 64: dtypes.uint64}
+
+C_TYPES = {
+  dtypes.bool: "_Bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
+  dtypes.int64: "int64_t", dtypes.uint8: "uint8_t", dtypes.uint16: "uint16_t", dtypes.uint32: "uint32_t",
+  dtypes.uint64: "uint64_t", dtypes.float16: "float", dtypes.bfloat16: "float", dtypes.float32: "float",
+  dtypes.float64: "double",
+}
+C_STORAGE = {**C_TYPES, dtypes.bool: "uint8_t", dtypes.float16: "uint16_t", dtypes.bfloat16: "uint16_t"}
+
+C_HEADER = """#include <stdint.h>
+#include <string.h>
+#include <math.h>
+typedef uint16_t ushort_t;
+#define RG_FN static inline
+RG_FN uint32_t rg_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+RG_FN float rg_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+RG_FN uint64_t rg_f64_bits(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
+RG_FN double rg_bits_f64(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
+"""
+
+
+@dataclass(frozen=True)
+class CDialect:
+  """What differs between C-like languages. The defaults are plain C99 for a CPU."""
+  header: str = C_HEADER
+  kernel_prefix: str = ""                  # e.g. "__kernel "
+  buffer_prefix: str = ""                  # e.g. "__global "
+  types: dict[DType, str] = field(default_factory=lambda: dict(C_TYPES))      # how values are held
+  storage: dict[DType, str] = field(default_factory=lambda: dict(C_STORAGE))  # how buffers hold them
+  # None: a CPU runs the threads as nested loops; else, the expression for thread index `axis`
+  global_index: Callable[[int], str] | None = None
+  float_math: dict[str, str] = field(default_factory=lambda: {
+    "sqrt": "sqrtf", "exp2": "exp2f", "log2": "log2f", "sin": "sinf", "trunc": "truncf", "fabs": "fabsf"})
+  double_math: dict[str, str] = field(default_factory=lambda: {
+    "sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin", "trunc": "trunc", "fabs": "fabs"})
+  caps: Capabilities = Capabilities()
+
+
+def c_literal(value: object, dtype: DType, d: CDialect) -> str:
+  """An exact C literal of `dtype`'s compute type."""
+  if dtype == dtypes.bool:
+    return "1" if value else "0"
+  ctype = d.types[dtype]
+  if dtypes.is_int(dtype):
+    if dtype.bits == 64:
+      if value == -(1 << 63):
+        return f"({ctype})(-9223372036854775807LL - 1)"
+      return f"({ctype}){value}{'ULL' if dtypes.is_unsigned(dtype) else 'LL'}"
+    if value == dtypes.min(dtype) and value < 0:
+      return f"({ctype})({value + 1} - 1)"
+    return f"({ctype}){value}{'u' if dtypes.is_unsigned(dtype) else ''}"
+  suffix = "f" if ctype == "float" else ""
+  if math.isnan(value):
+    return f"({ctype})NAN"
+  if math.isinf(value):
+    return f"({'-' if value < 0 else ''}({ctype})INFINITY)"
+  return f"{float(value).hex()}{suffix}"
+
+
+class CStyleRenderer:
+  """Renders programs for one dialect. `render(program)` returns the whole translation unit."""
+
+  def __init__(self, dialect: CDialect):
+    self.d = dialect
+    self.caps = dialect.caps
+
+  def render(self, program: Program) -> str:
+    return _Render(self.d, program).source()
+
+
+class _Render:
+  def __init__(self, dialect: CDialect, program: Program):
+    self.d, self.program = dialect, program
+    self.names: dict[UOp, str] = {}
+    self.lines: list[str] = []
+    self.depth = 1
+
+  # ---- names and types
+  def name(self, u: UOp) -> str:
+    return self.names[u]
+
+  def ctype(self, dt: DType) -> str:
+    return self.d.types[dt]
+
+  def emit(self, line: str) -> None:
+    self.lines.append("  " * self.depth + line)
+
+  def math(self, fn: str, dt: DType) -> str:
+    return (self.d.double_math if dt == dtypes.float64 else self.d.float_math)[fn]
+
+  def round16(self, expr: str, dt: DType) -> str:
+    """Round a float result to half/bfloat16 (a no-op wrapper for every other dtype)."""
+    return f"rg_round_{EMULATED[dt]}({expr})" if dt in EMULATED else expr
+
+  # ---- the program
+  def source(self) -> str:
+    params = ", ".join(f"{self.d.buffer_prefix}{self.d.storage[p.dtype]}* data{p.arg[0]}"
+                       for p in self.program.params)
+    self.names.update({p: f"data{p.arg[0]}" for p in self.program.params})
+    self.open_threads()
+    for i, u in enumerate(self.program.uops):
+      self.render_uop(i, u)
+    self.close_threads()
+    uses_double = any(u.dtype == dtypes.float64 or any(s.dtype == dtypes.float64 for s in u.src)
+                      for u in self.program.uops)
+    prelude = self.d.header + PRELUDE + (DOUBLE_PRELUDE if uses_double else "") + WIDE_INT_PRELUDE
+    body = "\n".join(self.lines)
+    return f"{prelude}\n{self.d.kernel_prefix}void {self.program.name}({params}) {{\n{body}\n}}\n"
+
+  def open_threads(self) -> None:
+    for axis, size in enumerate(self.program.global_shape):
+      if size <= 1:
+        continue
+      if self.d.global_index is None:
+        self.emit(f"for (int64_t gidx{axis} = 0; gidx{axis} < {size}; gidx{axis}++) {{")
+        self.depth += 1
+      else:
+        self.emit(f"const int64_t gidx{axis} = {self.d.global_index(axis)};")
+
+  def close_threads(self) -> None:
+    if self.d.global_index is None:
+      while self.depth > 1:
+        self.depth -= 1
+        self.emit("}")
+
+  def render_uop(self, i: int, u: UOp) -> None:
+    if u.op is Ops.PARAM:
+      return
+    if u.op is Ops.SPECIAL:
+      self.names[u] = f"gidx{u.arg[0]}"
+      return
+    if u.op is Ops.RANGE:
+      self.names[u] = f"ridx{u.arg[0]}"
+      self.emit(f"for (int64_t ridx{u.arg[0]} = 0; ridx{u.arg[0]} < {u.arg[1]}; ridx{u.arg[0]}++) {{")
+      self.depth += 1
+      return
+    if u.op is Ops.ENDRANGE:
+      self.depth -= 1
+      self.emit("}")
+      return
+    if u.op is Ops.STORE:
+      param, index, value = u.src
+      self.emit(f"{self.name(param)}[{self.name(index)}] = {self.to_storage(self.name(value), value.dtype)};")
+      return
+    if u.op is Ops.DEFINE_ACC:
+      self.names[u] = f"acc{u.arg[0]}"
+      identity = reduce_identity(u.arg[1], u.dtype)
+      self.emit(f"{self.ctype(u.dtype)} acc{u.arg[0]} = {c_literal(identity, u.dtype, self.d)};")
+      return
+    if u.op is Ops.ACCUMULATE:
+      acc, value = u.src
+      self.emit(f"{self.name(acc)} = {self.binary(acc.arg[1], acc.dtype, self.name(acc), self.name(value))};")
+      return
+    self.names[u] = f"v{i}"
+    self.emit(f"const {self.ctype(u.dtype)} v{i} = {self.expression(u)};")
+
+  # ---- expressions
+  def expression(self, u: UOp) -> str:
+    if u.op is Ops.CONST:
+      return c_literal(u.arg, u.dtype, self.d)
+    if u.op is Ops.LOAD:
+      param, index = u.src[0], u.src[1]
+      load = self.from_storage(f"{self.name(param)}[{self.name(index)}]", u.dtype)
+      return f"({self.name(u.src[2])} ? {load} : {c_literal(0, u.dtype, self.d)})" if len(u.src) > 2 else load
+    if u.op is Ops.CAST:
+      return self.cast(self.name(u.src[0]), u.src[0].dtype, u.dtype)
+    if u.op is Ops.BITCAST:
+      return self.bitcast(self.name(u.src[0]), u.src[0].dtype, u.dtype)
+    if u.op is Ops.WHERE:
+      c, a, b = (self.name(s) for s in u.src)
+      return f"({c} ? {a} : {b})"
+    if u.op in GroupOp.Unary:
+      return self.unary(u.op, u.dtype, self.name(u.src[0]))
+    if u.op in GroupOp.Binary:
+      return self.binary(u.op, u.src[0].dtype, self.name(u.src[0]), self.name(u.src[1]))
+    raise NotImplementedError(f"the C-style renderer has no rule for {u.op}")
+
+  def from_storage(self, expr: str, dt: DType) -> str:
+    if dt in EMULATED:
+      return f"rg_{EMULATED[dt]}_to_f32({expr})"
+    return f"({expr} != 0)" if dt == dtypes.bool else expr
+
+  def to_storage(self, expr: str, dt: DType) -> str:
+    if dt in EMULATED:
+      return f"rg_f32_to_{EMULATED[dt]}({expr})"
+    return f"({self.d.storage[dt]})({expr})" if dt == dtypes.bool else expr
+
+  def unsigned_of(self, dt: DType) -> str:
+    return self.d.types[dtypes.uint64 if dt.bits == 64 else dtypes.uint32]
+
+  def unary(self, op: Ops, dt: DType, a: str) -> str:
+    if op is Ops.NEG:
+      if dtypes.is_int(dt):
+        return f"({self.ctype(dt)})(0u - ({self.unsigned_of(dt)}){a})"
+      return self.round16(f"(-{a})", dt)
+    if op is Ops.RECIP:
+      return self.round16(f"({c_literal(1.0, dtypes.float64 if dt == dtypes.float64 else dtypes.float32, self.d)}"
+                          f" / {a})", dt)
+    fn = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}[op]
+    return self.round16(f"{self.math(fn, dt)}({a})", dt)
+
+  def binary(self, op: Ops, dt: DType, a: str, b: str) -> str:
+    """`a op b` where both operands have dtype dt (for comparisons the result is bool)."""
+    rule = BINARY_RULES[op]
+    return rule(self, dt, a, b)
+
+  # ---- conversions
+  def cast(self, a: str, src: DType, dst: DType) -> str:
+    if dst == dtypes.bool:
+      return f"({a} != 0)"
+    if dtypes.is_int(dst) or dst in (dtypes.float32, dtypes.float64):
+      return f"({self.ctype(dst)})({a})"
+    # to half / bfloat16: make a float that rounds to the right 16-bit value, then round once
+    if src == dtypes.float64:
+      wide = f"rg_f64_to_f32_odd({a})"
+    elif src == dtypes.uint64:
+      wide = f"rg_u64_to_f32_odd({a})"
+    elif dtypes.is_int(src):
+      wide = f"rg_i64_to_f32_odd((int64_t)({a}))"
+    else:
+      wide = f"(float)({a})"
+    return self.round16(wide, dst)
+
+  def bits_of(self, a: str, dt: DType) -> str:
+    if dt in EMULATED:
+      return f"rg_f32_to_{EMULATED[dt]}({a})"
+    if dt == dtypes.float32:
+      return f"rg_f32_bits({a})"
+    if dt == dtypes.float64:
+      return f"rg_f64_bits({a})"
+    return f"({self.d.types[UNSIGNED_OF_WIDTH[dt.bits]]})({a})"
+
+  def bitcast(self, a: str, src: DType, dst: DType) -> str:
+    bits = self.bits_of(a, src)
+    if dst in EMULATED:
+      return f"rg_{EMULATED[dst]}_to_f32((ushort_t)({bits}))"
+    if dst == dtypes.float32:
+      return f"rg_bits_f32((uint32_t)({bits}))"
+    if dst == dtypes.float64:
+      return f"rg_bits_f64((uint64_t)({bits}))"
+    return f"({self.ctype(dst)})({bits})"
+
+
+# ---- binary ops: one small function each
+def _wrapping(symbol: str) -> Callable[[_Render, DType, str, str], str]:
+  """+ and * : floats directly (rounded for half/bfloat16), ints in an unsigned type so they wrap."""
+  def render(r: _Render, dt: DType, a: str, b: str) -> str:
+    if dt == dtypes.bool:
+      return f"({a} {'|' if symbol == '+' else '&'} {b})"
+    if dtypes.is_int(dt):
+      u = r.unsigned_of(dt)
+      return f"({r.ctype(dt)})(({u}){a} {symbol} ({u}){b})"
+    return r.round16(f"({a} {symbol} {b})", dt)
+  return render
+
+
+def _division(symbol: str) -> Callable[[_Render, DType, str, str], str]:
+  """Integer / and %: C truncates like the spec; the undefined cases are guarded so they cannot trap."""
+  def render(r: _Render, dt: DType, a: str, b: str) -> str:
+    guard = f"{b} == 0"
+    if not dtypes.is_unsigned(dt):
+      guard += f" || ({a} == {c_literal(dtypes.min(dt), dt, r.d)} && {b} == -1)"
+    return f"(({guard}) ? {c_literal(0, dt, r.d)} : ({r.ctype(dt)})({a} {symbol} {b}))"
+  return render
+
+
+def _shift(symbol: str) -> Callable[[_Render, DType, str, str], str]:
+  """Shifts by less than 0 or at least the width are undefined: guarded to 0. << wraps (unsigned)."""
+  def render(r: _Render, dt: DType, a: str, b: str) -> str:
+    guard = f"{b} >= {dt.bits}" + ("" if dtypes.is_unsigned(dt) else f" || {b} < 0")
+    value = f"({r.unsigned_of(dt)}){a} << {b}" if symbol == "<<" else f"{a} >> {b}"
+    return f"(({guard}) ? {c_literal(0, dt, r.d)} : ({r.ctype(dt)})({value}))"
+  return render
+
+
+def _maximum(r: _Render, dt: DType, a: str, b: str) -> str:
+  if dt == dtypes.bool:
+    return f"({a} | {b})"
+  if dtypes.is_int(dt):
+    return f"({a} > {b} ? {a} : {b})"
+  return f"rg_max_{'f64' if dt == dtypes.float64 else 'f32'}({a}, {b})"
+
+
+def _plain(symbol: str, result: DType | None = None) -> Callable[[_Render, DType, str, str], str]:
+  def render(r: _Render, dt: DType, a: str, b: str) -> str:
+    out = result or dt
+    return f"({r.ctype(out)})({a} {symbol} {b})" if out == dtypes.bool or dtypes.is_int(out) else \
+      r.round16(f"({a} {symbol} {b})", out)
+  return render
+
+
+BINARY_RULES: dict[Ops, Callable[[_Render, DType, str, str], str]] = {
+  Ops.ADD: _wrapping("+"), Ops.MUL: _wrapping("*"), Ops.FDIV: _plain("/"),
+  Ops.IDIV: _division("/"), Ops.MOD: _division("%"), Ops.MAX: _maximum,
+  Ops.CMPLT: _plain("<", dtypes.bool), Ops.CMPNE: _plain("!=", dtypes.bool),
+  Ops.AND: _plain("&"), Ops.OR: _plain("|"), Ops.XOR: _plain("^"),
+  Ops.SHL: _shift("<<"), Ops.SHR: _shift(">>"),
+}

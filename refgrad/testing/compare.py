@@ -1,0 +1,77 @@
+"""Comparing a device's output with the reference, the way docs/SPEC.md says.
+
+- exact: equal bits, except that any two NaNs are equal (a NaN's sign and payload are unspecified);
+- a ULP bound: for transcendentals, at most `ulp_bound` representable steps apart (NaN must match NaN);
+- a sum bound: for float reductions, whose order of accumulation is free, |actual - expected| may be at most
+  `bound[i]` (see `sum_error_bound`);
+and lanes the reference marks undefined are skipped and counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from refgrad.dtype import DType, from_numpy
+from refgrad.interp.alu import ulp_distance
+
+
+@dataclass
+class Comparison:
+  """The outcome of comparing one output. `mismatches` holds flat indices of the first differing lanes."""
+  dtype: DType
+  checked: int = 0
+  undefined: int = 0
+  worst_ulp: int = 0
+  mismatches: list[int] = field(default_factory=list)
+  mismatch_count: int = 0
+
+  @property
+  def ok(self) -> bool:
+    return self.mismatch_count == 0
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+  return x.view(f"u{x.dtype.itemsize}")
+
+
+def _is_nan(x: np.ndarray) -> np.ndarray:
+  if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
+    with np.errstate(invalid="ignore"):
+      return np.isnan(x.astype(np.float64))
+  return np.zeros(x.shape, dtype=bool)
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarray | None = None, ulp_bound: int = 0,
+            abs_bound: np.ndarray | None = None, keep: int = 5) -> Comparison:
+  """Compare flat copies of two arrays of one dtype lane by lane."""
+  actual, expected = np.ascontiguousarray(actual).reshape(-1), np.ascontiguousarray(expected).reshape(-1)
+  if actual.dtype != expected.dtype or actual.shape != expected.shape:
+    raise ValueError(f"cannot compare {actual.dtype}{list(actual.shape)} with {expected.dtype}{list(expected.shape)}")
+  dtype = from_numpy(actual.dtype)
+  defined = np.ones(actual.shape, dtype=bool) if undefined is None else ~np.asarray(undefined).reshape(-1)
+  result = Comparison(dtype, checked=int(defined.sum()), undefined=int((~defined).sum()))
+  both_nan = _is_nan(actual) & _is_nan(expected)
+  good = (_bits(actual) == _bits(expected)) | both_nan
+  if dtype.kind == "f" and (ulp_bound or abs_bound is not None):
+    ulps = ulp_distance(actual, expected)
+    good |= ulps <= ulp_bound
+    if abs_bound is not None:
+      with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+      good |= diff <= np.asarray(abs_bound, dtype=np.float64).reshape(-1)
+    checked_ulps = ulps[defined & ~both_nan & ~(_is_nan(actual) ^ _is_nan(expected))]
+    result.worst_ulp = int(checked_ulps.max()) if checked_ulps.size else 0
+  bad = np.flatnonzero(defined & ~good)
+  result.mismatch_count, result.mismatches = int(bad.size), bad[:keep].tolist()
+  return result
+
+
+def sum_error_bound(terms_abs_sum: np.ndarray, n: int, dtype: DType) -> np.ndarray:
+  """The classic bound for a float sum of n terms in any order: gamma_n * sum|x_i|, gamma_n = n*u/(1-n*u),
+  u the unit roundoff of `dtype`."""
+  import ml_dtypes
+  u = float(ml_dtypes.finfo(dtype.np).eps) / 2
+  nu = n * u
+  gamma = nu / (1 - nu) if nu < 1 else float("inf")
+  return gamma * np.asarray(terms_abs_sum, dtype=np.float64)
