@@ -255,7 +255,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
 
   def item(self) -> Scalar:
     if self.numel() != 1:
-      raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+      raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}")  # torch: RuntimeError
     return self.numpy().reshape(()).item()
 
   def data(self) -> memoryview:

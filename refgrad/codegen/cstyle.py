@@ -8,6 +8,7 @@ Backend authors subclass nothing: they fill in a `CDialect`.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class CDialect:
     "sqrt": "sqrtf", "exp2": "exp2f", "log2": "log2f", "sin": "sinf", "trunc": "truncf", "fabs": "fabsf"})
   double_math: dict[str, str] = field(default_factory=lambda: {
     "sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin", "trunc": "trunc", "fabs": "fabs"})
+  reduce_lanes: int = 8  # independent accumulators per innermost reduce loop (1: one sequential accumulator)
   caps: Capabilities = Capabilities()
 
 
@@ -97,6 +99,7 @@ class _Render:
     self.names: dict[UOp, str] = {}
     self.lines: list[str] = []
     self.depth = 1
+    self.suffix = ""  # appended to value names while a loop body is rendered once per accumulator lane
 
   # ---- names and types
   def name(self, u: UOp) -> str:
@@ -121,8 +124,7 @@ class _Render:
                        for p in self.program.params)
     self.names.update({p: f"data{p.arg[0]}" for p in self.program.params})
     self.open_threads()
-    for i, u in enumerate(self.program.uops):
-      self.render_uop(i, u)
+    self.render_segment(0, len(self.program.uops))
     self.close_threads()
     uses_double = any(u.dtype == dtypes.float64 or any(s.dtype == dtypes.float64 for s in u.src)
                       for u in self.program.uops)
@@ -145,6 +147,74 @@ class _Render:
       while self.depth > 1:
         self.depth -= 1
         self.emit("}")
+
+  def render_segment(self, start: int, stop: int) -> None:
+    uops, i = self.program.uops, start
+    while i < stop:
+      end = self.loop_end.get(i)
+      if end is not None and self.unrollable(i, end):
+        self.render_unrolled_reduce(i, end)
+        i = end + 1
+        continue
+      self.render_uop(i, uops[i])
+      i += 1
+
+  # ---- reductions with several accumulators
+  @functools.cached_property
+  def loop_end(self) -> dict[int, int]:
+    ends, open_loops = {}, []
+    for i, u in enumerate(self.program.uops):
+      if u.op is Ops.RANGE:
+        open_loops.append(i)
+      elif u.op is Ops.ENDRANGE:
+        ends[open_loops.pop()] = i
+    return ends
+
+  def unrollable(self, start: int, end: int) -> bool:
+    """An innermost loop that feeds one accumulator, long enough to split."""
+    body = self.program.uops[start + 1:end]
+    return (self.d.reduce_lanes > 1 and self.program.uops[start].arg[1] >= 2 * self.d.reduce_lanes and
+            not any(u.op is Ops.RANGE for u in body) and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
+
+  def render_unrolled_reduce(self, start: int, end: int) -> None:
+    """The order of a reduction is free (SPEC.md), so run `lanes` independent accumulators, which a compiler
+    can keep in one vector register, and combine them at the end. Lane 0 also runs the leftover iterations."""
+    uops, lanes = self.program.uops, self.d.reduce_lanes
+    rng, size = uops[start], uops[start].arg[1]
+    acc = next(u for u in uops[start + 1:end] if u.op is Ops.ACCUMULATE).src[0]
+    base, acc_name = f"ridx{rng.arg[0]}", self.name(acc)
+    identity = c_literal(reduce_identity(acc.arg[1], acc.dtype), acc.dtype, self.d)
+    self.emit(f"{self.ctype(acc.dtype)} {', '.join(f'{acc_name}_{lane} = {identity}' for lane in range(1, lanes))};")
+    self.emit(f"for (int64_t {base}_base = 0; {base}_base < {size - size % lanes}; {base}_base += {lanes}) {{")
+    self.depth += 1
+    for lane in range(lanes):
+      self.render_lane(start, end, lane, f"{base}_base + {lane}")
+    self.depth -= 1
+    self.emit("}")
+    if size % lanes:
+      self.emit(f"for (int64_t {base}_rest = {size - size % lanes}; {base}_rest < {size}; {base}_rest++) {{")
+      self.depth += 1
+      self.render_lane(start, end, 0, f"{base}_rest")
+      self.depth -= 1
+      self.emit("}")
+    for lane in range(1, lanes):
+      self.emit(f"{acc_name} = {self.binary(acc.arg[1], acc.dtype, acc_name, f'{acc_name}_{lane}')};")
+    self.names[acc] = acc_name
+
+  def render_lane(self, start: int, end: int, lane: int, index: str) -> None:
+    uops = self.program.uops
+    rng, acc_name = uops[start], self.name(next(u for u in uops[start + 1:end] if u.op is Ops.ACCUMULATE).src[0])
+    self.names[rng] = f"ridx{rng.arg[0]}_{lane}"
+    self.emit(f"const int64_t ridx{rng.arg[0]}_{lane} = {index};")
+    self.suffix = f"_{lane}"
+    for i in range(start + 1, end):
+      u = uops[i]
+      if u.op is Ops.ACCUMULATE:
+        target = acc_name if lane == 0 else f"{acc_name}_{lane}"
+        self.emit(f"{target} = {self.binary(u.src[0].arg[1], u.src[0].dtype, target, self.name(u.src[1]))};")
+      else:
+        self.render_uop(i, u)
+    self.suffix = ""
 
   def render_uop(self, i: int, u: UOp) -> None:
     if u.op is Ops.PARAM:
@@ -174,8 +244,8 @@ class _Render:
       acc, value = u.src
       self.emit(f"{self.name(acc)} = {self.binary(acc.arg[1], acc.dtype, self.name(acc), self.name(value))};")
       return
-    self.names[u] = f"v{i}"
-    self.emit(f"const {self.ctype(u.dtype)} v{i} = {self.expression(u)};")
+    self.names[u] = f"v{i}{self.suffix}"
+    self.emit(f"const {self.ctype(u.dtype)} {self.names[u]} = {self.expression(u)};")
 
   # ---- expressions
   def expression(self, u: UOp) -> str:

@@ -57,7 +57,8 @@ class MovementMixin:
     """Broadcast size-1 dims to a larger size (-1 keeps a dim); new leading dims may be added."""
     shape = _args(shape)
     if len(shape) < self.ndim:
-      raise _shape_error()(f"expand: the number of sizes {len(shape)} must be >= the tensor's dims {self.ndim}")
+      raise _shape_error()(f"expand: the number of sizes {len(shape)} in {tuple(shape)} must be >= the number of "
+                           f"dims {self.ndim} of the tensor's shape {self.shape}")
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     new = tuple(old if s == -1 else s for s, old in zip(shape, padded))
     for s, old in zip(new, padded):

@@ -1,0 +1,84 @@
+"""Each available device against numpy on the same workloads, plus compile latency (cold and warm cache).
+
+Run: python bench/devices.py [--devices CLANG PYTHON]
+Targets: CLANG elementwise and reductions within 2x of numpy; a warm-cache compile lookup under 1 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from refgrad import Device, Tensor
+from refgrad.codegen.linearize import compile_ast
+from refgrad.device import cached_compile
+
+
+def best_time(fn: Callable[[], object], repeat: int = 5) -> float:
+  fn()
+  times = []
+  for _ in range(repeat):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return min(times)
+
+
+def workloads(device: str) -> list[tuple[str, Callable, Callable, float]]:
+  """(name, numpy fn, refgrad fn, flops or 0)."""
+  rng = np.random.default_rng(0)
+  vec = rng.standard_normal(1 << 22, dtype=np.float32)
+  mat = rng.standard_normal((2048, 2048), dtype=np.float32)
+  a256, b256 = (rng.standard_normal((256, 256), dtype=np.float32) for _ in range(2))
+  a512, b512 = (rng.standard_normal((512, 512), dtype=np.float32) for _ in range(2))
+  tv, tm = Tensor(vec, device=device), Tensor(mat, device=device)
+  t256 = [Tensor(x, device=device) for x in (a256, b256)]
+  t512 = [Tensor(x, device=device) for x in (a512, b512)]
+  chain = lambda x: ((x * 2.0 + 1.0) * x - 3.0) * 0.5 + x  # noqa: E731
+  return [
+    ("elementwise chain, 6 ops, 4M f32", lambda: chain(vec), lambda: chain(tv).realize(), 0.0),
+    ("full sum, 4M f32", lambda: vec.sum(), lambda: tv.sum().realize(), 0.0),
+    ("axis-1 sum, 2048x2048 f32", lambda: mat.sum(1), lambda: tm.sum(1).realize(), 0.0),
+    ("matmul 256^3 f32", lambda: a256 @ b256, lambda: (t256[0] @ t256[1]).realize(), 2 * 256 ** 3),
+    ("matmul 512^3 f32", lambda: a512 @ b512, lambda: (t512[0] @ t512[1]).realize(), 2 * 512 ** 3),
+  ]
+
+
+def compile_latency(device: str) -> tuple[float, float]:
+  """Seconds to get a runnable binary for a fresh kernel: cold (empty cache) and warm (cached on disk)."""
+  impl = Device[device]
+  if impl.compiler is None:
+    return 0.0, 0.0
+  x = Tensor(np.arange(16, dtype=np.float32), device=device)
+  program = compile_ast(((x * 1.5 + 2.5) * x).schedule()[-1].ast)
+  source = impl.render(program)
+  with tempfile.TemporaryDirectory() as tmp:
+    os.environ["REFGRAD_CACHE"] = tmp
+    start = time.perf_counter()
+    cached_compile(impl.compiler, source)
+    cold = time.perf_counter() - start
+    warm = best_time(lambda: cached_compile(impl.compiler, source), repeat=20)
+    del os.environ["REFGRAD_CACHE"]
+  return cold, warm
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--devices", nargs="*", default=Device.available())
+  args = parser.parse_args()
+  for device in args.devices:
+    cold, warm = compile_latency(device)
+    print(f"\n{device}: compile latency cold {cold * 1e3:.1f} ms, warm-cache lookup {warm * 1e3:.3f} ms")
+    print(f"  {'workload':34s} {'numpy ms':>9s} {device + ' ms':>11s} {'ratio':>7s} {'GFLOPS':>7s}")
+    for name, np_fn, rg_fn, flops in workloads(device):
+      t_np, t_rg = best_time(np_fn), best_time(rg_fn, repeat=3)
+      gflops = f"{flops / t_rg / 1e9:7.2f}" if flops else ""
+      print(f"  {name:34s} {t_np * 1e3:9.2f} {t_rg * 1e3:11.2f} {t_rg / t_np:6.1f}x {gflops}")
+
+
+if __name__ == "__main__":
+  main()
