@@ -21,7 +21,11 @@ RG_FN float rg_f16_to_f32(ushort_t h) {
 }
 RG_FN ushort_t rg_f32_to_f16(float f) {
   uint32_t x = rg_f32_bits(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return (ushort_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+  if (ax > 0x7f800000u) {  /* NaN: keep the payload's top bits, so bitcasts through half round-trip */
+    uint32_t payload = (ax >> 13) & 0x3ffu;
+    return (ushort_t)(sign | 0x7c00u | (payload ? payload : 0x200u));
+  }
+  if (ax == 0x7f800000u) return (ushort_t)(sign | 0x7c00u);
   if (ax >= 0x477ff000u) return (ushort_t)(sign | 0x7c00u);
   if (ax >= 0x38800000u) return (ushort_t)(sign | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));
   uint32_t e = ax >> 23;
@@ -34,7 +38,7 @@ RG_FN ushort_t rg_f32_to_f16(float f) {
 RG_FN float rg_bf16_to_f32(ushort_t h) { return rg_bits_f32((uint32_t)h << 16); }
 RG_FN ushort_t rg_f32_to_bf16(float f) {
   uint32_t x = rg_f32_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort_t)((x >> 16) | 0x40u);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort_t)((x >> 16) | (((x >> 16) & 0x7fu) ? 0u : 0x40u));
   return (ushort_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 RG_FN float rg_round_f16(float f) { return rg_f16_to_f32(rg_f32_to_f16(f)); }

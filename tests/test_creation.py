@@ -1,0 +1,172 @@
+"""Creating tensors: from Python data, numpy and bytes, and the static constructors, checked against torch/numpy."""
+import numpy as np
+import pytest
+import torch
+from conftest import ALL_DTYPES, NP_DTYPE, check, edge_values, ids, to_numpy
+
+from refgrad import Tensor, dtypes
+
+pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
+
+
+@pytest.mark.parametrize("value, dtype", [(3, dtypes.int32), (-7, dtypes.int32), (2.5, dtypes.float32),
+                                          (-0.0, dtypes.float32), (True, dtypes.bool), (False, dtypes.bool),
+                                          (float("inf"), dtypes.float32), (float("nan"), dtypes.float32)])
+def test_python_scalar(value, dtype):
+  t = Tensor(value)
+  assert t.shape == () and t.ndim == 0
+  check(t, np.array(value, dtype=NP_DTYPE[dtype]), dtype)
+
+
+@pytest.mark.parametrize("value", [np.float16(1.5), np.int8(-3), np.uint64(2**63 + 5), np.float64(0.1), np.bool_(True)])
+def test_numpy_scalar_keeps_dtype(value):
+  t = Tensor(value)
+  assert t.shape == ()
+  check(t, np.array(value), dtypes.from_np(np.asarray(value).dtype))
+  assert t.item() == value.item()
+
+
+@pytest.mark.parametrize("data, dtype", [
+  ([True, False, True], dtypes.bool),
+  ([[True], [False]], dtypes.bool),
+  ([1, 2, -3], dtypes.int32),
+  ([[1, 2], [3, 4], [5, 6]], dtypes.int32),
+  ([True, 2, 3], dtypes.int32),
+  ([1, 2.5], dtypes.float32),
+  ([[1.0, 2], [True, 4]], dtypes.float32),
+  ((1, 2, 3), dtypes.int32),
+  ([(1.5, 2.5), (3.5, 4.5)], dtypes.float32),
+  ([[[1], [2]], [[3], [4]]], dtypes.int32),
+  ([], dtypes.float32),
+  ([[], []], dtypes.float32),
+])
+def test_nested_lists(data, dtype):
+  t = Tensor(data)
+  want = torch.tensor(data)
+  assert t.shape == tuple(want.shape)
+  check(t, want, dtype)
+  assert t.tolist() == want.to(torch.float32 if dtype == dtypes.float32 else want.dtype).tolist()
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+def test_list_with_dtype(dtype):
+  data = [[0, 1, 1], [1, 0, 1]]
+  check(Tensor(data, dtype=dtype), np.array(data).astype(NP_DTYPE[dtype]), dtype)
+  check(Tensor(data, dtype=dtype.name), np.array(data).astype(NP_DTYPE[dtype]), dtype)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3), (2, 0, 4)])
+def test_numpy_array_keeps_dtype(dtype, shape):
+  values = np.resize(edge_values(dtype), shape)
+  t = Tensor(values)
+  assert t.shape == shape
+  check(t, values, dtype)
+
+
+def test_numpy_array_non_contiguous():
+  a = np.arange(24, dtype=np.float32).reshape(4, 6)[::2, 1::2].T
+  check(Tensor(a), a, dtypes.float32)
+
+
+def test_numpy_array_with_dtype_casts():
+  a = np.array([1.75, -2.5, 3.0])
+  check(Tensor(a, dtype=dtypes.float16), to_numpy(torch.from_numpy(a).half()), dtypes.float16)
+  check(Tensor(a, dtype=dtypes.bfloat16), to_numpy(torch.from_numpy(a).bfloat16()), dtypes.bfloat16)
+
+
+def test_bytes_are_uint8():
+  data = bytes([0, 1, 127, 128, 255])
+  t = Tensor(data)
+  check(t, torch.frombuffer(bytearray(data), dtype=torch.uint8), dtypes.uint8)
+
+
+def test_empty_has_shape_and_dtype():
+  t = Tensor.empty(2, 3, dtype=dtypes.int16)
+  assert t.shape == (2, 3) and t.dtype == dtypes.int16
+  assert t.numpy().shape == (2, 3)
+  assert Tensor.empty((4,)).dtype == dtypes.float32
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3), (2, 0, 3), (1, 1, 5)])
+def test_zeros_ones(shape):
+  check(Tensor.zeros(*shape), torch.zeros(shape), dtypes.float32)
+  check(Tensor.ones(shape), torch.ones(shape), dtypes.float32)
+  check(Tensor.zeros(shape, dtype=dtypes.int8), torch.zeros(shape, dtype=torch.int8), dtypes.int8)
+  check(Tensor.ones(*shape, dtype="bool"), torch.ones(shape, dtype=torch.bool), dtypes.bool)
+
+
+@pytest.mark.parametrize("fill, dtype", [(7, dtypes.int32), (2.5, dtypes.float32), (True, dtypes.bool),
+                                         (float("-inf"), dtypes.float32), (-0.0, dtypes.float32)])
+def test_full(fill, dtype):
+  check(Tensor.full((2, 3), fill), torch.full((2, 3), fill), dtype)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+def test_full_with_dtype(dtype):
+  check(Tensor.full((3, 1), 1, dtype=dtype), np.full((3, 1), 1).astype(NP_DTYPE[dtype]), dtype)
+
+
+@pytest.mark.parametrize("args", [(5,), (0,), (2, 7), (7, 2), (2, 11, 3), (10, 0, -3), (-4, 4, 2), (3, 3)])
+def test_arange_int(args):
+  check(Tensor.arange(*args), np.arange(*args), dtypes.int32)  # torch rejects (7, 2); numpy gives empty like range
+
+
+@pytest.mark.parametrize("args", [(0, 1, 0.1), (2.5,), (-1.0, 1.0, 0.25), (5, 0, -0.5), (0.5, 3)])
+def test_arange_float(args):
+  check(Tensor.arange(*args), torch.arange(*args, dtype=torch.float32), dtypes.float32)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint16, dtypes.float16, dtypes.bfloat16, dtypes.float64],
+                         ids=ids([dtypes.int8, dtypes.uint16, dtypes.float16, dtypes.bfloat16, dtypes.float64]))
+def test_arange_dtype(dtype):
+  check(Tensor.arange(2, 20, 3, dtype=dtype), np.arange(2, 20, 3).astype(NP_DTYPE[dtype]), dtype)
+
+
+@pytest.mark.parametrize("n, m", [(1, None), (3, None), (2, 4), (4, 2), (0, 3)])
+def test_eye(n, m):
+  want = torch.eye(n) if m is None else torch.eye(n, m)
+  check(Tensor.eye(n, m), want, dtypes.float32)
+  check(Tensor.eye(n, m, dtype=dtypes.int64), want.long(), dtypes.int64)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bool, dtypes.int8, dtypes.uint32, dtypes.bfloat16, dtypes.float64],
+                         ids=ids([dtypes.bool, dtypes.int8, dtypes.uint32, dtypes.bfloat16, dtypes.float64]))
+def test_like_keeps_shape_and_dtype(dtype):
+  t = Tensor(np.zeros((2, 0, 3) if dtype == dtypes.uint32 else (2, 3), dtype=NP_DTYPE[dtype]))
+  check(t.zeros_like(), np.zeros(t.shape, NP_DTYPE[dtype]), dtype)
+  check(t.ones_like(), np.ones(t.shape, NP_DTYPE[dtype]), dtype)
+  check(t.full_like(1), np.full(t.shape, 1).astype(NP_DTYPE[dtype]), dtype)
+
+
+def test_like_with_dtype():
+  t = Tensor([[1, 2, 3]])
+  check(t.full_like(2.5, dtype=dtypes.float16), torch.full_like(torch.tensor([[1, 2, 3]]), 2.5, dtype=torch.half),
+        dtypes.float16)
+  check(t.zeros_like(dtype=dtypes.float32), torch.zeros(1, 3), dtypes.float32)
+  check(t.ones_like(dtype="int8"), torch.ones(1, 3, dtype=torch.int8), dtypes.int8)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0), (2, 3, 4)])
+def test_shape_properties(shape):
+  t = Tensor.ones(shape, dtype=dtypes.int16)
+  want = torch.ones(shape, dtype=torch.int16)
+  assert t.shape == tuple(want.shape) and t.ndim == want.ndim
+  assert t.numel() == want.numel() and t.nbytes() == want.nbytes and t.element_size() == want.element_size()
+  assert t.size() == tuple(want.size())
+  if shape:
+    assert len(t) == len(want) and t.size(-1) == want.size(-1)
+
+
+def test_zero_size_ops_keep_shape():
+  t = Tensor.ones(2, 0, 3)
+  check((t + 1) * t, torch.zeros(2, 0, 3), dtypes.float32)
+  check(t.reshape(0, 6), torch.zeros(0, 6), dtypes.float32)
+
+
+@pytest.mark.parametrize("data", [3, 2.5, True, [1, 2], [[1.5], [2.5]], [[True, False]]])
+def test_tolist_and_item(data):
+  t, want = Tensor(data), torch.tensor(data)
+  assert t.tolist() == want.tolist()
+  if want.numel() == 1:
+    assert t.item() == want.item() and type(t.item()) is type(want.item())

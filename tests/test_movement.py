@@ -1,0 +1,158 @@
+"""Movement ops and basic indexing, on contiguous and non-contiguous inputs, checked against torch (numpy for
+negative-step slices, which torch does not have)."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from conftest import NP_DTYPE, check, to_numpy, to_torch
+
+from refgrad import Tensor, dtypes
+
+pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
+
+# Inputs of shape (2, 3, 4) built in different ways, so ops also run on permuted, sliced, flipped, expanded and padded
+# views. Each entry builds the view from `make` (ndarray -> tensor) and `pad` (tensor, flat padding -> tensor).
+BASES = {
+  "contiguous": lambda make, pad: make(np.arange(24).reshape(2, 3, 4)),
+  "permuted": lambda make, pad: make(np.arange(24).reshape(4, 3, 2)).permute(2, 1, 0),
+  "sliced": lambda make, pad: make(np.arange(120).reshape(4, 6, 5))[1:3, ::2, 1:5],
+  "flipped": lambda make, pad: make(np.arange(24).reshape(2, 3, 4)).flip(1),
+  "expanded": lambda make, pad: make(np.arange(12).reshape(1, 3, 4)).expand(2, 3, 4),
+  "padded": lambda make, pad: pad(make(np.arange(12).reshape(2, 3, 2)), (1, 1)),
+}
+
+
+def pair(base, dtype=dtypes.float32):
+  """The same (2, 3, 4) view as a refgrad Tensor and as a torch tensor."""
+  def make_refgrad(a):
+    return Tensor(np.asarray(a).astype(NP_DTYPE[dtype]))
+
+  def make_torch(a):
+    return to_torch(np.asarray(a).astype(NP_DTYPE[dtype]))
+  return BASES[base](make_refgrad, Tensor.pad), BASES[base](make_torch, F.pad)
+
+
+# name: (refgrad op, torch op); one lambda serves both when the APIs agree
+SAME = lambda f: (f, f)  # noqa: E731
+CASES = {
+  "reshape": SAME(lambda t: t.reshape(6, 4)),
+  "reshape_tuple": SAME(lambda t: t.reshape((4, 3, 2))),
+  "reshape_infer": SAME(lambda t: t.reshape(4, -1, 2)),
+  "reshape_flat": SAME(lambda t: t.reshape(-1)),
+  "reshape_none": (lambda t: t.reshape(None, -1), lambda t: t.reshape(2, -1)),
+  "reshape_none_last": (lambda t: t.reshape(3, 2, None), lambda t: t.reshape(3, 2, 4)),
+  "view": (lambda t: t.view(3, 8), lambda t: t.reshape(3, 8)),  # torch's view refuses non-contiguous inputs
+  "permute": SAME(lambda t: t.permute(2, 0, 1)),
+  "permute_tuple_negative": SAME(lambda t: t.permute((-1, 1, 0))),
+  "transpose": SAME(lambda t: t.transpose(0, 2)),
+  "transpose_negative": SAME(lambda t: t.transpose(-1, -2)),
+  "T": (lambda t: t.T, lambda t: t.permute(2, 1, 0)),
+  "expand": SAME(lambda t: t.reshape(2, 3, 1, 4).expand(2, 3, 5, 4)),
+  "expand_minus_one_new_dims": SAME(lambda t: t.reshape(2, 3, 1, 4).expand(3, -1, -1, 2, -1)),
+  "expand_tuple": SAME(lambda t: t[:, :1].expand((2, 3, 4))),
+  "pad_last": (lambda t: t.pad((1, 2)), lambda t: F.pad(t, (1, 2))),
+  "pad_three_dims": (lambda t: t.pad((1, 2, 0, 1, 2, 0)), lambda t: F.pad(t, (1, 2, 0, 1, 2, 0))),
+  "pad_negative": (lambda t: t.pad((-1, 2, 0, -2)), lambda t: F.pad(t, (-1, 2, 0, -2))),
+  "pad_value": (lambda t: t.pad((1, 1, 1, 0), value=-3.5), lambda t: F.pad(t, (1, 1, 1, 0), value=-3.5)),
+  "pad_pairs": (lambda t: t.pad(((1, 0), None, (0, 2))), lambda t: F.pad(t, (0, 2, 0, 0, 1, 0))),
+  "pad_pairs_negative_value": (lambda t: t.pad(((0, 0), (-1, 1), (2, -3)), value=7.0),
+                               lambda t: F.pad(t, (2, -3, -1, 1), value=7.0)),
+  "shrink": (lambda t: t.shrink(((0, 1), (1, 3), None)), lambda t: t[0:1, 1:3, :]),
+  "shrink_empty": (lambda t: t.shrink(((1, 1), None, (2, 4))), lambda t: t[1:1, :, 2:4]),
+  "flip": SAME(lambda t: t.flip(0)),
+  "flip_two": SAME(lambda t: t.flip(0, 2)),
+  "flip_negative_tuple": SAME(lambda t: t.flip((-1,))),
+  "squeeze_all": SAME(lambda t: t.reshape(2, 1, 3, 1, 4).squeeze()),
+  "squeeze_dim": SAME(lambda t: t.reshape(2, 1, 3, 1, 4).squeeze(1)),
+  "squeeze_negative": SAME(lambda t: t.reshape(2, 1, 3, 1, 4).squeeze(-2)),
+  "squeeze_not_one": SAME(lambda t: t.squeeze(0)),
+  "unsqueeze": SAME(lambda t: t.unsqueeze(0)),
+  "unsqueeze_middle": SAME(lambda t: t.unsqueeze(2)),
+  "unsqueeze_negative": SAME(lambda t: t.unsqueeze(-1)),
+  "flatten": SAME(lambda t: t.flatten()),
+  "flatten_start": SAME(lambda t: t.flatten(1)),
+  "flatten_range": SAME(lambda t: t.flatten(0, 1)),
+  "flatten_negative": SAME(lambda t: t.flatten(-2, -1)),
+  "getitem_int": SAME(lambda t: t[1]),
+  "getitem_negative_int": SAME(lambda t: t[-1, -3]),
+  "getitem_all_ints": SAME(lambda t: t[1, 2, 3]),
+  "getitem_slice": SAME(lambda t: t[:, 1:]),
+  "getitem_slice_negative_bounds": SAME(lambda t: t[:, -2:, :-1]),
+  "getitem_step": SAME(lambda t: t[:, ::2, 1::3]),
+  "getitem_slice_past_end": SAME(lambda t: t[:, 1:100, -100:2]),
+  "getitem_empty_slice": SAME(lambda t: t[:, 2:1]),
+  "getitem_none": SAME(lambda t: t[None, :, None, 1]),
+  "getitem_ellipsis": SAME(lambda t: t[..., 2]),
+  "getitem_ellipsis_middle": SAME(lambda t: t[1, ..., None, 1:3]),
+  "getitem_ellipsis_only": SAME(lambda t: t[...]),
+  "getitem_mixed": SAME(lambda t: t[-1, None, 0:3:2, ...]),
+  "getitem_negative_step": (lambda t: t[:, ::-1], lambda t: to_numpy(t)[:, ::-1]),
+  "getitem_negative_step_bounds": (lambda t: t[1, 2:0:-1, ::-3], lambda t: to_numpy(t)[1, 2:0:-1, ::-3]),
+  "getitem_negative_step_ellipsis": (lambda t: t[..., -1::-2], lambda t: to_numpy(t)[..., -1::-2]),
+  "chain_permute_reshape_slice": (lambda t: t.permute(1, 0, 2).reshape(3, 8)[::-2, 1:].flip(0),
+                                  lambda t: to_numpy(t.permute(1, 0, 2).reshape(3, 8))[::-2, 1:][::-1]),
+  "chain_pad_expand_shrink": (lambda t: t[:, :1].pad(((0, 0), (0, 0), (1, 1))).expand(2, 5, 6)[:, 1:4, ::5],
+                              lambda t: F.pad(t[:, :1], (1, 1)).expand(2, 5, 6)[:, 1:4, ::5]),
+  "chain_transpose_flatten_unsqueeze": SAME(lambda t: t.transpose(0, 1).flatten(1).unsqueeze(1)[1:, :, 3:7]),
+  "chain_expand_permute_reshape": SAME(lambda t: t[:, None].expand(2, 2, 3, 4).permute(3, 1, 0, 2).reshape(8, 6)),
+}
+
+
+@pytest.mark.parametrize("base", list(BASES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_movement(case, base):
+  ours, theirs = CASES[case]
+  t, tt = pair(base)
+  check(ours(t), theirs(tt), dtypes.float32)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bool, dtypes.int8, dtypes.uint64, dtypes.bfloat16, dtypes.float64],
+                         ids=["bool", "int8", "uint64", "bfloat16", "float64"])
+@pytest.mark.parametrize("case", ["permute", "pad_three_dims", "getitem_negative_step_bounds", "flip_two",
+                                  "chain_pad_expand_shrink", "expand_minus_one_new_dims"])
+def test_movement_dtypes(case, dtype):
+  ours, theirs = CASES[case]
+  a = (np.arange(24).reshape(2, 3, 4) % 5).astype(NP_DTYPE[dtype])
+  if dtype in (dtypes.uint64,):  # torch lacks uint64 ops; its movement ops only need storage, so use int64 and convert
+    check(ours(Tensor(a)), np.asarray(theirs(torch.from_numpy(a.astype(np.int64)))).astype(np.uint64), dtype)
+  else:
+    check(ours(Tensor(a)), theirs(to_torch(a)), dtype)
+
+
+def test_pad_int_value_keeps_dtype():
+  a = np.arange(6, dtype=np.int16).reshape(2, 3)
+  check(Tensor(a).pad((1, 0, 0, 1), value=7), F.pad(torch.from_numpy(a), (1, 0, 0, 1), value=7), dtypes.int16)
+
+
+@pytest.mark.parametrize("shape, new", [((), (1, 1)), ((1,), ()), ((0, 3), (3, 0, 2)), ((2, 0), (-1,)),
+                                        ((4,), (2, 1, 2))])
+def test_reshape_edge_shapes(shape, new):
+  a = np.zeros(shape, np.float32)
+  check(Tensor(a).reshape(new), torch.from_numpy(a).reshape(new), dtypes.float32)
+
+
+def test_zero_d():
+  t, tt = Tensor(3.5), torch.tensor(3.5)
+  check(t.reshape(1, 1), tt.reshape(1, 1), dtypes.float32)
+  check(t.unsqueeze(0), tt.unsqueeze(0), dtypes.float32)
+  check(t.expand(2, 3), tt.expand(2, 3), dtypes.float32)
+  check(t.flatten(), tt.flatten(), dtypes.float32)
+  check(t[None, ...], tt[None, ...], dtypes.float32)
+  check(t.squeeze(), tt.squeeze(), dtypes.float32)
+  check(t.T, tt, dtypes.float32)
+
+
+def test_movement_after_realize():
+  t, tt = pair("sliced")
+  v, tv = t.permute(2, 0, 1)[::2], tt.permute(2, 0, 1)[::2]
+  v.realize()
+  check(v, tv, dtypes.float32)
+  check(v.reshape(2, 6).flip(1)[:, 1:].T, tv.reshape(2, 6).flip(1)[:, 1:].T, dtypes.float32)
+  check(t, tt, dtypes.float32)  # the tensor the view was taken from is unchanged
+
+
+def test_elementwise_on_views():
+  t, tt = pair("permuted")
+  u, tu = pair("flipped")
+  check(t[:, ::-1] * u + 1, torch.from_numpy(to_numpy(tt)[:, ::-1].copy()) * tu + 1, dtypes.float32)
+  check(t.T.reshape(4, 6) - u.reshape(4, 6), tt.permute(2, 1, 0).reshape(4, 6) - tu.reshape(4, 6), dtypes.float32)

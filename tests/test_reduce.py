@@ -1,0 +1,332 @@
+"""Reductions, argmax/argmin and matmul against torch (numpy where torch lacks the dtype), and the scheduler's kernel
+counts: fusion and laziness."""
+import numpy as np
+import pytest
+import torch
+from conftest import NP_DTYPE, TORCH_DTYPE, check, to_numpy, to_torch, torch_ok
+
+import refgrad.tensor
+from refgrad import Tensor, dtypes
+
+pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
+
+D = dtypes
+# What sum and prod return (tinygrad's rule): small ints widen to 32 bits, halves accumulate in float32 but come back
+# in their own dtype, everything else keeps its dtype.
+SUM_DTYPE = {D.bool: D.int32, D.int8: D.int32, D.int16: D.int32, D.uint8: D.uint32, D.uint16: D.uint32}
+ACC_DTYPE = {**SUM_DTYPE, D.float16: D.float32, D.bfloat16: D.float32}
+EPS = {D.float16: 2.0 ** -24, D.bfloat16: 2.0 ** -24, D.float32: 2.0 ** -24, D.float64: 2.0 ** -53}  # accumulation
+
+
+def sample(shape, dtype, seed=0):
+  rng = np.random.default_rng(seed)
+  if dtype == D.bool:
+    return np.asarray(rng.random(shape) < 0.5)
+  if dtypes.is_int(dtype):
+    info = np.iinfo(NP_DTYPE[dtype])
+    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=NP_DTYPE[dtype])
+  return rng.uniform(-2, 2, shape).astype(NP_DTYPE[dtype])
+
+
+def norm_axes(axis, ndim):
+  if ndim == 0:
+    return ()
+  axes = range(ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+  return tuple(sorted(a % ndim for a in axes))
+
+
+def out_shape(shape, axes, keepdim):
+  return tuple(1 if i in axes else s for i, s in enumerate(shape) if keepdim or i not in axes)
+
+
+TORCH_REDUCE = {
+  "sum": lambda t, d, acc: torch.sum(t, d, keepdim=True, dtype=acc),
+  "prod": lambda t, d, acc: torch.prod(t, d, keepdim=True, dtype=acc),
+  "max": lambda t, d, acc: torch.amax(t, d, keepdim=True),
+  "min": lambda t, d, acc: torch.amin(t, d, keepdim=True),
+}
+NUMPY_REDUCE = {
+  "sum": lambda a, d, acc: np.sum(a, d, keepdims=True, dtype=acc),
+  "prod": lambda a, d, acc: np.prod(a, d, keepdims=True, dtype=acc),
+  "max": lambda a, d, acc: np.max(a, d, keepdims=True),
+  "min": lambda a, d, acc: np.min(a, d, keepdims=True),
+}
+
+
+def reduce_oracle(a, op, axis, keepdim, dtype):
+  """op over the axes one dim at a time (torch's prod takes one dim), accumulating in ACC_DTYPE."""
+  acc = ACC_DTYPE.get(dtype, dtype) if op in ("sum", "prod") else dtype
+  axes = norm_axes(axis, a.ndim)
+  if torch_ok(dtype, acc):
+    x = to_torch(a).to(TORCH_DTYPE[acc]) if op in ("sum", "prod") else to_torch(a)
+    for d in axes:
+      x = TORCH_REDUCE[op](x, d, TORCH_DTYPE[acc])
+  else:
+    x = a.astype(NP_DTYPE[acc])
+    for d in axes:
+      x = NUMPY_REDUCE[op](x, d, NP_DTYPE[acc])
+  return to_numpy(x).reshape(out_shape(a.shape, axes, keepdim))
+
+
+def reduce_tolerance(a, op, axis, keepdim, dtype):
+  """(ulp, atol) for float results: the summation bound n * eps * sum|x| of docs/SPEC.md, products n * eps relative;
+  half results also get the one rounding to their dtype."""
+  if not dtypes.is_float(dtype) or op in ("max", "min"):
+    return 0, 0.0
+  axes = norm_axes(axis, a.ndim)
+  n = int(np.prod([a.shape[i] for i in axes]))
+  if op == "prod":
+    return 2 * n + 1, 0.0
+  abs_sum = np.abs(a.astype(np.float64)).sum(axis=axes, keepdims=True).reshape(out_shape(a.shape, axes, keepdim))
+  atol = n * EPS[dtype] * abs_sum
+  return (1 if dtype.itemsize == 2 else 0), (atol / max(n, 1) if op == "mean" else atol)
+
+
+def run_reduce(t, op, axis, keepdim):
+  return getattr(t, op)(axis=axis, keepdim=keepdim)
+
+
+SHAPE_AXES = [((5,), [None, 0, -1, (0,)]), ((3, 4), [None, 0, 1, -1, (0, 1), (-1, 0)]),
+              ((2, 3, 4), [None, 1, -2, (0, 2), (2, 0, 1)]), ((2, 0, 3), [None, 0, 1, -1, (0, 1), (1, 2)]),
+              ((), [None, 0, -1])]
+CASES = [(shape, axis) for shape, axes in SHAPE_AXES for axis in axes]
+
+
+def empty_reduction(shape, axis):
+  return len(shape) > 0 and np.prod([shape[i] for i in norm_axes(axis, len(shape))]) == 0
+
+
+def with_ops(cases, ops=("sum", "prod", "max", "min")):
+  """(op, shape, axis) for every case; max and min over nothing are errors (see test_errors), so they are left out."""
+  return [(op, shape, axis) for op in ops for shape, axis in cases
+          if not (op in ("max", "min") and empty_reduction(shape, axis))]
+
+
+AXES_CASES = with_ops(CASES)
+
+
+@pytest.mark.parametrize("dtype", [D.float32, D.int32], ids=["float32", "int32"])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("op, shape, axis", AXES_CASES, ids=[f"{o}-{s}-{a}" for o, s, a in AXES_CASES])
+def test_reduce_axes(op, shape, axis, keepdim, dtype):
+  a = sample(shape, dtype)
+  ulp, atol = reduce_tolerance(a, op, axis, keepdim, dtype)
+  check(run_reduce(Tensor(a), op, axis, keepdim), reduce_oracle(a, op, axis, keepdim, dtype), dtype, ulp=ulp,
+        atol=atol)
+
+
+REDUCE_DTYPES = [D.bool, D.int8, D.int16, D.uint8, D.uint16, D.uint32, D.int64, D.uint64, D.float16, D.bfloat16,
+                 D.float64]
+DTYPE_CASES = with_ops([((3, 40), None), ((3, 40), 1), ((2, 3, 4), (0, 2)), ((2, 0, 3), 1)])
+
+
+@pytest.mark.parametrize("dtype", REDUCE_DTYPES, ids=[d.name for d in REDUCE_DTYPES])
+@pytest.mark.parametrize("op, shape, axis", DTYPE_CASES, ids=[f"{o}-{s}-{a}" for o, s, a in DTYPE_CASES])
+def test_reduce_dtypes(op, shape, axis, dtype):
+  a = sample(shape, dtype, seed=1)
+  if op == "prod" and dtypes.is_float(dtype):
+    a = (np.sign(a) * (1 + a.astype(np.float64) / 40)).astype(NP_DTYPE[dtype])  # keep products in range
+  out = SUM_DTYPE.get(dtype, dtype) if op in ("sum", "prod") else dtype
+  ulp, atol = reduce_tolerance(a, op, axis, False, dtype)
+  check(run_reduce(Tensor(a), op, axis, False), reduce_oracle(a, op, axis, False, dtype), out, ulp=ulp, atol=atol)
+
+
+MEAN_DTYPES = [D.float32, D.float64, D.float16, D.bfloat16, D.int8, D.uint32, D.bool]
+
+
+@pytest.mark.parametrize("dtype", MEAN_DTYPES, ids=[d.name for d in MEAN_DTYPES])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("shape, axis", CASES, ids=[f"{s}-{a}" for s, a in CASES])
+def test_mean(shape, axis, keepdim, dtype):
+  a = sample(shape, dtype, seed=2)
+  out = dtype if dtypes.is_float(dtype) else D.float32
+  axes = norm_axes(axis, a.ndim)
+  want = torch.from_numpy(a.astype(np.float64)).mean(dim=axes, keepdim=keepdim) if axes else torch.from_numpy(
+    a.astype(np.float64))
+  ulp, atol = reduce_tolerance(a, "mean", axis, keepdim, out)
+  ulp = 2 if out.itemsize == 2 else 1  # the final division rounds once more (twice for halves: sum, then divide)
+  with np.errstate(invalid="ignore"):
+    check(Tensor(a).mean(axis=axis, keepdim=keepdim), want.numpy().astype(NP_DTYPE[out]), out, ulp=ulp, atol=atol)
+
+
+def test_sum_wraps_in_accumulator():
+  a = np.full(300, 120, np.int8)
+  check(Tensor(a).sum(), torch.tensor(a).sum(dtype=torch.int32), D.int32)  # 36000 needs the int32 accumulator
+  b = np.full((3, 2), 2**31 - 1, np.int32)
+  check(Tensor(b).sum(0), torch.tensor(b).sum(0, dtype=torch.int32), D.int32)  # wraps like torch's int32 sum
+
+
+def test_half_sum_accumulates_in_float32():
+  a = np.full(4096, 1.0, np.float16)  # a float16 accumulator would stop at 2048
+  check(Tensor(a).sum(), torch.tensor(a).sum(dtype=torch.float32).half(), D.float16)
+  b = np.full(1000, 0.01, np.float32).astype(NP_DTYPE[D.bfloat16])
+  check(Tensor(b).sum(), to_torch(b).sum(dtype=torch.float32).bfloat16(), D.bfloat16, ulp=1)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_reduce_nan_and_inf(axis):
+  a = np.array([[1.0, np.nan, -np.inf], [2.0, 3.0, np.inf], [-0.0, 5.0, 4.0]], np.float32)
+  ta = torch.from_numpy(a)
+  dims = (0, 1) if axis is None else axis
+  check(Tensor(a).max(axis), torch.amax(ta, dims), D.float32)
+  check(Tensor(a).min(axis), torch.amin(ta, dims), D.float32)
+  check(Tensor(a).sum(axis), torch.sum(ta, dims), D.float32)
+  check(Tensor(a).argmax(axis), torch.argmax(ta, axis), D.int32)
+  check(Tensor(a).argmin(axis), torch.argmin(ta, axis), D.int32)
+
+
+# views built the same way on both sides: (refgrad, torch) -> tensor of shape (3, 4, 5)
+VIEWS = {
+  "permuted": lambda t: t.reshape(2, 5, 4, 3)[1].permute(2, 1, 0),
+  "flipped_sliced": lambda t: t.reshape(6, 4, 5).flip(0)[::2],
+  "expanded": lambda t: t.reshape(6, 4, 5)[:3, :1].expand(3, 4, 5),
+  "padded": lambda t: t.reshape(6, 4, 5)[:3, :, 1:4].pad(((0, 0), (0, 0), (2, 0)), value=-1.0),
+}
+VIEWS_TORCH = {**VIEWS, "padded": lambda t: torch.nn.functional.pad(t.reshape(6, 4, 5)[:3, :, 1:4], (2, 0), value=-1.0)}
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("op, axis", [("sum", None), ("sum", 1), ("max", (0, 2)), ("min", -1), ("argmax", 1),
+                                      ("argmin", None), ("mean", 0)])
+def test_reduce_on_views(view, op, axis):
+  a = np.random.default_rng(7).standard_normal(120).astype(np.float32)
+  t, tt = VIEWS[view](Tensor(a)), VIEWS_TORCH[view](torch.from_numpy(a))
+  dims = tuple(range(3)) if axis is None else axis
+  want = {"sum": lambda: tt.sum(dims), "max": lambda: tt.amax(dims), "min": lambda: tt.amin(dims),
+          "argmax": lambda: tt.argmax(axis).int(), "argmin": lambda: tt.argmin(axis).int(),
+          "mean": lambda: tt.mean(dims)}[op]()
+  check(getattr(t, op)(axis), want, dtypes.int32 if op.startswith("arg") else dtypes.float32, ulp=1, atol=1e-5)
+
+
+def test_reduce_chains():
+  a = np.random.default_rng(8).standard_normal((4, 6)).astype(np.float32)
+  t, tt = Tensor(a), torch.from_numpy(a)
+  check((t - t.max(1, keepdim=True)).exp().sum(1).log(), (tt - tt.amax(1, keepdim=True)).exp().sum(1).log(), D.float32,
+        ulp=4, atol=1e-6)
+  check((t.sum(0) * 2).max() + t.min(), (tt.sum(0) * 2).max() + tt.min(), D.float32, atol=1e-5)
+  check(t.sum(1).reshape(2, 2).T @ t[:2], tt.sum(1).reshape(2, 2).T @ tt[:2], D.float32, atol=1e-4)
+
+
+def test_realize_several_tensors():
+  a = np.arange(12, dtype=np.int32).reshape(3, 4)
+  t, tt = Tensor(a), torch.from_numpy(a)
+  s, m = t.sum(0), (t * 2).max(1)
+  assert s.realize(m) is s
+  assert s.schedule() == [] and m.schedule() == []
+  check(s, tt.sum(0, dtype=torch.int32), D.int32)
+  check(m, (tt * 2).amax(1), D.int32)
+
+
+# ---- argmax / argmin: first index of the extreme value, int32
+ARG_CASES = [((5,), None), ((5,), 0), ((3, 4), None), ((3, 4), 0), ((3, 4), -1), ((2, 3, 4), 1), ((2, 3, 4), -3),
+             ((2, 0, 3), -1), ((), None), ((), 0)]
+ARG_DTYPES = [D.float32, D.float16, D.int8, D.uint8, D.int64, D.uint32, D.bool]
+
+
+@pytest.mark.parametrize("dtype", ARG_DTYPES, ids=[d.name for d in ARG_DTYPES])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("shape, axis", ARG_CASES, ids=[f"{s}-{a}" for s, a in ARG_CASES])
+def test_argmax_argmin(shape, axis, op, keepdim, dtype):
+  rng = np.random.default_rng(3)
+  a = rng.integers(0, 2 if dtype == D.bool else 4, shape).astype(NP_DTYPE[dtype])  # few values: many ties
+  if torch_ok(dtype) and dtype != D.bool:
+    want = getattr(torch, op)(to_torch(a), axis, keepdim)
+  else:  # numpy also returns the first index
+    want = getattr(np, op)(a, axis, keepdims=keepdim)
+  check(getattr(Tensor(a), op)(axis, keepdim), to_numpy(want).astype(np.int32), D.int32)
+
+
+# ---- matmul
+MATMUL_SHAPES = [((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((2, 3), (3, 4)), ((5, 2, 3), (3, 4)),
+                 ((2, 3), (5, 3, 4)), ((2, 1, 2, 3), (5, 3, 4)), ((3,), (2, 3, 4)), ((2, 2, 3), (3,)), ((0, 3), (3, 2)),
+                 ((2, 0), (0, 3)), ((1, 17), (17, 1))]
+MATMUL_DTYPES = [D.float32, D.float64, D.float16, D.int32, D.int8]
+
+
+def matmul_tolerance(a, b, dtype):
+  """(ulp, atol): products round in the dtype (0.5 ULP each), sums accumulate in float32/float64 (K * eps), the
+  result rounds once more."""
+  if not dtypes.is_float(dtype):
+    return 0, 0.0
+  eps = 2.0 ** -11 if dtype == D.float16 else EPS[dtype]
+  abs_product = to_numpy(torch.matmul(torch.from_numpy(np.abs(a.astype(np.float64))),
+                                      torch.from_numpy(np.abs(b.astype(np.float64)))))
+  return 1, (a.shape[-1] + 1) * eps * abs_product
+
+
+@pytest.mark.parametrize("dtype", MATMUL_DTYPES, ids=[d.name for d in MATMUL_DTYPES])
+@pytest.mark.parametrize("sa, sb", MATMUL_SHAPES, ids=[f"{a}@{b}" for a, b in MATMUL_SHAPES])
+def test_matmul(sa, sb, dtype):
+  a, b = sample(sa, dtype, seed=4), sample(sb, dtype, seed=5)
+  want = torch.matmul(to_torch(a), to_torch(b))
+  ulp, atol = matmul_tolerance(a, b, dtype)
+  check(Tensor(a) @ Tensor(b), want, dtype, ulp=ulp, atol=atol)
+  check(Tensor(a).matmul(Tensor(b)), want, dtype, ulp=ulp, atol=atol)
+  check(Tensor(a).dot(Tensor(b)), want, dtype, ulp=ulp, atol=atol)
+
+
+def test_matmul_promotes():
+  a, b = sample((2, 3), D.int8), sample((3, 2), D.float16)
+  want = torch.matmul(torch.from_numpy(a).half(), torch.from_numpy(b))
+  ulp, atol = matmul_tolerance(a, b, D.float16)
+  check(Tensor(a) @ Tensor(b), want, D.float16, ulp=ulp, atol=atol)
+
+
+def test_matmul_non_contiguous():
+  a = np.arange(24, dtype=np.float32).reshape(4, 6)
+  ta, t = torch.from_numpy(a), Tensor(a)
+  check(t.T[::2] @ t[:, 1:4], ta.T[::2] @ ta[:, 1:4], D.float32)
+  check(t[:1].expand(3, 6) @ t.T.flip(0), ta[:1].expand(3, 6) @ ta.T.flip(0), D.float32)
+
+
+# ---- laziness and fusion
+@pytest.fixture
+def abc():
+  rng = np.random.default_rng(6)
+  arrays = [rng.standard_normal((4, 5)).astype(np.float32) for _ in range(3)]
+  return [Tensor(x) for x in arrays], [torch.from_numpy(x) for x in arrays]
+
+
+def test_fused_multiply_add_sum_is_one_kernel(abc):
+  (a, b, c), (ta, tb, tc) = abc
+  out = (a * b + c).sum()
+  assert len(out.schedule()) == 1
+  check(out, (ta * tb + tc).sum(), D.float32, atol=1e-5)
+
+
+def test_elementwise_chain_is_one_kernel(abc):
+  (a, b, c), (ta, tb, tc) = abc
+  out = (((a + b) * c - a).maximum(b) / 3).exp().sqrt().neg()
+  assert len(out.schedule()) == 1
+  want = -(torch.maximum((ta + tb) * tc - ta, tb) / 3).exp().sqrt()
+  check(out, want, D.float32, ulp=8)
+
+
+def test_movement_then_reduce_is_one_kernel(abc):
+  (a, b, _), (ta, tb, _) = abc
+  out = (a.T * b.T.flip(0)).sum(1)
+  assert len(out.schedule()) == 1
+  check(out, (ta.T * tb.T.flip(0)).sum(1), D.float32, atol=1e-5)
+
+
+def test_nothing_runs_before_realize(abc, monkeypatch):
+  (a, b, c), (ta, tb, tc) = abc
+  kernels = []  # how many kernels each run_schedule call ran
+  real_run = refgrad.tensor.run_schedule
+  monkeypatch.setattr(refgrad.tensor, "run_schedule", lambda items: (kernels.append(len(items)), real_run(items)))
+  out = (a * b + c).sum(0) * 2
+  assert out.shape == (5,) and out.dtype == D.float32
+  assert len(out.schedule()) == 1 and sum(kernels) == 0
+  assert out.realize() is out and sum(kernels) == 1
+  assert out.schedule() == []
+  check(out, (ta * tb + tc).sum(0) * 2, D.float32, atol=1e-5)
+  assert sum(kernels) == 1  # reading a realized tensor runs nothing more
+
+
+def test_realize_empties_schedule(abc):
+  (a, b, _), _ = abc
+  x = a - b.max()  # the max is expanded, so it is realized in its own kernel first
+  assert len(x.schedule()) == 2
+  x.realize()
+  assert len(x.schedule()) == 0 and len((x + 1).schedule()) == 1
