@@ -58,4 +58,9 @@ def load_entry_points() -> None:
       continue
     if manager.is_registered(plugin):
       continue
-    register(plugin, name=ep.name)
+    try:
+      register(plugin, name=ep.name)
+    except Exception as e:  # a hook that raises is as broken as an import that fails
+      if manager.is_registered(plugin):
+        manager.unregister(plugin)
+      Device.add(_broken_plugin_spec(ep.name, e))

@@ -85,13 +85,20 @@ EVALUATORS: dict[Ops, Callable[[UOp, list[Value]], Value]] = {
 }
 
 
-def evaluate_graph(root: UOp) -> Value:
-  """The value of a tensor graph node (shape root.shape) and its undefined-lane mask (None if all defined)."""
-  values: dict[UOp, Value] = {}
+def evaluate_nodes(root: UOp, leaves: dict[UOp, Value] | None = None) -> dict[UOp, Value]:
+  """The value of every node of a graph; `leaves` binds nodes the evaluator cannot compute (kernel PARAMs)."""
+  values: dict[UOp, Value] = dict(leaves or {})
   for node in root.toposort:
+    if node in values:
+      continue
     if node.op not in EVALUATORS:
       raise NotImplementedError(f"the graph evaluator has no rule for {node.op}")
     values[node] = EVALUATORS[node.op](node, [values[s] for s in node.src])
-  value, mask = values[root]
+  return values
+
+
+def evaluate_graph(root: UOp) -> Value:
+  """The value of a tensor graph node (shape root.shape) and its undefined-lane mask (None if all defined)."""
+  value, mask = evaluate_nodes(root)[root]
   value = np.broadcast_to(value, root.shape)
   return value, (np.broadcast_to(mask, root.shape) if mask is not None and mask.any() else None)

@@ -21,9 +21,14 @@ class Step:
   kwargs: tuple[tuple[str, Any], ...] = ()
 
   def __repr__(self) -> str:
-    shown = [f"v{a}" if (i < len(self.refs) and self.refs[i]) else repr(a) for i, a in enumerate(self.args)]
-    shown += [f"{k}={v!r}" for k, v in self.kwargs]
-    return f"{self.method}({', '.join(shown)})"
+    return _call_source(self)
+
+
+def _call_source(step: Step) -> str:
+  """`v0.add(v1)`: a step as Python source (dtypes print as `dtypes.name`)."""
+  shown = [f"v{a}" if (i < len(step.refs) and step.refs[i]) else repr(a) for i, a in enumerate(step.args)]
+  shown += [f"{k}={v!r}" for k, v in step.kwargs]
+  return f"{shown[0]}.{step.method}({', '.join(shown[1:])})"
 
 
 @dataclass
@@ -34,12 +39,22 @@ class TensorProgram:
   def build(self, device: str | None = None) -> Any:
     """Replay the program with refgrad on `device`; returns the last value's Tensor."""
     from refgrad.tensor import Tensor
-    values = [Tensor(x, device=device) for x in self.inputs]
+    return self.run(*(Tensor(x, device=device) for x in self.inputs))
+
+  def run(self, *tensors: Any) -> Any:
+    """Replay the steps on the given input tensors (for check_against_reference)."""
+    values = list(tensors)
     for step in self.steps:
       args = [values[a] if (i < len(step.refs) and step.refs[i]) else a for i, a in enumerate(step.args)]
       receiver, rest = args[0], args[1:]
       values.append(getattr(receiver, step.method)(*rest, **dict(step.kwargs)))
     return values[-1]
+
+  def to_python(self) -> str:
+    """The body of `def program(v0, v1, ...)` that replays this program."""
+    first = len(self.inputs)
+    lines = [f"v{first + i} = {_call_source(step)}" for i, step in enumerate(self.steps)]
+    return "\n".join(lines + [f"return v{first + len(self.steps) - 1}" if self.steps else "return v0"])
 
   def __repr__(self) -> str:
     lines = [f"v{i} = Tensor({x.tolist()!r}, dtype={x.dtype})" for i, x in enumerate(self.inputs)]
@@ -75,14 +90,23 @@ class RandomKernel:
 
   def build(self, device: str | None = None) -> Any:
     from refgrad.tensor import Tensor
+    return self.run(*(Tensor(x, device=device) for x in self.inputs))
+
+  def run(self, *tensors: Any) -> Any:
     from refgrad.uop import Ops, UOp
-    leaves = [Tensor(x, device=device).uop for x in self.inputs]
 
     def lower(e: Expr) -> UOp:
       if e.op == "INPUT":
-        return leaves[e.index]
+        return tensors[e.index].uop
       return UOp(Ops[e.op], e.dtype, tuple(lower(c) for c in e.children))
-    return Tensor(lower(self.root))
+    return tensors[0]._from(lower(self.root))
+
+  def to_python(self) -> str:
+    def source(e: Expr) -> str:
+      if e.op == "INPUT":
+        return f"v{e.index}.uop"
+      return f"UOp(Ops.{e.op}, dtypes.{e.dtype.name}, ({', '.join(source(c) for c in e.children)},))"
+    return f"return v0._from({source(self.root)})"
 
   def __repr__(self) -> str:
     lines = [f"in{i} = np.array({x.tolist()!r}, dtype={x.dtype})" for i, x in enumerate(self.inputs)]

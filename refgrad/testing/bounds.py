@@ -1,0 +1,203 @@
+"""How far a correct device may be from the reference, lane by lane, for one kernel.
+
+docs/SPEC.md makes most ops bit-exact, bounds transcendentals in ULPs, and lets float reductions sum in any
+order. Inside a kernel those allowances compound: an inexact sum feeding a multiply can move the product.
+`kernel_error_bounds` walks the kernel's graph once, beside the reference values, and gives each node an
+absolute error bound (float64): 0 where the result must match bit for bit, a finite bound where the spec
+allows slack, and inf where no bound can be given (a comparison or cast whose input may straddle the
+decision point); callers skip inf lanes and count them. The bounds are first-principles: interval corners
+for monotonic ops, gamma_n * sum|x| for sums (twice: both the reference and the device round), one unit in
+the last place for every rounding that an inexact input can move.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+
+from refgrad.dtype import DType, dtypes
+from refgrad.interp import alu
+from refgrad.interp.graph import evaluate_nodes
+from refgrad.uop import GroupOp, Ops, UOp
+
+Bound = np.ndarray  # float64, broadcastable to the node's shape; 0 exact, inf unknown
+
+
+def ulp_of(x: np.ndarray, dtype: DType) -> np.ndarray:
+  """Size of one unit in the last place of |x| in a float dtype (the subnormal step near zero)."""
+  info = ml_dtypes.finfo(dtype.np)
+  mag = np.abs(np.asarray(x, dtype=np.float64))
+  with np.errstate(divide="ignore", invalid="ignore"):
+    exponent = np.floor(np.log2(np.maximum(mag, float(info.tiny))))
+  return np.where(np.isfinite(mag), np.exp2(exponent - (info.nmant)), np.inf)
+
+
+def _f64(x: np.ndarray) -> np.ndarray:
+  return np.asarray(x).astype(np.float64)
+
+
+def _spread(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray, e: Bound) -> np.ndarray:
+  """max |fn(x +- e) - fn(x)| for a function monotonic on [x-e, x+e]."""
+  with np.errstate(all="ignore"):
+    center = fn(x)
+    return np.maximum(np.abs(fn(x - e) - center), np.abs(fn(x + e) - center))
+
+
+UNARY_F64: dict[Ops, Callable[[np.ndarray], np.ndarray]] = {
+  Ops.NEG: np.negative, Ops.SQRT: np.sqrt, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.RECIP: np.reciprocal,
+}
+
+
+def _unary_float(u: UOp, x: np.ndarray, e: Bound) -> Bound:
+  if u.op is Ops.SIN:
+    moved = e  # |sin'| <= 1
+  elif u.op is Ops.TRUNC:
+    moved = np.where(np.trunc(x - e) == np.trunc(x + e), 0.0, e + 1.0)
+  else:
+    lo, hi = x - e, x + e
+    inside_domain = {Ops.SQRT: lo >= 0, Ops.LOG2: lo > 0, Ops.RECIP: (lo > 0) | (hi < 0)}.get(u.op, True)
+    moved = np.where(inside_domain, _spread(UNARY_F64[u.op], x, e), np.inf)
+  return moved
+
+
+def _binary_float(u: UOp, a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
+  if u.op is Ops.ADD:
+    return ea + eb
+  if u.op is Ops.MUL:
+    return np.abs(a) * eb + np.abs(b) * ea + ea * eb
+  if u.op is Ops.MAX:
+    return np.maximum(ea, eb)
+  if u.op is Ops.FDIV:
+    with np.errstate(all="ignore"):
+      corners = [(a + sa * ea) / (b + sb * eb) for sa in (-1, 1) for sb in (-1, 1)]
+      moved = np.max([np.abs(c - a / b) for c in corners], axis=0)
+    return np.where((b - eb > 0) | (b + eb < 0), moved, np.inf)
+  return np.full(np.broadcast_shapes(np.shape(a), np.shape(b)), np.inf)
+
+
+def _comparison(a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
+  """A comparison is exact unless the inputs' intervals overlap, where the answer could flip."""
+  apart = (a + ea < b - eb) | (b + eb < a - ea)
+  return np.where(apart, 0.0, np.inf)
+
+
+class _Bounds:
+  def __init__(self, values: dict[UOp, tuple[np.ndarray, np.ndarray | None]]):
+    self.values = values
+    self.err: dict[UOp, Bound] = {}
+
+  def value(self, u: UOp) -> np.ndarray:
+    return self.values[u][0]
+
+  def bound(self, u: UOp) -> Bound:
+    return self.err[u]
+
+  def compute(self, root: UOp) -> Bound:
+    for node in root.toposort:
+      self.err[node] = self.rule(node)
+    return self.err[root]
+
+  def rule(self, u: UOp) -> Bound:
+    if u.op in (Ops.PARAM, Ops.BUFFER, Ops.CONST, Ops.DEVICE):
+      return np.zeros(())
+    if u.op in GroupOp.Movement:
+      return self.move(u)
+    if u.op in (Ops.CONTIGUOUS, Ops.COPY):
+      return self.bound(u.src[0])
+    if u.op is Ops.REDUCE_AXIS:
+      return self.reduce(u)
+    if u.op in (Ops.CAST, Ops.BITCAST):
+      return self.cast(u)
+    return self.alu(u)
+
+  def move(self, u: UOp) -> Bound:
+    e = self.bound(u.src[0])
+    if not np.any(e):
+      return np.zeros(())
+    full = np.broadcast_to(e, u.src[0].shape)
+    moved = {Ops.RESHAPE: lambda x: x.reshape(u.arg), Ops.PERMUTE: lambda x: x.transpose(u.arg),
+             Ops.EXPAND: lambda x: np.broadcast_to(x, u.arg), Ops.PAD: lambda x: np.pad(x, u.arg),
+             Ops.SHRINK: lambda x: x[tuple(slice(s, t) for s, t in u.arg)],
+             Ops.FLIP: lambda x: np.flip(x, tuple(i for i, f in enumerate(u.arg) if f))}
+    return moved[u.op](full)
+
+  def own_rounding(self, u: UOp, moved: Bound) -> Bound:
+    """An input that moved can move the rounding of a float result by one more ulp."""
+    top = np.abs(_f64(self.value(u))) + moved  # the larger magnitude has the larger ulp
+    return np.where(moved > 0, moved + ulp_of(top, u.dtype), 0.0)
+
+  def alu(self, u: UOp) -> Bound:
+    errs = [self.bound(s) for s in u.src]
+    srcs = [_f64(self.value(s)) if s.dtype != dtypes.bool else self.value(s) for s in u.src]
+    own = 0.0
+    if u.op in alu.TRANSCENDENTAL:
+      result = _f64(self.value(u))
+      own = np.where(np.isfinite(result), alu.ULP_BOUNDS[u.op][u.dtype] * ulp_of(result, u.dtype), 0.0)  # inf, NaN exact
+      if u.op is Ops.SIN:
+        own = np.where(np.abs(srcs[0]) <= alu.SIN_EXACT_RANGE, own, np.inf)
+    if not any(np.any(e) for e in errs):
+      return np.asarray(own, dtype=np.float64)
+    if u.op is Ops.WHERE:
+      cond_err, ea, eb = errs
+      return np.where(np.asarray(cond_err) > 0, np.inf, np.where(self.value(u.src[0]), ea, eb))
+    if u.op in GroupOp.Comparison:
+      return _comparison(*srcs, *errs)
+    if not dtypes.is_float(u.dtype):
+      return np.where(sum(np.asarray(e) for e in errs) > 0, np.inf, 0.0)
+    moved = _unary_float(u, srcs[0], errs[0]) if u.op in GroupOp.Unary else _binary_float(u, *srcs, *errs)
+    finite = np.isfinite(_f64(self.value(u)))
+    return np.where(finite, self.own_rounding(u, moved) + own, np.where(moved > 0, np.inf, own))
+
+  def cast(self, u: UOp) -> Bound:
+    src = u.src[0]
+    e = self.bound(src)
+    if not np.any(e):
+      return np.zeros(())
+    if u.op is Ops.BITCAST:
+      return np.where(e > 0, np.inf, 0.0)
+    x = _f64(self.value(src))
+    if u.dtype == dtypes.bool:
+      return np.where((x - e > 0) | (x + e < 0), 0.0, np.inf)
+    if not dtypes.is_float(u.dtype):
+      return np.where(np.trunc(x - e) == np.trunc(x + e), 0.0, np.inf)
+    return self.own_rounding(u, e)
+
+  def reduce(self, u: UOp) -> Bound:
+    op, axes = u.arg
+    src = u.src[0]
+    e = np.broadcast_to(self.bound(src), src.shape)
+    if not dtypes.is_float(u.dtype):
+      return np.where(e.any(axis=axes, keepdims=True), np.inf, 0.0) if e.size else np.zeros(())
+    x = np.abs(_f64(self.value(src)))
+    n = int(np.prod([src.shape[a] for a in axes]))
+    if op is Ops.MAX:
+      return e.max(axis=axes, keepdims=True) if e.size else np.zeros(())
+    info = ml_dtypes.finfo(u.dtype.np)
+    eps, largest, tiny = float(info.eps) / 2, float(info.max), float(info.tiny)
+    gamma = n * eps / (1 - n * eps) if n * eps < 1 else np.inf
+    with np.errstate(all="ignore"):
+      if op is Ops.ADD:  # both the reference and the device are within gamma_n * sum|x| of the exact sum
+        magnitude = (x + e).sum(axis=axes, keepdims=True)
+        bound = 2 * gamma * magnitude + e.sum(axis=axes, keepdims=True)
+        return np.where(magnitude <= largest, bound, np.inf)  # a partial sum may overflow in some orders
+      widest = (x + e).prod(axis=axes, keepdims=True)
+      bound = 2 * gamma * widest + (widest - x.prod(axis=axes, keepdims=True))
+      # partial products may overflow or underflow in some orders (then 0 * inf, or lost digits)
+      nonzero = np.where(x > 0, x + e, 1.0)
+      grows = np.where(nonzero > 1, nonzero, 1.0).prod(axis=axes, keepdims=True)
+      shrinks = np.where(nonzero < 1, nonzero, 1.0).prod(axis=axes, keepdims=True)
+      return np.where((grows <= largest) & (shrinks >= tiny), bound, np.inf)
+
+
+def kernel_error_bounds(ast: UOp, inputs: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+  """(reference value, error bound, undefined lanes) of a scheduled kernel's output, flat.
+
+  `ast` is SINK(STORE(PARAM 0, value)); `inputs[i]` holds the flat contents of PARAM i."""
+  value_node = ast.src[0].src[1]
+  leaves = {u: (inputs[u.arg[0]], None) for u in value_node.toposort if u.op is Ops.PARAM}
+  values = evaluate_nodes(value_node, leaves)
+  bound = _Bounds(values).compute(value_node)
+  value, undefined = values[value_node]
+  flat = lambda x: np.broadcast_to(x, value_node.shape).reshape(-1)  # noqa: E731
+  return flat(value), flat(bound).astype(np.float64), (flat(undefined) if undefined is not None else None)

@@ -1,0 +1,229 @@
+"""`refgrad fuzz`: random programs on a device against the PYTHON reference, until the time is up.
+
+Each program runs in a worker process, with a timeout, so a segfault or a hang of the backend under test
+becomes a finding and the campaign goes on with a fresh worker. hypothesis generates the programs (random
+Tensor programs and random primitive-op kernels) and shrinks every failure to a small one, which is written
+as a standalone pytest file; identical minimal programs are written once.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import multiprocessing
+import textwrap
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from refgrad.testing.strategies import alu_kernels, tensor_programs
+
+FINDING_KINDS = ("mismatch", "error", "crash", "hang")
+
+
+def load_plugin_file(path: str) -> Any:
+  """Import a plugin from a .py file and register it, once per file (for backends that are not installed)."""
+  from refgrad import plugins
+  name = f"refgrad_plugin_file_{hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:8]}"
+  if (loaded := plugins.manager.get_plugin(name)) is not None:
+    return loaded
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  plugins.register(module, name=name)
+  return module
+
+
+# ---- the worker: runs one program at a time, in its own process
+def run_one(program: Any, device: str) -> tuple[str, str]:
+  """('ok'|'invalid'|'mismatch'|'error', detail) for one program, in this process."""
+  from refgrad.testing.reference import ReferenceMismatch, check_against_reference
+  try:
+    program.build("PYTHON").realize()
+  except Exception as e:  # the generator made something the reference rejects: not a device bug
+    return "invalid", f"{type(e).__name__}: {e}"
+  try:
+    check_against_reference(program.run, *program.inputs, device=device)
+  except ReferenceMismatch as e:
+    return "mismatch", str(e)
+  except Exception:
+    return "error", traceback.format_exc(limit=6)
+  return "ok", ""
+
+
+def _worker_main(conn: Any, device: str, plugin_files: list[str]) -> None:
+  for path in plugin_files:
+    load_plugin_file(path)
+  while True:
+    program = conn.recv()
+    if program is None:
+      return
+    conn.send(run_one(program, device))
+
+
+class Worker:
+  """A worker process that is replaced whenever it dies or hangs."""
+
+  def __init__(self, device: str, plugin_files: list[str], timeout: float):
+    self.device, self.plugin_files, self.timeout = device, plugin_files, timeout
+    self.process: multiprocessing.Process | None = None
+
+  def start(self) -> None:
+    context = multiprocessing.get_context("spawn")
+    self.conn, child = context.Pipe()
+    self.process = context.Process(target=_worker_main, args=(child, self.device, self.plugin_files), daemon=True)
+    self.process.start()
+
+  def run(self, program: Any) -> tuple[str, str]:
+    if self.process is None or not self.process.is_alive():
+      self.start()
+    self.conn.send(program)
+    if not self.conn.poll(self.timeout):
+      self.stop()
+      return "hang", f"no answer within {self.timeout:.0f} s"
+    try:
+      return self.conn.recv()
+    except EOFError:
+      code = self.process.exitcode if self.process else None
+      self.process = None
+      return "crash", f"the worker process died (exit code {code})"
+
+  def stop(self) -> None:
+    if self.process is not None:
+      self.process.kill()
+      self.process.join()
+      self.process = None
+
+
+# ---- a campaign: batches of hypothesis examples until the deadline
+class FindingError(Exception):
+  def __init__(self, kind: str, detail: str, program: Any):
+    super().__init__(f"{kind}: {detail.splitlines()[0] if detail else ''}")
+    self.kind, self.detail, self.program = kind, detail, program
+
+
+@dataclass
+class CampaignResult:
+  programs: int = 0
+  invalid: int = 0
+  findings: list[tuple[str, str, Any]] = field(default_factory=list)  # (kind, detail, program)
+
+
+def programs_strategy() -> st.SearchStrategy[Any]:
+  return st.one_of(tensor_programs(), alu_kernels())
+
+
+def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[str], timeout: float,
+             max_findings: int | None = None, batch: int = 40) -> CampaignResult:
+  worker = Worker(device, plugin_files, timeout)
+  deadline = time.monotonic() + seconds
+  result = CampaignResult()
+
+  def check(program: Any) -> None:
+    if time.monotonic() > deadline:
+      return  # time is up: let hypothesis finish quickly
+    result.programs += 1
+    kind, detail = worker.run(program)
+    result.invalid += kind == "invalid"
+    if kind in FINDING_KINDS:
+      smallest[kind] = (kind, detail, program)  # shrinking only ever tries smaller candidates
+      raise FindingError(kind, detail, program)
+
+  run_seed = start_seed
+  try:
+    while time.monotonic() < deadline and (max_findings is None or len(result.findings) < max_findings):
+      smallest: dict[str, tuple[str, str, Any]] = {}
+      test = seed(run_seed)(settings(max_examples=batch, deadline=None, database=None, derandomize=False,
+                                     phases=[Phase.generate, Phase.shrink], print_blob=False,
+                                     suppress_health_check=list(HealthCheck))(given(programs_strategy())(check)))
+      try:
+        test()
+      except Exception:  # FindingError, or hypothesis giving up on a failure that stopped reproducing (a timeout)
+        pass
+      result.findings += smallest.values()
+      run_seed += 1
+  finally:
+    worker.stop()
+  return result
+
+
+def _campaign_job(args: tuple) -> CampaignResult:
+  return campaign(*args)
+
+
+# ---- findings as standalone pytest files
+def finding_source(kind: str, detail: str, program: Any, device: str, plugin_files: list[str]) -> str:
+  arrays = ",\n      ".join(f"np.array({x.tolist()!r}, dtype=np.dtype({str(x.dtype)!r}))"
+                            if x.dtype.name != "bfloat16" else
+                            f"np.array({x.astype('float32').tolist()!r}, dtype=np.float32).astype(ml_dtypes.bfloat16)"
+                            for x in program.inputs)
+  params = ", ".join(f"v{i}" for i in range(len(program.inputs)))
+  plugins = "".join(f"load_plugin_file({p!r})\n" for p in plugin_files)
+  summary = textwrap.indent("\n".join(detail.splitlines()[:12]), "# ")
+  body = textwrap.indent(program.to_python(), "  ")
+  return f'''"""refgrad fuzz finding ({kind}) on {device}. Run: python -m pytest {{this file}}"""
+import ml_dtypes  # noqa: F401
+import numpy as np
+
+from refgrad import dtypes  # noqa: F401
+from refgrad.testing.fuzz import load_plugin_file, run_one  # noqa: F401
+from refgrad.testing.programs import TensorProgram  # noqa: F401
+from refgrad.testing.reference import check_against_reference
+from refgrad.uop import Ops, UOp  # noqa: F401
+
+{plugins}
+{summary}
+
+def program({params}):
+{body}
+
+
+def test_finding():
+  inputs = [
+      {arrays}]
+  check_against_reference(program, *inputs, device={device!r})
+'''
+
+
+@dataclass
+class FuzzReport:
+  device: str
+  seconds: float
+  programs: int
+  invalid: int
+  findings: list[tuple[str, Path]]  # (kind, file written), deduplicated
+
+  @property
+  def rate(self) -> float:
+    return self.programs / self.seconds if self.seconds else 0.0
+
+
+def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findings_dir: str = "refgrad-findings",
+         plugin_files: list[str] | None = None, timeout: float = 30.0, max_findings: int | None = None) -> FuzzReport:
+  """Run `jobs` campaigns in parallel for `seconds` (each stops early after `max_findings` findings);
+  write each distinct finding to `findings_dir`."""
+  plugin_files = [str(Path(p).resolve()) for p in (plugin_files or [])]
+  started = time.monotonic()
+  args = [(device, seconds, start_seed + 100_003 * j, plugin_files, timeout, max_findings) for j in range(jobs)]
+  if jobs == 1:
+    results = [campaign(*args[0])]
+  else:
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+      results = pool.map(_campaign_job, args)
+  out = Path(findings_dir)
+  written: dict[str, tuple[str, Path]] = {}
+  for result in results:
+    for kind, detail, program in result.findings:
+      key = hashlib.sha256(f"{kind}\n{program.to_python()}\n{program.inputs!r}".encode()).hexdigest()[:12]
+      if key in written:
+        continue
+      out.mkdir(parents=True, exist_ok=True)
+      path = out / f"test_finding_{device.lower()}_{kind}_{key}.py"
+      path.write_text(finding_source(kind, detail, program, device, plugin_files))
+      written[key] = (kind, path)
+  return FuzzReport(device, time.monotonic() - started, sum(r.programs for r in results),
+                    sum(r.invalid for r in results), list(written.values()))

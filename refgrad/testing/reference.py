@@ -1,0 +1,133 @@
+"""`check_against_reference`: run a Tensor program on a device and on PYTHON, kernel by kernel, and explain
+any difference.
+
+The program is scheduled once. Each kernel runs on the reference first; then the device runs the *same*
+kernel on copies of the reference's input buffers, so a difference is pinned to the kernel that made it,
+never smeared by an earlier one. Each output is compared as docs/SPEC.md says, with the per-lane bounds of
+refgrad.testing.bounds: bit-exact where the spec is exact, ULP bounds for transcendentals, gamma_n*sum|x|
+for reductions (whose order is free), undefined and unbounded lanes skipped and counted.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from refgrad.codegen.linearize import compile_ast
+from refgrad.device import Buffer, Device
+from refgrad.interp.alu import ulp_distance
+from refgrad.realize import run_schedule
+from refgrad.schedule import ScheduleItem, create_schedule
+from refgrad.testing.bounds import kernel_error_bounds
+from refgrad.testing.compare import Comparison, compare
+
+
+class ReferenceMismatch(AssertionError):
+  """A device's kernel disagrees with the reference beyond what docs/SPEC.md allows."""
+
+
+@dataclass
+class KernelResult:
+  name: str
+  comparison: Comparison
+
+
+@dataclass
+class ReferenceReport:
+  """What a check saw: per kernel, lanes checked, skipped as undefined or unbounded, and the worst ULP."""
+  device: str
+  kernels: list[KernelResult] = field(default_factory=list)
+
+  @property
+  def checked(self) -> int:
+    return sum(k.comparison.checked for k in self.kernels)
+
+  @property
+  def undefined(self) -> int:
+    return sum(k.comparison.undefined for k in self.kernels)
+
+  @property
+  def unbounded(self) -> int:
+    return sum(k.comparison.unbounded for k in self.kernels)
+
+  @property
+  def worst_ulp(self) -> int:
+    return max((k.comparison.worst_ulp for k in self.kernels), default=0)
+
+  @property
+  def ok(self) -> bool:
+    return all(k.comparison.ok for k in self.kernels)
+
+
+def _short(x: Any, limit: int = 300) -> str:
+  text = np.array2string(np.asarray(x), threshold=24, edgeitems=3) if isinstance(x, np.ndarray) else repr(x)
+  return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _as_tensors(inputs: tuple) -> list[Any]:
+  from refgrad.tensor import Tensor
+  return [x if isinstance(x, Tensor) else Tensor(x, device="PYTHON") for x in inputs]
+
+
+def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray]) -> np.ndarray:
+  """Run one kernel on `device`, its inputs copied from the reference's buffers."""
+  out = item.buffers[0]
+  buffers = [Buffer(device, out.size, out.dtype)]
+  buffers += [Buffer(device, b.size, b.dtype).copyin(x) for b, x in zip(item.buffers[1:], inputs[1:])]
+  run_schedule([ScheduleItem(item.ast, tuple(buffers))])
+  return buffers[0].numpy()
+
+
+def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, expected: np.ndarray,
+            result: Comparison, inputs: tuple) -> str:
+  program = compile_ast(item.ast)
+  shape = item.ast.src[0].src[1].shape
+  lines = [f"{device} differs from the reference in kernel {index} ({program.name}, output "
+           f"{result.dtype.name}{list(shape)}): {result.mismatch_count} of {result.checked} checked lanes "
+           f"({result.undefined} undefined, {result.unbounded} unbounded skipped)"]
+  for flat in result.mismatches:
+    where = tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
+    a, e = actual[flat], expected[flat]
+    ulps = ""
+    if result.dtype.kind == "f":
+      ulps = f", {int(ulp_distance(np.array([a]), np.array([e]))[0])} ulp apart"
+    lines.append(f"  at {where}: device {a!s}, reference {e!s}{ulps}")
+  lines.append("program inputs:")
+  lines += [f"  input {i}: {_short(x)}" for i, x in enumerate(inputs)]
+  try:
+    source = Device[device].render(program)
+  except Exception as e:  # the renderer itself may be what is broken
+    source = f"(rendering failed: {type(e).__name__}: {e})"
+  lines += [f"kernel source on {device}:", source]
+  return "\n".join(lines)
+
+
+def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str,
+                            raise_on_mismatch: bool = True) -> ReferenceReport:
+  """Run `fn(*tensors)` (one Tensor or a tuple of them) on `device` and on PYTHON and compare every kernel.
+
+  `inputs` are numpy arrays or Python values (made into PYTHON tensors) or PYTHON tensors. Raises
+  ReferenceMismatch explaining the first differing kernel: indices, both values, ULP distance, the inputs
+  and the kernel's source on the device. Returns a ReferenceReport."""
+  device = Device.canonicalize(device)
+  outputs = fn(*_as_tensors(inputs))
+  outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+  items, _ = create_schedule([t.uop for t in outputs])
+  report = ReferenceReport(device)
+  for index, item in enumerate(items):
+    run_schedule([item])  # the reference
+    if item.is_copy:
+      continue
+    contents = [b.numpy() for b in item.buffers]
+    expected, bound, undefined = kernel_error_bounds(item.ast, dict(enumerate(contents)))
+    reference_undefined = item.buffers[0].undefined
+    if reference_undefined is not None:
+      undefined = reference_undefined if undefined is None else undefined | reference_undefined
+    actual = _device_run(item, device, contents)
+    result = compare(actual, contents[0], undefined, abs_bound=bound)
+    report.kernels.append(KernelResult(compile_ast(item.ast).name, result))
+    if not result.ok and raise_on_mismatch:
+      raise ReferenceMismatch(explain(item, index, device, actual, contents[0], result, inputs))
+  return report

@@ -1,0 +1,122 @@
+"""Deliberately broken devices, derived from the PYTHON interpreter, to prove the oracle kit catches bugs.
+
+Each one rewrites the program it is given with one wrong rule, the kind of mistake a backend author makes,
+then interprets it. Load it as a plugin: `refgrad check --plugin tests/broken_devices.py --device BROKEN_...`
+or `refgrad.plugins.register(module)`.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+
+from refgrad.codegen.linearize import Program
+from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.dtype import dtypes
+from refgrad.hookspecs import hookimpl
+from refgrad.interp.device import PythonAllocator
+from refgrad.interp.kernel import PythonKernel
+from refgrad.rewrite import PatternMatcher, UPat
+from refgrad.uop import Ops, UOp
+
+SIGNED = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+
+
+def _not(x: UOp) -> UOp:
+  return x.alu(Ops.XOR, UOp.const(dtypes.bool, True))
+
+
+def _floor_division(a: UOp, b: UOp) -> UOp:
+  q, r = a.alu(Ops.IDIV, b), a.alu(Ops.MOD, b)
+  zero = UOp.const(a.dtype, 0)
+  fix = r.alu(Ops.CMPNE, zero).alu(Ops.AND, a.alu(Ops.CMPLT, zero).alu(Ops.CMPNE, b.alu(Ops.CMPLT, zero)))
+  return fix.where(q.alu(Ops.ADD, UOp.const(a.dtype, -1)), q)
+
+
+def _saturate(c: UOp, x: UOp) -> UOp | None:
+  if not (dtypes.is_int(c.dtype) and dtypes.is_int(x.dtype)) or c.dtype.itemsize >= x.dtype.itemsize:
+    return None
+  lo, hi = UOp.const(x.dtype, dtypes.min(c.dtype)), UOp.const(x.dtype, dtypes.max(c.dtype))
+  clamped = x.alu(Ops.CMPLT, lo).where(lo, hi.alu(Ops.CMPLT, x).where(hi, x))
+  return UOp(Ops.CAST, c.dtype, (clamped,))
+
+
+def _ten_ulp(e: UOp) -> UOp:
+  eps = float(ml_dtypes.finfo(e.dtype.np).eps)
+  return e.alu(Ops.MUL, UOp.const(e.dtype, 1 + 10 * eps))
+
+
+BUGS: dict[str, PatternMatcher] = {
+  "BROKEN_CMPLT": PatternMatcher([  # a < b rendered as a <= b
+    (UPat(Ops.CMPLT, name="c"), lambda c: c.alu(Ops.OR, _not(c.src[0].alu(Ops.CMPNE, c.src[1]))))]),
+  "BROKEN_MAX_NAN": PatternMatcher([  # fmax-style: a NaN operand is dropped
+    (UPat(Ops.MAX, dtype=FLOATS, name="m"), lambda m: m.src[0].alu(Ops.CMPNE, m.src[0]).where(
+      m.src[1], m.src[1].alu(Ops.CMPNE, m.src[1]).where(m.src[0], m)))]),
+  "BROKEN_IDIV": PatternMatcher([  # integer division that floors instead of truncating
+    (UPat(Ops.IDIV, dtype=SIGNED, name="d"), lambda d: _floor_division(*d.src))]),
+  "BROKEN_PAD": PatternMatcher([  # an off-by-one in padded (gated) loads
+    (UPat(Ops.LOAD, src=(UPat(name="p"), UPat(name="i"), UPat(name="v")), name="ld"),
+     lambda ld, p, i, v: ld.replace(src=(p, i.alu(Ops.ADD, UOp.const(i.dtype, 1)), v)))]),
+  "BROKEN_CAST": PatternMatcher([  # narrowing int casts saturate where the spec wraps
+    (UPat(Ops.CAST, src=(UPat(name="x"),), name="c"), _saturate)]),
+  "BROKEN_EXP2": PatternMatcher([  # a transcendental 10 ULP off
+    (UPat(Ops.EXP2, dtype=FLOATS, name="e"), _ten_ulp)]),
+}
+
+
+def rewrite_program(program: Program, rules: PatternMatcher) -> Program:
+  """Apply `rules` once to each uop, in order, splicing any new nodes in before their first use."""
+  mapping: dict[UOp, UOp] = {}
+  order: list[UOp] = []
+  placed: set[UOp] = set()
+  for u in program.uops:
+    rebuilt = u.replace(src=tuple(mapping.get(s, s) for s in u.src))
+    new = rules.rewrite(rebuilt) or rebuilt
+    for node in new.toposort:
+      if node not in placed:
+        placed.add(node)
+        order.append(node)
+    mapping[u] = new
+  return Program(program.name, tuple(order), program.global_shape, program.key)
+
+
+def make_broken(name: str) -> DeviceImpl:
+  rules = BUGS[name]
+  return DeviceImpl(name, PythonAllocator(), interpret=lambda program: PythonKernel(rewrite_program(program, rules)))
+
+
+
+
+# ---- devices that take the whole process down, for the fuzzer's worker isolation (never run them in-process)
+def _crash_on_max(program: Program):
+  import ctypes
+  kernel = PythonKernel(program)
+
+  def run(*handles):
+    if any(u.op is Ops.MAX for u in program.uops):
+      ctypes.string_at(0)  # a segfault, as a buggy native backend would
+    kernel(*handles)
+  return run
+
+
+def _hang_on_max(program: Program):
+  import time
+  kernel = PythonKernel(program)
+
+  def run(*handles):
+    while any(u.op is Ops.MAX for u in program.uops):
+      time.sleep(1)
+    kernel(*handles)
+  return run
+
+
+FATAL = {"CRASHY_SEGFAULT": _crash_on_max, "CRASHY_HANG": _hang_on_max}
+
+
+@hookimpl
+def refgrad_devices() -> list[DeviceSpec]:
+  specs = [DeviceSpec(name, lambda name=name: make_broken(name), plugin="tests.broken_devices") for name in BUGS]
+  return specs + [DeviceSpec(name, lambda name=name: make_fatal(name), plugin="tests.broken_devices") for name in FATAL]
+
+
+def make_fatal(name: str) -> DeviceImpl:
+  return DeviceImpl(name, PythonAllocator(), interpret=FATAL[name])

@@ -1,0 +1,84 @@
+"""The oracle kit catches real bugs: deliberately broken devices (tests/broken_devices.py) fail `refgrad check`
+and `refgrad fuzz`, crashing and hanging backends become findings, and correct devices raise no false alarm."""
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refgrad import Device, plugins
+from refgrad.cli import main
+
+BROKEN_FILE = str(Path(__file__).with_name("broken_devices.py"))
+sys.path.insert(0, str(Path(__file__).parent))
+import broken_devices  # noqa: E402
+
+if "BROKEN_CMPLT" not in Device.available():
+  plugins.register(broken_devices, name="tests.broken_devices")
+
+CORRECT = [d for d in ("PYTHON", "CLANG", "LLVM", "OPENCL") if d in Device.available()]
+
+
+@pytest.mark.parametrize("device", sorted(broken_devices.BUGS))
+def test_check_detects_each_broken_device(device, tmp_path, capsys):
+  report = tmp_path / "report.json"
+  assert main(["check", "--device", device, "--json", str(report)]) == 1
+  results = json.loads(report.read_text())
+  assert results["summary"]["fail"] > 0
+  assert all(c["status"] == "pass" for c in results["cases"] if c["status"] != "fail")
+
+
+@pytest.mark.parametrize("device", CORRECT)
+def test_check_passes_correct_devices(device, tmp_path):
+  html, report = tmp_path / "report.html", tmp_path / "report.json"
+  assert main(["check", "--device", device, "--json", str(report), "--html", str(html)]) == 0
+  assert json.loads(report.read_text())["summary"]["fail"] == 0
+  assert "<table>" in html.read_text() and "http" not in html.read_text()  # self-contained
+
+
+@pytest.mark.parametrize("device", sorted(broken_devices.BUGS))
+def test_fuzz_detects_each_broken_device_within_a_minute(device, tmp_path):
+  findings = tmp_path / "findings"
+  code = main(["fuzz", "--device", device, "--seconds", "60", "--max-findings", "1", "--findings", str(findings),
+               "--plugin", BROKEN_FILE])
+  written = list(findings.glob("test_finding_*.py"))
+  assert code == 1 and written
+  module = runpy.run_path(str(written[0]))  # the finding is a standalone reproducer: it must fail the same way
+  with pytest.raises(AssertionError, match="differs from the reference"):
+    module["test_finding"]()
+
+
+@pytest.mark.parametrize("device,kind", [("CRASHY_SEGFAULT", "crash"), ("CRASHY_HANG", "hang")])
+def test_fuzz_survives_crashing_and_hanging_backends(device, kind, tmp_path, capsys):
+  findings = tmp_path / "findings"
+  code = main(["fuzz", "--device", device, "--seconds", "40", "--max-findings", "1", "--timeout", "3",
+               "--findings", str(findings), "--plugin", BROKEN_FILE])
+  out = capsys.readouterr().out
+  assert code == 1 and f"finding ({kind})" in out and "programs/s" in out
+
+
+@pytest.mark.parametrize("device", CORRECT)
+def test_fuzz_finds_nothing_on_correct_devices(device, tmp_path, capsys):
+  findings = tmp_path / "findings"
+  assert main(["fuzz", "--device", device, "--seconds", "15", "--findings", str(findings)]) == 0
+  assert not findings.exists() and "programs/s" in capsys.readouterr().out
+
+
+def test_check_against_reference_explains_a_mismatch():
+  from refgrad.testing.reference import ReferenceMismatch, check_against_reference
+  x = np.array([1.0, 2.0, float("nan"), -0.0], dtype=np.float32)
+  with pytest.raises(ReferenceMismatch) as info:
+    check_against_reference(lambda t: t.maximum(1.5), x, device="BROKEN_MAX_NAN")
+  message = str(info.value)
+  assert "at (2,): device 1.5, reference nan" in message
+  assert "input 0:" in message and "kernel source on BROKEN_MAX_NAN" in message
+
+
+def test_reduction_bounds_are_rigorous_not_arbitrary():
+  """A float sum on CLANG may differ from the reference (order is free) but stays within gamma_n*sum|x|."""
+  from refgrad.testing.reference import check_against_reference
+  x = np.random.default_rng(3).standard_normal(100_000).astype(np.float32) * 1e3
+  report = check_against_reference(lambda t: t.sum(), x, device=CORRECT[-1])
+  assert report.ok and report.checked == 1
