@@ -133,7 +133,8 @@ class _Bounds:
     own = 0.0
     if u.op in alu.TRANSCENDENTAL:
       result = _f64(self.value(u))
-      own = np.where(np.isfinite(result), alu.ULP_BOUNDS[u.op][u.dtype] * ulp_of(result, u.dtype), 0.0)  # inf, NaN exact
+      allowed = alu.ULP_BOUNDS[u.op][u.dtype] * ulp_of(result, u.dtype)
+      own = np.where(np.isfinite(result), allowed, 0.0)  # inf and NaN results are exact
       if u.op is Ops.SIN:
         own = np.where(np.abs(srcs[0]) <= alu.SIN_EXACT_RANGE, own, np.inf)
     if not any(np.any(e) for e in errs):
