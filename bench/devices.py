@@ -13,9 +13,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from refgrad import Device, Tensor
-from refgrad.codegen.linearize import compile_ast
-from refgrad.device import cached_compile
+os.environ.setdefault("POCL_KERNEL_CACHE", "0")  # PoCL's own kernel cache would make every "cold" build warm
+
+from refgrad import Device, Tensor  # noqa: E402
+from refgrad.codegen.linearize import compile_ast  # noqa: E402
+from refgrad.device import cached_compile  # noqa: E402
 
 
 def best_time(fn: Callable[[], object], repeat: int = 5) -> float:
@@ -48,22 +50,31 @@ def workloads(device: str) -> list[tuple[str, Callable, Callable, float]]:
   ]
 
 
-def compile_latency(device: str) -> tuple[float, float]:
-  """Seconds to get a runnable binary for a fresh kernel: cold (empty cache) and warm (cached on disk)."""
+def finished(fn: Callable[[], object], device: str) -> Callable[[], None]:
+  """fn, then wait for the device: OPENCL launches asynchronously, so realize() returns before the kernel ends."""
+  def run() -> None:
+    fn()
+    Device[device].synchronize()
+  return run
+
+
+def compile_latency(device: str) -> tuple[float, float, float]:
+  """Seconds to get a runnable binary for a fresh kernel: cold (empty cache) and warm (cached on disk), and
+  to load that binary into a runner."""
   impl = Device[device]
   if impl.compiler is None:
-    return 0.0, 0.0
+    return 0.0, 0.0, 0.0
   x = Tensor(np.arange(16, dtype=np.float32), device=device)
-  program = compile_ast(((x * 1.5 + 2.5) * x).schedule()[-1].ast)
+  program = compile_ast(((x * 1.5 + 2.5) * x).schedule()[-1].ast, impl.caps)
   source = impl.render(program)
   with tempfile.TemporaryDirectory() as tmp:
     os.environ["REFGRAD_CACHE"] = tmp
     start = time.perf_counter()
-    cached_compile(impl.compiler, source)
+    binary = cached_compile(impl.compiler, source)
     cold = time.perf_counter() - start
     warm = best_time(lambda: cached_compile(impl.compiler, source), repeat=20)
     del os.environ["REFGRAD_CACHE"]
-  return cold, warm
+  return cold, warm, best_time(lambda: impl.runtime.load(binary, program), repeat=5)
 
 
 def main() -> None:
@@ -71,11 +82,12 @@ def main() -> None:
   parser.add_argument("--devices", nargs="*", default=Device.available())
   args = parser.parse_args()
   for device in args.devices:
-    cold, warm = compile_latency(device)
-    print(f"\n{device}: compile latency cold {cold * 1e3:.1f} ms, warm-cache lookup {warm * 1e3:.3f} ms")
+    cold, warm, load = compile_latency(device)
+    print(f"\n{device}: compile latency cold {cold * 1e3:.1f} ms, warm-cache lookup {warm * 1e3:.3f} ms, "
+          f"load {load * 1e3:.2f} ms")
     print(f"  {'workload':34s} {'numpy ms':>9s} {device + ' ms':>11s} {'ratio':>7s} {'GFLOPS':>7s}")
     for name, np_fn, rg_fn, flops in workloads(device):
-      t_np, t_rg = best_time(np_fn), best_time(rg_fn, repeat=3)
+      t_np, t_rg = best_time(np_fn), best_time(finished(rg_fn, device), repeat=3)
       gflops = f"{flops / t_rg / 1e9:7.2f}" if flops else ""
       print(f"  {name:34s} {t_np * 1e3:9.2f} {t_rg * 1e3:11.2f} {t_rg / t_np:6.1f}x {gflops}")
 

@@ -35,6 +35,13 @@ class Capabilities:
   local_memory: int = 0                # bytes of work-group local memory (0: none)
   max_global_size: tuple[int, ...] | None = None
   max_local_size: int = 1
+  # how a grouped reduction shares iterations among a work-group's items: interleaved, so neighbouring items read
+  # neighbouring addresses together (GPU), or in contiguous runs, one per item (CPU OpenCL runs items one by one)
+  interleaved_groups: bool = True
+
+
+class UnsupportedDTypeError(TypeError):
+  """A kernel computes with a dtype that its device does not support (not in its `Capabilities.dtypes`)."""
 
 
 class Renderer(Protocol):
@@ -81,7 +88,22 @@ class DeviceImpl:
       runner = self._runners[program.key] = self._build_runner(program)
     return runner
 
+  def synchronize(self) -> None:
+    """Wait for every kernel launched on this device (runtimes that launch asynchronously have `synchronize`)."""
+    if (wait := getattr(self.runtime, "synchronize", None)) is not None:
+      wait()
+
+  def check_dtypes(self, program: Any) -> None:
+    """Raise UnsupportedDTypeError if the program uses a dtype this device does not claim."""
+    missing = {u.dtype for u in program.uops} & set(ALL_DTYPES.values()) - self.caps.dtypes
+    if missing:
+      names = ", ".join(sorted(d.name for d in missing))
+      supported = ", ".join(d.name for d in ALL_DTYPES.values() if d in self.caps.dtypes)
+      raise UnsupportedDTypeError(f"device {self.name} does not support {names} (kernel {program.name}); "
+                                  f"it supports {supported}")
+
   def _build_runner(self, program: Any) -> Runner:
+    self.check_dtypes(program)
     if self.interpret is not None:
       return self.interpret(program)
     source = self.render(program)

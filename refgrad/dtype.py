@@ -112,10 +112,29 @@ class dtypes:  # noqa: N801 -- lower-case namespace, as in tinygrad and torch
   def fields() -> dict[str, DType]:
     return dict(ALL_DTYPES)
 
+  @staticmethod
+  def finfo(dt: DType) -> tuple[int, int]:
+    """(exponent bits, mantissa bits) of a float dtype, as tinygrad; TypeError for other dtypes."""
+    if dt.kind != "f":
+      raise TypeError(f"finfo needs a float dtype, got {dt.name}")
+    return FLOAT_FORMATS[dt.name]
+
+  @staticmethod
+  def as_const(value: Any, dt: DType) -> Any:
+    """value as the Python scalar a constant of dt holds (bool, int with C-style wraparound, or float)."""
+    return as_python_scalar(dt, value)
+
 
 ALL_DTYPES: dict[str, DType] = {v.name: v for v in vars(dtypes).values() if isinstance(v, DType)}
 # void: the dtype of nodes that yield no value (STORE, SINK, RANGE ends); not a tensor dtype
 dtypes.void = DType("void", 0, "v", -1)
+# the dtypes of each kind, as tinygrad lists them
+dtypes.floats = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+dtypes.ints = dtypes.uints + dtypes.sints
+FLOAT_FORMATS: dict[str, tuple[int, int]] = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23),
+                                             "float64": (11, 52)}
 DTYPES_BY_PRIORITY: list[DType] = sorted(ALL_DTYPES.values(), key=lambda d: d.priority)
 
 _TO_NUMPY: dict[str, np.dtype] = {name: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)

@@ -12,6 +12,6 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       dest, src = item.buffers
       dest.copyin(src.numpy())
       continue
-    program = compile_ast(item.ast)
     device = Device[item.buffers[0].device]
+    program = compile_ast(item.ast, device.caps)
     device.get_runner(program)(*(b.handle for b in item.buffers))

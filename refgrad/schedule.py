@@ -74,6 +74,8 @@ class _KernelBuilder:
       if not top:
         return self.input_from(node)
       return node.replace(src=(self.build(node.src[0], False),))
+    if node.op is Ops.DETACH:  # only autograd sees it: the value passes through
+      return self.build(node.src[0], top)
     if node.op in (Ops.CONST, Ops.DEVICE):
       return node
     keeps_top = top and node.op is not Ops.EXPAND  # an expanded reduce would be recomputed per copy

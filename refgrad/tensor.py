@@ -14,8 +14,11 @@ import numpy as np
 
 from refgrad.device import Buffer, Device
 from refgrad.dtype import DType, dtypes, from_numpy, least_upper_dtype, to_dtype
+from refgrad.frontend.autograd import AutogradMixin
 from refgrad.frontend.elementwise import ElementwiseMixin
 from refgrad.frontend.movement import MovementMixin
+from refgrad.frontend.nn_functional import NNFunctionalMixin
+from refgrad.frontend.random import RandomMixin
 from refgrad.frontend.reduce import ReduceMixin
 from refgrad.realize import run_schedule
 from refgrad.schedule import ScheduleItem, buffer_node, create_schedule
@@ -88,15 +91,13 @@ def _nested_shape_and_kind(data: Any) -> tuple[Shape, DType]:
   raise TypeError(f"cannot make a Tensor from an element of type {type(data).__name__}: {data!r}")
 
 
-class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
+class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, NNFunctionalMixin, RandomMixin, AutogradMixin):
   """A lazily evaluated n-dimensional array on a device."""
-  __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
-  training: bool = False
-  no_grad: bool = False
+  __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
-    self.requires_grad, self.grad = requires_grad, None
+    self.requires_grad, self.grad = requires_grad, None  # the setter registers tensors that want gradients
     dtype = to_dtype(dtype) if dtype is not None else None
     device = Device.canonicalize(device)
     if isinstance(data, UOp):
@@ -117,7 +118,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
   def _from(cls, uop: UOp) -> Tensor:
     """Wrap a graph node (no checks, no device lookup): what every method returns."""
     t = object.__new__(cls)
-    t.uop, t.requires_grad, t.grad = uop, None, None
+    t.uop, t._requires_grad, t.grad = uop, None, None
     return t
 
   def _const(self, value: Scalar, dtype: DType | None = None) -> Tensor:
@@ -127,33 +128,78 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
   # ---- properties
   @property
   def shape(self) -> Shape:
+    """The size of each dim.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).shape
+    (2, 3)
+    """
     return self.uop.shape
 
   @property
   def dtype(self) -> DType:
+    """The element type.
+
+    >>> Tensor([1.5]).dtype
+    dtypes.float32
+    """
     return self.uop.dtype
 
   @property
   def device(self) -> str:
+    """The name of the device that holds (or will compute) the data.
+
+    >>> Tensor([1], device="PYTHON").device
+    'PYTHON'
+    """
     return self.uop.device
 
   @property
   def ndim(self) -> int:
+    """The number of dims.
+
+    >>> Tensor([[1], [2]]).ndim
+    2
+    """
     return len(self.shape)
 
   def numel(self) -> int:
+    """The number of elements.
+
+    >>> Tensor.zeros(2, 3).numel()
+    6
+    """
     return prod(self.shape)
 
   def element_size(self) -> int:
+    """Bytes per element.
+
+    >>> Tensor([1], dtype=dtypes.int16).element_size()
+    2
+    """
     return self.dtype.itemsize
 
   def nbytes(self) -> int:
+    """Bytes of all elements.
+
+    >>> Tensor.zeros(2, 3).nbytes()
+    24
+    """
     return self.numel() * self.element_size()
 
   def size(self, dim: int | None = None) -> Shape | int:
+    """The shape, or the size of one dim.
+
+    >>> Tensor.zeros(2, 3).size(-1)
+    3
+    """
     return self.shape if dim is None else self.shape[normalize_dim(dim, self.ndim)]
 
   def is_floating_point(self) -> bool:
+    """True for float dtypes.
+
+    >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+    (True, False)
+    """
     return dtypes.is_float(self.dtype)
 
   def __len__(self) -> int:
@@ -174,21 +220,42 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
   @staticmethod
   def full(shape: Any, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None,
            **kwargs: Any) -> Tensor:
+    """A tensor of the given shape filled with fill_value (its dtype from the value unless given). Costs no memory
+    until a kernel reads it.
+
+    >>> Tensor.full((2, 2), 7).tolist()
+    [[7, 7], [7, 7]]
+    """
     shape = _check_shape(shape_args((shape,)) if not isinstance(shape, (tuple, list)) else tuple(shape), "full")
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
-    const = Tensor(_const_uop(fill_value, dt, Device.canonicalize(device)), **kwargs)
-    return const.reshape((1,) * len(shape)).expand(shape)
+    const = Tensor(_const_uop(fill_value, dt, Device.canonicalize(device)))
+    return Tensor(const.reshape((1,) * len(shape)).expand(shape).uop, **kwargs)  # kwargs: requires_grad
 
   @staticmethod
   def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+    """Zeros of the given shape (default float dtype).
+
+    >>> Tensor.zeros(2, 3).tolist()
+    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
     return Tensor.full(shape_args(shape), 0, dtype or dtypes.default_float, device, **kwargs)
 
   @staticmethod
   def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+    """Ones of the given shape (default float dtype).
+
+    >>> Tensor.ones((2,), dtype=dtypes.int8).tolist()
+    [1, 1]
+    """
     return Tensor.full(shape_args(shape), 1, dtype or dtypes.default_float, device, **kwargs)
 
   @staticmethod
   def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+    """A tensor with an uninitialized buffer.
+
+    >>> Tensor.empty(2, 3, dtype=dtypes.int16).shape
+    (2, 3)
+    """
     shape = _check_shape(shape_args(shape), "empty")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     return Tensor(buffer_node(Buffer(Device.canonicalize(device), prod(shape), dt), shape), **kwargs)
@@ -196,6 +263,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
   @staticmethod
   def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | str | None = None,
              device: str | None = None, **kwargs: Any) -> Tensor:
+    """start, start + step, ... up to but excluding stop (one argument: 0 .. stop-1). Ints give default_int, any
+    float gives default_float.
+
+    >>> Tensor.arange(5).tolist(), Tensor.arange(1, 2, 0.25).tolist()
+    ([0, 1, 2, 3, 4], [1.0, 1.25, 1.5, 1.75])
+    """
     if stop is None:
       start, stop = 0, start
     if step == 0:
@@ -209,32 +282,108 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
   @staticmethod
   def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
           **kwargs: Any) -> Tensor:
+    """The n x m identity matrix (m defaults to n).
+
+    >>> Tensor.eye(2, 3, dtype=dtypes.int32).tolist()
+    [[1, 0, 0], [0, 1, 0]]
+    """
     m = n if m is None else m
     _check_shape((n, m), "eye")
     rows = Tensor.arange(n, device=device).reshape(n, 1)
     cols = Tensor.arange(m, device=device).reshape(1, m)
     return Tensor((rows == cols).cast(to_dtype(dtype) if dtype else dtypes.default_float).uop, **kwargs)
 
-  def full_like(self, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-    return Tensor.full(self.shape, fill_value, dtype or self.dtype, device or self.device)
+  @staticmethod
+  def linspace(start: Scalar, stop: Scalar, steps: int, dtype: DType | str | None = None, device: str | None = None,
+               **kwargs: Any) -> Tensor:
+    """`steps` evenly spaced values from start to stop, both included (computed like torch: the first half counts
+    up from start, the second half down from stop).
+
+    >>> Tensor.linspace(0, 1, 5).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
+      raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
+    if steps < 0:
+      raise ShapeError(f"linspace: number of steps must be non-negative, got {steps}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    step = (stop - start) / (steps - 1) if steps > 1 else 0.0
+    i = np.arange(steps, dtype=np.float64)
+    values = np.where(i < steps // 2, start + step * i, stop - step * (steps - 1 - i)) if steps > 1 else i + start
+    values = np.trunc(values) if dt.kind in "iu" else values  # ints truncate toward zero, as in torch
+    return Tensor(values.astype(np.float64 if dt == dtypes.bfloat16 else dt.np).astype(dt.np), device=device,
+                  **kwargs)
+
+  def full_like(self, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None,
+                **kwargs: Any) -> Tensor:
+    """A tensor of self's shape (and dtype and device, unless given) filled with fill_value.
+
+    >>> Tensor([[1, 2, 3]]).full_like(7).tolist()
+    [[7, 7, 7]]
+    """
+    return Tensor.full(self.shape, fill_value, dtype or self.dtype, device or self.device, **kwargs)
 
   def zeros_like(self, **kwargs: Any) -> Tensor:
+    """Zeros of self's shape (dtype and device as self unless given).
+
+    >>> Tensor([1.5, 2.5]).zeros_like(dtype=dtypes.int8).tolist()
+    [0, 0]
+    """
     return self.full_like(0, **kwargs)
 
   def ones_like(self, **kwargs: Any) -> Tensor:
+    """Ones of self's shape (dtype and device as self unless given).
+
+    >>> Tensor([True, False]).ones_like().tolist()
+    [True, True]
+    """
     return self.full_like(1, **kwargs)
 
   @staticmethod
   def from_uop(uop: UOp, **kwargs: Any) -> Tensor:
+    """Wrap a graph node.
+
+    >>> Tensor.from_uop(Tensor([1, 2]).uop).tolist()
+    [1, 2]
+    """
     return Tensor(uop, **kwargs)
+
+  @staticmethod
+  def from_blob(ptr: int, shape: Any, dtype: DType | str | None = None, device: str | None = None,
+                **kwargs: Any) -> Tensor:
+    """A tensor made from `prod(shape)` elements in host memory at address ptr. The memory is copied now, so it
+    may be freed afterwards (tinygrad shares it instead).
+
+    >>> import numpy as np
+    >>> a = np.array([1.5, 2.5], dtype=np.float32)
+    >>> Tensor.from_blob(a.ctypes.data, (2,), dtype=dtypes.float32).tolist()
+    [1.5, 2.5]
+    """
+    import ctypes
+    if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr <= 0:
+      raise TypeError(f"from_blob: ptr must be a (non-null) memory address int, got {ptr!r}")
+    shape = _check_shape(shape_args((shape,)) if not isinstance(shape, (tuple, list)) else tuple(shape), "from_blob")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    raw = (ctypes.c_char * (prod(shape) * dt.itemsize)).from_address(ptr)
+    return Tensor(np.frombuffer(raw, dtype=dt.np).reshape(shape).copy(), device=device, **kwargs)
 
   # ---- realizing and reading data
   def schedule(self, *others: Tensor) -> list[ScheduleItem]:
-    """The kernels that realizing these tensors would run (nothing runs)."""
+    """The kernels that realizing these tensors would run (nothing runs).
+
+    >>> len((Tensor([1, 2]) + 1).schedule())
+    1
+    """
     items, _ = create_schedule([t.uop for t in (self, *others)])
     return items
 
   def realize(self, *others: Tensor) -> Tensor:
+    """Run the kernels that compute these tensors; each then holds a buffer. Returns self.
+
+    >>> t = (Tensor([1, 2]) * 2).realize()
+    >>> len(t.schedule())
+    0
+    """
     tensors = (self, *others)
     items, buffers = create_schedule([t.uop for t in tensors])
     run_schedule(items)  # if this raises, no tensor has been changed
@@ -248,17 +397,37 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
     return node.arg
 
   def numpy(self) -> np.ndarray:
+    """The values as a numpy array (realizes).
+
+    >>> Tensor([[1, 2]]).numpy()
+    array([[1, 2]], dtype=int32)
+    """
     return self._buffer().numpy().reshape(self.shape)
 
   def tolist(self) -> Any:
+    """The values as nested Python lists (realizes).
+
+    >>> Tensor([[True], [False]]).tolist()
+    [[True], [False]]
+    """
     return self.numpy().tolist()
 
   def item(self) -> Scalar:
+    """The one value of a one-element tensor, as a Python scalar.
+
+    >>> Tensor([[2.5]]).item()
+    2.5
+    """
     if self.numel() != 1:
       raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}")  # torch: RuntimeError
     return self.numpy().reshape(()).item()
 
   def data(self) -> memoryview:
+    """The values as a memoryview (realizes).
+
+    >>> Tensor([1, 2]).data().tolist()
+    [1, 2]
+    """
     array = self.numpy()
     if self.dtype == dtypes.bfloat16:
       raise TypeError("memoryview cannot hold bfloat16; use numpy()")
@@ -266,17 +435,79 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin):
       array.dtype.char, ())
 
   def contiguous(self) -> Tensor:
+    """The same values, computed into a buffer of their own when realized (a kernel boundary).
+
+    >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
+    [[1, 3], [2, 4]]
+    """
     return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
   def to(self, device: str) -> Tensor:
+    """A copy on another device (self if it is already there).
+
+    >>> Tensor([1, 2]).to("PYTHON").device
+    'PYTHON'
+    """
     device = Device.canonicalize(device)
     return self if device == self.device else Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), device))
 
+  def to_(self, device: str) -> Tensor:
+    """Move this tensor to another device, in place; returns self.
+
+    >>> t = Tensor([1, 2])
+    >>> t.to_("PYTHON") is t, t.device
+    (True, 'PYTHON')
+    """
+    return self.replace(self.to(device))
+
   def clone(self) -> Tensor:
+    """A copy with a buffer of its own.
+
+    >>> Tensor([1, 2]).clone().tolist()
+    [1, 2]
+    """
     return self.contiguous()
 
   def detach(self) -> Tensor:
-    return Tensor(self.uop)
+    """The same values, cut off from autograd.
+
+    >>> Tensor([1.0], requires_grad=True).detach().requires_grad is None
+    True
+    """
+    return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+  def assign(self, x: Any) -> Tensor:
+    """Give this tensor x's value (x: a tensor of the same shape, dtype and device, or data to make one); returns
+    self. Lazy, like every op; other tensors made from self's old value keep that value.
+
+    >>> t = Tensor([1, 2, 3])
+    >>> t.assign(t * 10).tolist()
+    [10, 20, 30]
+    """
+    if not isinstance(x, Tensor):
+      x = Tensor(x, device=self.device, dtype=self.dtype)
+    if x.shape != self.shape:
+      raise ShapeError(f"assign: shape {x.shape} does not match the tensor's shape {self.shape}")
+    if x.dtype != self.dtype:
+      raise TypeError(f"assign: dtype {x.dtype.name} does not match the tensor's dtype {self.dtype.name}")
+    if x.device != self.device:
+      raise RuntimeError(f"assign: device {x.device} does not match the tensor's device {self.device}")
+    self.uop = x.uop
+    return self
+
+  def replace(self, x: Tensor) -> Tensor:
+    """Make this tensor hold x's data (same shape; dtype and device may differ); returns self.
+
+    >>> t = Tensor([1, 2])
+    >>> t.replace(Tensor([0.5, 1.5])).dtype
+    dtypes.float32
+    """
+    if not isinstance(x, Tensor):
+      raise TypeError(f"replace: expected a Tensor, got {type(x).__name__}")
+    if x.shape != self.shape:
+      raise ShapeError(f"replace: shape {x.shape} does not match the tensor's shape {self.shape}")
+    self.uop = x.uop
+    return self
 
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     return self.numpy() if dtype is None else self.numpy().astype(dtype)

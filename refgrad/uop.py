@@ -25,10 +25,12 @@ class Ops(Enum):
   CONST = auto(); DEVICE = auto(); BUFFER = auto()  # noqa: E702
   # tensor graph: movement, reduce, realization points
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
-  REDUCE_AXIS = auto(); CONTIGUOUS = auto(); COPY = auto(); ASSIGN = auto()  # noqa: E702
+  REDUCE_AXIS = auto(); CONTIGUOUS = auto(); COPY = auto(); ASSIGN = auto(); DETACH = auto()  # noqa: E702
   # kernel programs
   PARAM = auto(); SPECIAL = auto(); RANGE = auto(); REDUCE = auto(); LOAD = auto(); STORE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACCUMULATE = auto(); ENDRANGE = auto(); SINK = auto()  # noqa: E702
+  # GPU-shaped kernel programs (codegen/gpu.py): work-group indices, local memory, barriers
+  LOCAL_INDEX = auto(); GROUP_INDEX = auto(); DEFINE_LOCAL = auto(); BARRIER = auto()  # noqa: E702
 
   def __repr__(self) -> str:
     return f"Ops.{self.name}"
@@ -258,6 +260,7 @@ SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.FLIP: lambda u: u.src[0].shape,
   Ops.REDUCE_AXIS: _reduce_shape,
   Ops.CONTIGUOUS: lambda u: u.src[0].shape,
+  Ops.DETACH: lambda u: u.src[0].shape,
   Ops.COPY: lambda u: u.src[0].shape,
   Ops.ASSIGN: lambda u: u.src[0].shape,
   Ops.CAST: lambda u: u.src[0].shape,

@@ -5,9 +5,11 @@ storage-level support for uint16, uint32 and uint64).
 """
 import ml_dtypes
 import numpy as np
+import pytest
 import torch
 
 from refgrad import Tensor, dtypes
+from refgrad.device import UnsupportedDTypeError
 
 ALL_DTYPES = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
               dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
@@ -18,6 +20,17 @@ NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES
 BF16 = np.dtype(ml_dtypes.bfloat16)
 NP_DTYPE = {d: (BF16 if d.name == "bfloat16" else np.dtype(d.name)) for d in ALL_DTYPES}
 TORCH_DTYPE = {d: getattr(torch, d.name) for d in ALL_DTYPES if d.name not in ("uint16", "uint32", "uint64")}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+  """A test that computes with a dtype its device does not claim (Capabilities.dtypes, e.g. float64 on an OpenCL
+  device without cl_khr_fp64) is skipped on that device, with the reason, rather than failed."""
+  outcome = yield
+  report = outcome.get_result()
+  if report.when == "call" and call.excinfo is not None and call.excinfo.errisinstance(UnsupportedDTypeError):
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), item.location[1], f"Skipped: {call.excinfo.value}")
 
 
 def ids(dts):

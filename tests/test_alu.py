@@ -471,7 +471,8 @@ def test_every_op_every_dtype(op: Ops, dt: DType):
   got = exec_alu(op, out_dt, *srcs)
   assert got.dtype == out_dt.np and got.shape == a.shape
   marks = undefined_lanes(op, out_dt, *srcs)
-  assert marks is None if op not in (Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR) else marks.shape == a.shape
+  has_undefined = op in (Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR) and dt.kind != "f"  # float MOD is total
+  assert marks.shape == a.shape if has_undefined else marks is None
 
 
 def test_exact_ops_and_ulp_table():
@@ -689,3 +690,26 @@ def test_reduce_rejects_bad_calls():
     exec_reduce(Ops.FDIV, dtypes.float32, np.zeros(3, np.float32), 0)
   with pytest.raises(TypeError):
     alu.reduce_identity(Ops.AND, dtypes.int32)
+
+
+# ---- float MOD: C fmod, exact
+FMOD_VALUES = [0.0, -0.0, 1.0, -1.0, 0.1, -0.1, 2.5, -7.0, 3.0, 1e-3, 65504.0, math.inf, -math.inf, math.nan]
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=ids(FLOATS))
+def test_float_mod_is_fmod(dt: DType):
+  """Float MOD is math.fmod of the two dtype values, with no rounding at all (fmod is exact in IEEE)."""
+  vals = np.array(FMOD_VALUES, np.float64).astype(dt.np)
+  a, b = np.meshgrid(vals, vals)
+  got = exec_alu(Ops.MOD, dt, a, b)
+  for x, y, r in zip(a.astype(np.float64).ravel(), b.astype(np.float64).ravel(), got.astype(np.float64).ravel()):
+    want = math.nan if math.isnan(x) or math.isnan(y) or math.isinf(x) or y == 0 else math.fmod(x, y)
+    assert (math.isnan(r) and math.isnan(want)) or (r == want and math.copysign(1, r) == math.copysign(1, want)), \
+      (x, y, r, want)
+  assert undefined_lanes(Ops.MOD, dt, a, b) is None
+
+
+def test_float_mod_exact_where_division_rounds():
+  # 1.0 / 0.1 rounds to 10, but 0.1 (float) is a little more than 1/10, so 9 * 0.1 fits into 1.0 and fmod is ~0.1
+  got = exec_alu(Ops.MOD, dtypes.float64, np.array([1.0]), np.array([0.1]))
+  assert got[0] == math.fmod(1.0, 0.1) and got[0] > 0.09

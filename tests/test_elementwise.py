@@ -93,8 +93,6 @@ def test_float_floordiv_mod(op, dtype):
   check(op(Tensor(a), Tensor(b)), oracle(op, a, b), dtype, signed_zeros=False)
 
 
-@pytest.mark.xfail(strict=True, reason="float // and % are floor(a/b) and a - floor(a/b)*b (as in tinygrad), "
-                   "not torch's fmod-based result: 1 // 0.1, and infinite divisors, differ")
 @pytest.mark.parametrize("op", [operator.floordiv, operator.mod], ids=["floordiv", "mod"])
 def test_float_floordiv_mod_inexact_quotient(op):
   a, b = np.array([1.0, -3.0, 3.0], np.float32), np.array([0.1, np.inf, np.inf], np.float32)
@@ -155,8 +153,7 @@ SCALAR_OPS = {
   "floordiv": operator.floordiv, "rfloordiv": lambda t, s: s // t, "mod": operator.mod, "rmod": lambda t, s: s % t,
 }
 FLOOR_OPS = ("floordiv", "mod", "rfloordiv", "rmod")
-# 0.1 is no divisor for float // and %: see test_float_floordiv_mod_inexact_quotient
-SCALAR_CASES = [(op, *case) for op in SCALAR_OPS for case in SCALARS if not (op in FLOOR_OPS and case[1] == 0.1)]
+SCALAR_CASES = [(op, *case) for op in SCALAR_OPS for case in SCALARS]
 
 
 @pytest.mark.parametrize("op, dtype, scalar, out", SCALAR_CASES,

@@ -123,11 +123,11 @@ def test_failed_realize_leaves_other_tensors_usable(monkeypatch):
   compiled = []
   real_compile = refgrad.realize.compile_ast
 
-  def fails_on_second_kernel(ast):
+  def fails_on_second_kernel(ast, *caps):
     compiled.append(ast)
     if len(compiled) == 2:
       raise RuntimeError("injected compile failure")
-    return real_compile(ast)
+    return real_compile(ast, *caps)
   monkeypatch.setattr(refgrad.realize, "compile_ast", fails_on_second_kernel)
   with pytest.raises(RuntimeError, match="injected"):
     x.realize()

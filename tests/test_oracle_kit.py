@@ -15,10 +15,18 @@ BROKEN_FILE = str(Path(__file__).with_name("broken_devices.py"))
 sys.path.insert(0, str(Path(__file__).parent))
 import broken_devices  # noqa: E402
 
-if "BROKEN_CMPLT" not in Device.available():
-  plugins.register(broken_devices, name="tests.broken_devices")
-
 CORRECT = [d for d in ("PYTHON", "CLANG", "LLVM", "OPENCL") if d in Device.available()]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def broken_plugin():
+  """Register the broken devices for this module only (the CLI's --plugin loads them in fuzz workers)."""
+  registered = "BROKEN_CMPLT" not in Device.available()
+  if registered:
+    plugins.register(broken_devices, name="tests.broken_devices")
+  yield
+  if registered:
+    plugins.unregister(broken_devices)
 
 
 @pytest.mark.parametrize("device", sorted(broken_devices.BUGS))

@@ -4,7 +4,9 @@ Every value becomes one `const` local; loops become `for` loops. What each op me
 the `OP_RENDERERS` table says how each op is written so that C gives exactly that meaning:
 integer + * and negation wrap (computed in an unsigned type), division and shifts are guarded where C would
 trap or be undefined, MAX propagates NaN, and half/bfloat16 are emulated (see cstyle_prelude.py).
-Backend authors subclass nothing: they fill in a `CDialect`.
+Backend authors subclass nothing: they fill in a `CDialect`. A CPU dialect runs the threads as nested loops; a GPU
+dialect (OpenCL) reads each work-item's indices and renders GPU-shaped programs (codegen/gpu.py): local memory
+arrays, barriers and gated stores.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from refgrad.dtype import DType, dtypes
 from refgrad.interp.alu import reduce_identity
 from refgrad.uop import GroupOp, Ops, UOp
 
+THREAD_INDEX_NAMES = {Ops.SPECIAL: "gidx", Ops.LOCAL_INDEX: "lidx", Ops.GROUP_INDEX: "gridx"}
 EMULATED = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}  # computed in float, stored as 16 bits
 UNSIGNED_OF_WIDTH = {8: dtypes.uint8, 16: dtypes.uint16, 32: dtypes.uint32, 64: dtypes.uint64}
 
@@ -51,12 +54,17 @@ class CDialect:
   buffer_prefix: str = ""                  # e.g. "__global "
   types: dict[DType, str] = field(default_factory=lambda: dict(C_TYPES))      # how values are held
   storage: dict[DType, str] = field(default_factory=lambda: dict(C_STORAGE))  # how buffers hold them
-  # None: a CPU runs the threads as nested loops; else, the expression for thread index `axis`
-  global_index: Callable[[int], str] | None = None
+  # None: a CPU runs the threads as nested loops. Else, per index op, how a work-item reads it on grid axis {}:
+  # e.g. {Ops.SPECIAL: "get_global_id({})", Ops.LOCAL_INDEX: "get_local_id({})", Ops.GROUP_INDEX: ...}
+  thread_index: dict[Ops, str] | None = None
+  local_prefix: str = ""   # e.g. "__local ": declares work-group local memory
+  barrier: str = ""        # e.g. "barrier(CLK_LOCAL_MEM_FENCE);": waits for the group's local stores
   float_math: dict[str, str] = field(default_factory=lambda: {
-    "sqrt": "sqrtf", "exp2": "exp2f", "log2": "log2f", "sin": "sinf", "trunc": "truncf", "fabs": "fabsf"})
+    "sqrt": "sqrtf", "exp2": "exp2f", "log2": "log2f", "sin": "sinf", "trunc": "truncf", "fabs": "fabsf",
+    "fmod": "fmodf"})
   double_math: dict[str, str] = field(default_factory=lambda: {
-    "sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin", "trunc": "trunc", "fabs": "fabs"})
+    "sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin", "trunc": "trunc", "fabs": "fabs",
+    "fmod": "fmod"})
   reduce_lanes: int = 8  # independent accumulators per innermost reduce loop (1: one sequential accumulator)
   caps: Capabilities = Capabilities()
 
@@ -123,30 +131,27 @@ class _Render:
     params = ", ".join(f"{self.d.buffer_prefix}{self.d.storage[p.dtype]}* data{p.arg[0]}"
                        for p in self.program.params)
     self.names.update({p: f"data{p.arg[0]}" for p in self.program.params})
-    self.open_threads()
+    if self.d.thread_index is None:
+      self.open_thread_loops()
     self.render_segment(0, len(self.program.uops))
-    self.close_threads()
+    self.close_thread_loops()
     uses_double = any(u.dtype == dtypes.float64 or any(s.dtype == dtypes.float64 for s in u.src)
                       for u in self.program.uops)
     prelude = self.d.header + PRELUDE + (DOUBLE_PRELUDE if uses_double else "") + WIDE_INT_PRELUDE
     body = "\n".join(self.lines)
     return f"{prelude}\n{self.d.kernel_prefix}void {self.program.name}({params}) {{\n{body}\n}}\n"
 
-  def open_threads(self) -> None:
+  def open_thread_loops(self) -> None:
+    index = self.ctype(dtypes.int64)
     for axis, size in enumerate(self.program.global_shape):
-      if size <= 1:
-        continue
-      if self.d.global_index is None:
-        self.emit(f"for (int64_t gidx{axis} = 0; gidx{axis} < {size}; gidx{axis}++) {{")
+      if size > 1:
+        self.emit(f"for ({index} gidx{axis} = 0; gidx{axis} < {size}; gidx{axis}++) {{")
         self.depth += 1
-      else:
-        self.emit(f"const int64_t gidx{axis} = {self.d.global_index(axis)};")
 
-  def close_threads(self) -> None:
-    if self.d.global_index is None:
-      while self.depth > 1:
-        self.depth -= 1
-        self.emit("}")
+  def close_thread_loops(self) -> None:
+    while self.depth > 1:
+      self.depth -= 1
+      self.emit("}")
 
   def render_segment(self, start: int, stop: int) -> None:
     uops, i = self.program.uops, start
@@ -185,14 +190,15 @@ class _Render:
     base, acc_name = f"ridx{rng.arg[0]}", self.name(acc)
     identity = c_literal(reduce_identity(acc.arg[1], acc.dtype), acc.dtype, self.d)
     self.emit(f"{self.ctype(acc.dtype)} {', '.join(f'{acc_name}_{lane} = {identity}' for lane in range(1, lanes))};")
-    self.emit(f"for (int64_t {base}_base = 0; {base}_base < {size - size % lanes}; {base}_base += {lanes}) {{")
+    index = self.ctype(dtypes.int64)
+    self.emit(f"for ({index} {base}_base = 0; {base}_base < {size - size % lanes}; {base}_base += {lanes}) {{")
     self.depth += 1
     for lane in range(lanes):
       self.render_lane(start, end, lane, f"{base}_base + {lane}")
     self.depth -= 1
     self.emit("}")
     if size % lanes:
-      self.emit(f"for (int64_t {base}_rest = {size - size % lanes}; {base}_rest < {size}; {base}_rest++) {{")
+      self.emit(f"for ({index} {base}_rest = {size - size % lanes}; {base}_rest < {size}; {base}_rest++) {{")
       self.depth += 1
       self.render_lane(start, end, 0, f"{base}_rest")
       self.depth -= 1
@@ -205,7 +211,7 @@ class _Render:
     uops = self.program.uops
     rng, acc_name = uops[start], self.name(next(u for u in uops[start + 1:end] if u.op is Ops.ACCUMULATE).src[0])
     self.names[rng] = f"ridx{rng.arg[0]}_{lane}"
-    self.emit(f"const int64_t ridx{rng.arg[0]}_{lane} = {index};")
+    self.emit(f"const {self.ctype(dtypes.int64)} ridx{rng.arg[0]}_{lane} = {index};")
     self.suffix = f"_{lane}"
     for i in range(start + 1, end):
       u = uops[i]
@@ -219,21 +225,31 @@ class _Render:
   def render_uop(self, i: int, u: UOp) -> None:
     if u.op is Ops.PARAM:
       return
-    if u.op is Ops.SPECIAL:
-      self.names[u] = f"gidx{u.arg[0]}"
+    if u.op in THREAD_INDEX_NAMES:
+      self.render_thread_index(u)
       return
     if u.op is Ops.RANGE:
       self.names[u] = f"ridx{u.arg[0]}"
-      self.emit(f"for (int64_t ridx{u.arg[0]} = 0; ridx{u.arg[0]} < {u.arg[1]}; ridx{u.arg[0]}++) {{")
+      index = self.ctype(dtypes.int64)
+      self.emit(f"for ({index} ridx{u.arg[0]} = 0; ridx{u.arg[0]} < {u.arg[1]}; ridx{u.arg[0]}++) {{")
       self.depth += 1
+      return
+    if u.op is Ops.DEFINE_LOCAL:
+      self.names[u] = f"local{u.arg[0]}"
+      self.emit(f"{self.d.local_prefix}{self.d.storage[u.dtype]} local{u.arg[0]}[{u.arg[1]}];")
+      return
+    if u.op is Ops.BARRIER:
+      self.names[u] = self.name(u.src[0])
+      self.emit(self.d.barrier)
       return
     if u.op is Ops.ENDRANGE:
       self.depth -= 1
       self.emit("}")
       return
     if u.op is Ops.STORE:
-      param, index, value = u.src
-      self.emit(f"{self.name(param)}[{self.name(index)}] = {self.to_storage(self.name(value), value.dtype)};")
+      param, index, value = u.src[:3]
+      gate = f"if ({self.name(u.src[3])}) " if len(u.src) > 3 else ""
+      self.emit(f"{gate}{self.name(param)}[{self.name(index)}] = {self.to_storage(self.name(value), value.dtype)};")
       return
     if u.op is Ops.DEFINE_ACC:
       self.names[u] = f"acc{u.arg[0]}"
@@ -246,6 +262,14 @@ class _Render:
       return
     self.names[u] = f"v{i}{self.suffix}"
     self.emit(f"const {self.ctype(u.dtype)} {self.names[u]} = {self.expression(u)};")
+
+  def render_thread_index(self, u: UOp) -> None:
+    axis = u.arg[0]
+    self.names[u] = f"{THREAD_INDEX_NAMES[u.op]}{axis}"
+    if self.d.thread_index is not None:
+      self.emit(f"const {self.ctype(dtypes.int64)} {self.names[u]} = {self.d.thread_index[u.op].format(axis)};")
+    elif u.op is not Ops.SPECIAL:
+      raise NotImplementedError(f"a dialect without thread_index has no {u.op.name}")
 
   # ---- expressions
   def expression(self, u: UOp) -> str:
@@ -309,7 +333,7 @@ class _Render:
     elif src == dtypes.uint64:
       wide = f"rg_u64_to_f32_odd({a})"
     elif dtypes.is_int(src):
-      wide = f"rg_i64_to_f32_odd((int64_t)({a}))"
+      wide = f"rg_i64_to_f32_odd(({self.ctype(dtypes.int64)})({a}))"
     else:
       wide = f"(float)({a})"
     return self.round16(wide, dst)
@@ -326,11 +350,11 @@ class _Render:
   def bitcast(self, a: str, src: DType, dst: DType) -> str:
     bits = self.bits_of(a, src)
     if dst in EMULATED:
-      return f"rg_{EMULATED[dst]}_to_f32((ushort_t)({bits}))"
+      return f"rg_{EMULATED[dst]}_to_f32(({self.ctype(dtypes.uint16)})({bits}))"
     if dst == dtypes.float32:
-      return f"rg_bits_f32((uint32_t)({bits}))"
+      return f"rg_bits_f32(({self.ctype(dtypes.uint32)})({bits}))"
     if dst == dtypes.float64:
-      return f"rg_bits_f64((uint64_t)({bits}))"
+      return f"rg_bits_f64(({self.ctype(dtypes.uint64)})({bits}))"
     return f"({self.ctype(dst)})({bits})"
 
 
@@ -355,6 +379,13 @@ def _division(symbol: str) -> Callable[[_Render, DType, str, str], str]:
       guard += f" || ({a} == {c_literal(dtypes.min(dt), dt, r.d)} && {b} == -1)"
     return f"(({guard}) ? {c_literal(0, dt, r.d)} : ({r.ctype(dt)})({a} {symbol} {b}))"
   return render
+
+
+def _remainder(r: _Render, dt: DType, a: str, b: str) -> str:
+  """MOD: C's % on ints (guarded); fmod on floats, which is exact, so half/bfloat16 results need no rounding."""
+  if dtypes.is_float(dt):
+    return f"{r.math('fmod', dt)}({a}, {b})"
+  return _division("%")(r, dt, a, b)
 
 
 def _shift(symbol: str) -> Callable[[_Render, DType, str, str], str]:
@@ -384,7 +415,7 @@ def _plain(symbol: str, result: DType | None = None) -> Callable[[_Render, DType
 
 BINARY_RULES: dict[Ops, Callable[[_Render, DType, str, str], str]] = {
   Ops.ADD: _wrapping("+"), Ops.MUL: _wrapping("*"), Ops.FDIV: _plain("/"),
-  Ops.IDIV: _division("/"), Ops.MOD: _division("%"), Ops.MAX: _maximum,
+  Ops.IDIV: _division("/"), Ops.MOD: _remainder, Ops.MAX: _maximum,
   Ops.CMPLT: _plain("<", dtypes.bool), Ops.CMPNE: _plain("!=", dtypes.bool),
   Ops.AND: _plain("&"), Ops.OR: _plain("|"), Ops.XOR: _plain("^"),
   Ops.SHL: _shift("<<"), Ops.SHR: _shift(">>"),

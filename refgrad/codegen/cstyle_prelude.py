@@ -5,8 +5,9 @@ to the 16-bit format. float has at least 2p+2 bits for both, so + - * / sqrt rou
 the correctly rounded 16-bit results docs/SPEC.md asks for. Conversions that could round twice (float64 or
 wide integers to half/bfloat16) first round to float "to odd", which makes the second rounding exact.
 
-The text is plain C99 that also compiles as OpenCL C: `RG_FN` is the function qualifier and the four
-`rg_*bits*` functions reinterpret bits; a dialect defines both before this text.
+The text is plain C99 that also compiles as OpenCL C (so no name may be an OpenCL keyword such as `half`):
+`RG_FN` is the function qualifier, the four `rg_*bits*` functions reinterpret bits, and `uint32_t`, `uint64_t`,
+`int64_t` and `ushort_t` name integer types; a dialect's header defines them all before this text.
 """
 
 PRELUDE = r"""
@@ -31,8 +32,8 @@ RG_FN ushort_t rg_f32_to_f16(float f) {
   uint32_t e = ax >> 23;
   if (e < 102u) return (ushort_t)sign;
   uint32_t m = (ax & 0x7fffffu) | 0x800000u, shift = 126u - e;
-  uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (q & 1u))) q++;
+  uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+  if (rem > halfway || (rem == halfway && (q & 1u))) q++;
   return (ushort_t)(sign | q);
 }
 RG_FN float rg_bf16_to_f32(ushort_t h) { return rg_bits_f32((uint32_t)h << 16); }

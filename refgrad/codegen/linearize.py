@@ -15,17 +15,22 @@ from dataclasses import dataclass
 
 from refgrad.codegen.lowering import lower_kernel
 from refgrad.codegen.symbolic import simplify
+from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp
 
 
 @dataclass(frozen=True)
 class Program:
-  """A kernel ready for a device. `uops` is ordered; PARAM i is the i-th buffer (0 is the output)."""
+  """A kernel ready for a device. `uops` is ordered; PARAM i is the i-th buffer (0 is the output).
+
+  `local_shape` is empty for a plain program. A GPU-shaped one (codegen/gpu.py) has one entry per grid axis:
+  the work-group size, which divides the global size on that axis."""
   name: str
   uops: tuple[UOp, ...]
   global_shape: tuple[int, ...]
   key: UOp
+  local_shape: tuple[int, ...] = ()
 
   @functools.cached_property
   def params(self) -> tuple[UOp, ...]:
@@ -35,7 +40,8 @@ class Program:
   def listing(self) -> str:
     """A numbered, readable text form: what the PYTHON device 'renders'."""
     number = {u: i for i, u in enumerate(self.uops)}
-    lines = [f"kernel {self.name} global_shape={self.global_shape}"]
+    local = f" local_shape={self.local_shape}" if self.local_shape else ""
+    lines = [f"kernel {self.name} global_shape={self.global_shape}{local}"]
     depth = 0
     for i, u in enumerate(self.uops):
       depth -= u.op is Ops.ENDRANGE
@@ -120,8 +126,14 @@ def kernel_name(sink: UOp, shape: tuple[int, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def compile_ast(ast: UOp) -> Program:
-  """The whole codegen pipeline for one scheduled kernel: lower, simplify, linearize."""
+def compile_ast(ast: UOp, caps: Capabilities | None = None) -> Program:
+  """The whole codegen pipeline for one scheduled kernel: lower, simplify, linearize. With the `caps` of a
+  device that launches a grid of work-groups, the program is GPU-shaped first (codegen/gpu.py)."""
   lowered, shape = lower_kernel(ast)
   lowered = simplify(lowered)
-  return Program(kernel_name(lowered, shape), tuple(linearize(lowered)), shape, ast)
+  name = kernel_name(lowered, shape)
+  if caps is not None and caps.max_global_size is not None:
+    from refgrad.codegen.gpu import to_gpu
+    lowered, shape, local = to_gpu(lowered, shape, caps)
+    return Program(name, tuple(linearize(lowered)), shape, ast, local)
+  return Program(name, tuple(linearize(lowered)), shape, ast)

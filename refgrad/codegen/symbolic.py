@@ -58,6 +58,8 @@ def _cmp_range(u: UOp) -> tuple:
 RANGE_RULES: dict[Ops, Any] = {
   Ops.CONST: lambda u: (u.arg, u.arg),
   Ops.SPECIAL: lambda u: (0, u.arg[1] - 1),
+  Ops.LOCAL_INDEX: lambda u: (0, u.arg[1] - 1),
+  Ops.GROUP_INDEX: lambda u: (0, u.arg[1] - 1),
   Ops.RANGE: lambda u: (0, u.arg[1] - 1),
   Ops.ADD: lambda u: (u.src[0].vmin + u.src[1].vmin, u.src[0].vmax + u.src[1].vmax),
   Ops.MUL: lambda u: _range_of_products(u.src[0].vrange, u.src[1].vrange),
@@ -193,11 +195,27 @@ def _split_divisible(x: UOp, c: int) -> tuple[UOp, UOp] | None:
   return build_sum(quotient_terms, quotient_const, x.dtype), rest
 
 
+def _split_remainders(x: UOp, c: int) -> tuple[UOp, UOp] | None:
+  """x = c*quotient + rest with every coefficient and the constant split as k = (k//c)*c + k%c, or None unless
+  0 <= rest < c. Then x//c is quotient and x%c is rest exactly (x >= 0, so C's truncation is flooring)."""
+  if x.vmin < 0:
+    return None
+  terms, const = linear_form(x)
+  if not terms:
+    return None
+  rest = build_sum({t: k % c for t, k in terms.items() if k % c}, const % c, x.dtype)
+  if rest.vmin < 0 or rest.vmax >= c:
+    return None
+  return build_sum({t: k // c for t, k in terms.items() if k // c}, const // c, x.dtype), rest
+
+
 def simplify_idiv(x: UOp, c: UOp) -> UOp | None:
   if c.arg <= 0 or x.vmin < 0:
     return None
   if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
     return x.src[0] // (x.src[1].arg * c.arg)
+  if (exact := _split_remainders(x, c.arg)) is not None:
+    return exact[0]
   if (split := _split_divisible(x, c.arg)) is None:
     return None
   quotient, rest = split
@@ -211,6 +229,8 @@ def simplify_mod(x: UOp, c: UOp) -> UOp | None:
     return x
   if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % c.arg == 0:
     return x.src[0] % c
+  if (exact := _split_remainders(x, c.arg)) is not None:
+    return exact[1]
   if (split := _split_divisible(x, c.arg)) is None:
     return None
   rest = split[1]

@@ -10,9 +10,11 @@ import math
 from typing import Any
 
 from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, scalar_dtype_with, to_dtype
+from refgrad.frontend import special
 from refgrad.uop import Ops, UOp
 
 LOG2_E = math.log2(math.e)
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}  # an in-place result may not be of a higher kind than its target
 LN_2 = math.log(2)
 
 
@@ -107,7 +109,7 @@ class ElementwiseMixin:
     """Floor division, like Python's // and torch.floor_divide."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
-      return x.div(y).floor()
+      return _float_floordiv(x, y)
     x._require("iu", "floor division")
     q = x._alu(Ops.IDIV, y)
     if dtypes.is_unsigned(x.dtype):
@@ -120,7 +122,8 @@ class ElementwiseMixin:
     """Remainder with the sign of the divisor, like Python's % and torch.remainder."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
-      return x - x.div(y).floor() * y
+      r = x._alu(Ops.MOD, y)
+      return _remainder_needs_fix(r, y).where(r + y, r)
     x._require("iu", "mod")
     r = x._alu(Ops.MOD, y)
     if dtypes.is_unsigned(x.dtype):
@@ -171,9 +174,54 @@ class ElementwiseMixin:
     return self._alu(Ops.MAX, self.neg())
 
   def sign(self) -> Any:
-    zero = self._const(0)
-    return self.lt(0).where(-1, self._alu(Ops.CMPNE, zero).cast(self.dtype)) if not dtypes.is_float(self.dtype) \
-      else self.lt(0).where(-1.0, self.gt(0).where(1.0, self * 0))
+    """-1, 0 or 1 by the sign of each element; zeros and NaN give 0, as torch.sign.
+
+    >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist()
+    [-1.0, 0.0, 1.0]
+    """
+    if self.dtype == dtypes.bool:
+      return self
+    return self.gt(0).where(self._const(1), self.lt(0).where(self._const(-1), self._const(0)))
+
+  def square(self) -> Any:
+    """self * self.
+
+    >>> Tensor([-3, 2]).square().tolist()
+    [9, 4]
+    """
+    return self * self
+
+  def clamp(self, min_: Any = None, max_: Any = None) -> Any:
+    """Limit to [min_, max_] (either may be None); NaN stays NaN, and min_ > max_ gives max_, like torch.clamp.
+
+    >>> Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1).tolist()
+    [-1.0, 0.5, 1.0]
+    """
+    if min_ is None and max_ is None:
+      raise RuntimeError("clamp: at least one of 'min_' or 'max_' must not be None")
+    out = self if min_ is None else self.maximum(min_)
+    return out if max_ is None else out.minimum(max_)
+
+  def clip(self, min_: Any = None, max_: Any = None) -> Any:
+    """Alias of clamp.
+
+    >>> Tensor([-2, 5]).clip(0, 3).tolist()
+    [0, 3]
+    """
+    return self.clamp(min_, max_)
+
+  def lerp(self, end: Any, weight: Any) -> Any:
+    """self + weight * (end - self), computed from the nearer end as torch does (exact at weight 0 and 1).
+
+    >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.25).tolist()
+    [2.5, 12.5]
+    """
+    x, end = self._broadcasted(end)
+    if not dtypes.is_float(x.dtype):
+      raise TypeError(f"lerp needs float tensors, got {x.dtype.name}")
+    w = x._to_tensor(weight)
+    diff = end - x
+    return w.abs().lt(0.5).where(x + w * diff, end - diff * (1 - w))
 
   # ---- math (float results; ints are cast to the default float first)
   def _float(self) -> Any:
@@ -207,9 +255,126 @@ class ElementwiseMixin:
   def tan(self) -> Any:
     return self.sin() / self.cos()
 
+  def rsqrt(self) -> Any:
+    """1 / sqrt(x).
+
+    >>> Tensor([4.0, 0.25]).rsqrt().tolist()
+    [0.5, 2.0]
+    """
+    return self.sqrt().reciprocal()
+
+  @_half_in_float32
+  def atan(self) -> Any:
+    """Inverse tangent, in (-pi/2, pi/2).
+
+    >>> round(Tensor(1.0).atan().item(), 6)
+    0.785398
+    """
+    x = self._float()
+    return special.with_sign_of(x, special.atan_of_magnitude(x.abs()))
+
+  @_half_in_float32
+  def asin(self) -> Any:
+    """Inverse sine, as atan(x / sqrt((1-x)(1+x))): the factored form keeps precision near |x| = 1.
+
+    >>> round(Tensor(0.5).asin().item(), 6)
+    0.523599
+    """
+    x = self._float()
+    return (x / ((1.0 - x) * (1.0 + x)).sqrt()).atan()
+
+  @_half_in_float32
+  def acos(self) -> Any:
+    """Inverse cosine, as 2 atan(sqrt((1-x)/(1+x))): accurate relative to the result even near x = 1.
+
+    >>> round(Tensor(0.5).acos().item(), 6)
+    1.047198
+    """
+    x = self._float()
+    return ((1.0 - x) / (1.0 + x)).sqrt().atan() * 2.0
+
+  @_half_in_float32
+  def sinh(self) -> Any:
+    """Hyperbolic sine: from expm1 below |x| = 1 (no cancellation), else e^|x|/2 - e^-|x|/2 (no early overflow).
+
+    >>> Tensor([0.0, -0.0]).sinh().tolist()
+    [0.0, -0.0]
+    """
+    x = self._float()
+    a = x.abs()
+    t = special.expm1(a)
+    half_exp = _half_exp(a)
+    large = half_exp - 0.25 / half_exp
+    return special.with_sign_of(x, a.lt(1.0).where((t + t / (t + 1.0)) * 0.5, large))
+
+  @_half_in_float32
+  def cosh(self) -> Any:
+    """Hyperbolic cosine, e^|x|/2 + e^-|x|/2 with e^|x|/2 computed without overflowing early.
+
+    >>> Tensor([0.0]).cosh().tolist()
+    [1.0]
+    """
+    half_exp = _half_exp(self._float().abs())
+    return half_exp + 0.25 / half_exp
+
+  @_half_in_float32
+  def asinh(self) -> Any:
+    """Inverse hyperbolic sine: log1p form below 2, log(a) + log(1 + sqrt(1 + 1/a^2)) above (no overflow).
+
+    >>> Tensor([0.0]).asinh().tolist()
+    [0.0]
+    """
+    x = self._float()
+    a = x.abs()
+    small = special.log1p(a + a * a / (1.0 + (1.0 + a * a).sqrt()))
+    large = a.log() + (1.0 + (1.0 + (a * a).reciprocal()).sqrt()).log()
+    return special.with_sign_of(x, a.lt(2.0).where(small, large))
+
+  @_half_in_float32
+  def acosh(self) -> Any:
+    """Inverse hyperbolic cosine (NaN below 1): log1p(t + sqrt(2t + t^2)) with t = x - 1 below 2, else
+    log(x) + log(1 + sqrt(1 - 1/x^2)).
+
+    >>> Tensor([1.0]).acosh().tolist()
+    [0.0]
+    """
+    x = self._float()
+    t = x - 1.0
+    small = special.log1p(t + (t * 2.0 + t * t).sqrt())
+    large = x.log() + (1.0 + (1.0 - (x * x).reciprocal()).sqrt()).log()
+    return x.lt(1.0).where(math.nan, x.lt(2.0).where(small, large))
+
+  @_half_in_float32
+  def atanh(self) -> Any:
+    """Inverse hyperbolic tangent, 0.5 * log1p(2|x| / (1 - |x|)) with the sign of x.
+
+    >>> Tensor([0.0, 1.0]).atanh().tolist()
+    [0.0, inf]
+    """
+    x = self._float()
+    a = x.abs()
+    return special.with_sign_of(x, special.log1p(a * 2.0 / (1.0 - a)) * 0.5)
+
+  @_half_in_float32
+  def erf(self) -> Any:
+    """The error function (polynomial and exp(-x^2)-scaled fits; see frontend/special.py).
+
+    >>> Tensor([0.0, 10.0, -10.0]).erf().tolist()
+    [0.0, 1.0, -1.0]
+    """
+    x = self._float()
+    return special.with_sign_of(x, special.erf_of_magnitude(x.abs()))
+
   @_half_in_float32
   def tanh(self) -> Any:
-    return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+    """Hyperbolic tangent, as -t / (t + 2) with t = expm1(-2|x|): no cancellation near 0, exactly 1 far out.
+
+    >>> Tensor([0.0, 20.0]).tanh().tolist()
+    [0.0, 1.0]
+    """
+    x = self._float()
+    t = special.expm1(x.abs() * -2.0)
+    return special.with_sign_of(x, -t / (t + 2.0))
 
   @_half_in_float32
   def sigmoid(self) -> Any:
@@ -241,7 +406,8 @@ class ElementwiseMixin:
     down = self.floor()
     diff = self - down
     half_up = diff.gt(0.5) | (diff.eq(0.5) & (down * 0.5).floor().ne(down * 0.5))
-    return half_up.where(down + 1, down)
+    out = half_up.where(down + 1, down)
+    return out.eq(0).where(self * 0.0, out)  # a zero result keeps the sign of the input, like torch
 
   # ---- comparisons (NaN-correct: only CMPLT and CMPNE are primitive)
   def lt(self, y: Any) -> Any:
@@ -280,7 +446,49 @@ class ElementwiseMixin:
     return cond._alu(Ops.WHERE, x, y)
 
   def isnan(self) -> Any:
+    """True where NaN.
+
+    >>> Tensor([1.0, float("nan")]).isnan().tolist()
+    [False, True]
+    """
     return self.ne(self)
+
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Any:
+    """True where +inf (if detect_positive) or -inf (if detect_negative).
+
+    >>> Tensor([1.0, float("inf"), -float("inf")]).isinf(detect_negative=False).tolist()
+    [False, True, False]
+    """
+    if not dtypes.is_float(self.dtype):
+      return self._const(False, dtypes.bool)._broadcast_to(self.shape)
+    hits = [self.eq(v) for v, wanted in ((math.inf, detect_positive), (-math.inf, detect_negative)) if wanted]
+    return functools.reduce(lambda a, b: a | b, hits) if hits else self.ne(self) & self.eq(self)
+
+  def isfinite(self) -> Any:
+    """True where neither inf nor NaN.
+
+    >>> Tensor([1.0, float("inf"), float("nan")]).isfinite().tolist()
+    [True, False, False]
+    """
+    if not dtypes.is_float(self.dtype):
+      return self._const(True, dtypes.bool)._broadcast_to(self.shape)
+    return (self - self).eq(0)  # inf - inf and NaN - NaN are NaN
+
+  def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Any:
+    """|self - other| <= atol + rtol * |other|, elementwise; equal infinities are close; NaN only with equal_nan.
+
+    >>> Tensor([1.0, 2.0]).isclose(Tensor([1.0 + 1e-7, 2.1])).tolist()
+    [True, False]
+    """
+    x, y = self._broadcasted(other)
+    close = x.eq(y)
+    if equal_nan:
+      close = close | (x.isnan() & y.isnan())
+    if x.dtype == dtypes.bool:
+      return close
+    fx, fy = x._float(), y._float()
+    diff = (fx - fy).abs()
+    return close | (diff.isfinite() & diff.le((fy * rtol).abs() + atol))
 
   def logical_not(self) -> Any:
     return self.cast(dtypes.bool)._alu(Ops.XOR, self._const(True, dtypes.bool))
@@ -309,20 +517,32 @@ class ElementwiseMixin:
       raise TypeError(f"bitwise not is not supported for float dtype {self.dtype.name}")
     return self._alu(Ops.XOR, self._const(True if self.dtype == dtypes.bool else -1))
 
-  def _shift(self, op: Ops, y: Any) -> Any:
-    if not dtypes.is_int(self.dtype):
-      raise TypeError(f"shifts need an integer tensor, got {self.dtype.name}")
-    other = self._to_tensor(y, self.dtype)
-    if not dtypes.is_int(other.dtype):
-      raise TypeError(f"shift amount must be an integer, got {other.dtype.name}")
-    x, amount = self._broadcasted(other.cast(self.dtype), match_dtype=False)
+  def _shift(self, op: Ops, y: Any, reverse: bool = False) -> Any:
+    """Shift by a Python int (keeps the dtype) or an int tensor (promotes like other binary ops)."""
+    if self.dtype == dtypes.bool:
+      raise TypeError("shifts need integer tensors, got bool")
+    if isinstance(y, (bool, float)) or (isinstance(y, type(self)) and not dtypes.is_int(y.dtype)):
+      raise TypeError(f"shift amount must be an integer, got {y.dtype.name if isinstance(y, type(self)) else y!r}")
+    x, amount = self._broadcasted(y, reverse)
+    if not dtypes.is_int(x.dtype):
+      raise TypeError(f"shifts need integer tensors, got {x.dtype.name}")
     return x._alu(op, amount)
 
-  def lshift(self, y: Any) -> Any:
-    return self._shift(Ops.SHL, y)
+  def lshift(self, y: Any, reverse: bool = False) -> Any:
+    """Shift left; bits shifted out are lost. Shifting by less than 0 or at least the width is undefined.
 
-  def rshift(self, y: Any) -> Any:
-    return self._shift(Ops.SHR, y)
+    >>> (Tensor([1, 3], dtype="int8") << 2).tolist()
+    [4, 12]
+    """
+    return self._shift(Ops.SHL, y, reverse)
+
+  def rshift(self, y: Any, reverse: bool = False) -> Any:
+    """Shift right: arithmetic (sign-filling) on signed dtypes, logical on unsigned.
+
+    >>> (Tensor([-8, 8]) >> Tensor([1, 2])).tolist()
+    [-4, 2]
+    """
+    return self._shift(Ops.SHR, y, reverse)
 
   # ---- casts
   def cast(self, dtype: DType | str) -> Any:
@@ -380,12 +600,60 @@ class ElementwiseMixin:
   def __invert__(self) -> Any: return self.bitwise_not()  # noqa: E704
   def __lshift__(self, y: Any) -> Any: return self.lshift(y)  # noqa: E704
   def __rshift__(self, y: Any) -> Any: return self.rshift(y)  # noqa: E704
+  def __rlshift__(self, y: Any) -> Any: return self.lshift(y, True)  # noqa: E704
+  def __rrshift__(self, y: Any) -> Any: return self.rshift(y, True)  # noqa: E704
+  # in-place forms update this tensor (t += 1); the result must keep its shape and be castable to its dtype
+  def __iadd__(self, y: Any) -> Any: return self._inplace(self.add(y))  # noqa: E704
+  def __isub__(self, y: Any) -> Any: return self._inplace(self.sub(y))  # noqa: E704
+  def __imul__(self, y: Any) -> Any: return self._inplace(self.mul(y))  # noqa: E704
+  def __itruediv__(self, y: Any) -> Any: return self._inplace(self.div(y))  # noqa: E704
+  def __ifloordiv__(self, y: Any) -> Any: return self._inplace(self.floordiv(y))  # noqa: E704
+  def __imod__(self, y: Any) -> Any: return self._inplace(self.mod(y))  # noqa: E704
+  def __ipow__(self, y: Any) -> Any: return self._inplace(self.pow(y))  # noqa: E704
+  def __iand__(self, y: Any) -> Any: return self._inplace(self.bitwise_and(y))  # noqa: E704
+  def __ior__(self, y: Any) -> Any: return self._inplace(self.bitwise_or(y))  # noqa: E704
+  def __ixor__(self, y: Any) -> Any: return self._inplace(self.bitwise_xor(y))  # noqa: E704
+  def __ilshift__(self, y: Any) -> Any: return self._inplace(self.lshift(y))  # noqa: E704
+  def __irshift__(self, y: Any) -> Any: return self._inplace(self.rshift(y))  # noqa: E704
+  def __imatmul__(self, y: Any) -> Any: return self._inplace(self.matmul(y))  # noqa: E704
+
+  def _inplace(self, result: Any) -> Any:
+    """Make this tensor hold `result`, as torch's in-place ops do: same shape, and a result dtype of a kind this
+    tensor can hold (float into int is a RuntimeError, as in torch)."""
+    if result.shape != self.shape:
+      from refgrad.tensor import ShapeError
+      raise ShapeError(f"output with shape {self.shape} doesn't match the broadcast shape {result.shape}")
+    if _KIND_RANK[result.dtype.kind] > _KIND_RANK[self.dtype.kind]:
+      raise RuntimeError(f"result type {result.dtype.name} can't be cast to the desired output type {self.dtype.name}")
+    return self.assign(result.cast(self.dtype))
   def __lt__(self, y: Any) -> Any: return self.lt(y)  # noqa: E704
   def __gt__(self, y: Any) -> Any: return self.gt(y)  # noqa: E704
   def __le__(self, y: Any) -> Any: return self.le(y)  # noqa: E704
   def __ge__(self, y: Any) -> Any: return self.ge(y)  # noqa: E704
   def __eq__(self, y: Any) -> Any: return self.eq(y)  # type: ignore[override]  # noqa: E704
   def __ne__(self, y: Any) -> Any: return self.ne(y)  # type: ignore[override]  # noqa: E704
+
+
+def _half_exp(a: Any) -> Any:
+  """e^a / 2 as exp2(a*log2(e) - 1): finite wherever the result is, unlike exp(a) / 2."""
+  return (a * LOG2_E - 1.0)._alu(Ops.EXP2)
+
+
+def _remainder_needs_fix(r: Any, y: Any) -> Any:
+  """Where a C remainder (sign of the dividend) must move by one divisor to take the divisor's sign."""
+  return r.ne(0) & y.lt(0).ne(r.lt(0))
+
+
+def _float_floordiv(x: Any, y: Any) -> Any:
+  """torch's floor division of floats: the exact quotient (x - fmod(x, y)) / y, moved down when the remainder's sign
+  differs from y's, then rounded to the nearest integer (it is one up to rounding); y == 0 gives x / y."""
+  r = x._alu(Ops.MOD, y)
+  q = (x - r).div(y)
+  q = _remainder_needs_fix(r, y).where(q - 1, q)
+  floor = q.floor()
+  nearest = (q - floor).gt(0.5).where(floor + 1, floor)
+  zero = x.div(y) * 0.0  # a zero quotient takes the sign of x / y
+  return y.eq(0).where(x.div(y), q.ne(0).where(nearest, zero))
 
 
 def _float_pow(x: Any, y: Any) -> Any:

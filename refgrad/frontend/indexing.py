@@ -1,79 +1,673 @@
-"""Basic indexing: ints, slices (any step), None and one Ellipsis, all as movement ops (no copy)."""
+"""Indexing: t[...], t[...] = v, gather, scatter, scatter_reduce, masked_fill and one_hot.
+
+Basic indices (ints, slices with any step, None, one Ellipsis) are movement ops and copy nothing. Advanced indices
+(lists, int tensors, bool masks) pick elements by value, and there is no gather primitive: an index is compared with
+arange(n) along the dims it indexes only, and the hits are combined by a MAX reduce over those dims. MAX's identity,
+the lowest value of the dtype, never beats a real element, so a pick is bit-exact (NaN and -0.0 included). This
+costs numel(result) * n work and no memory of that size: the comparison fuses into the reducing kernel.
+"""
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from refgrad.dtype import dtypes
+from refgrad.uop import GroupOp, Ops, prod
 
-def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
-  consumes = [i for i in index if i is not None and i is not Ellipsis]
-  ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
-  if len(ellipses) > 1:
-    raise IndexError("an index can only have a single ellipsis ('...')")
-  if len(consumes) > ndim:
-    raise IndexError(f"too many indices for tensor of dimension {ndim}: got {len(consumes)}")
-  fill = (slice(None),) * (ndim - len(consumes))
-  if ellipses:
-    k = ellipses[0]
-    return index[:k] + fill + index[k + 1:]
-  return index + fill
+Shape = tuple[int, ...]
+
+
+class IndexDTypeError(TypeError, RuntimeError):
+  """An index or mask tensor of the wrong dtype. Catchable as TypeError, or as RuntimeError like torch's."""
+
+
+def _tensor_type() -> type:
+  from refgrad.tensor import Tensor
+  return Tensor
+
+
+def _shape_error(msg: str) -> Exception:
+  from refgrad.tensor import ShapeError
+  return ShapeError(msg)
+
+
+def _norm(dim: int, ndim: int) -> int:
+  from refgrad.tensor import normalize_dim
+  return normalize_dim(dim, ndim)
+
+
+def _is_int(x: Any) -> bool:
+  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _inverse(order: list[int]) -> list[int]:
+  return [order.index(i) for i in range(len(order))]
+
+
+# ---- basic indexing: ints, slices, None as shrink, flip, stride and reshape, and the way back
+@dataclass(frozen=True)
+class BasicPlan:
+  """How t[ints, slices, None] reads t: the range touched per input dim, the dims read backwards, the step per
+  input dim, and the result's shape. `place` is the inverse, used by t[...] = v."""
+  bounds: tuple[tuple[int, int], ...]
+  flips: tuple[int, ...]
+  steps: tuple[int, ...]
+  out_shape: Shape
+
+  def apply(self, t: Any) -> Any:
+    out = t.shrink(self.bounds)
+    if self.flips:
+      out = out.flip(self.flips)
+    if any(s > 1 for s in self.steps):
+      out = _stride(out, self.steps)
+    return out.reshape(self.out_shape)
+
+  def place(self, x: Any, in_shape: Shape) -> Any:
+    """x (of out_shape) put back where `apply` took it from, in a tensor of in_shape that is 0 elsewhere."""
+    lengths = [end - start for start, end in self.bounds]
+    out = x.reshape(tuple(len(range(0, n, st)) for n, st in zip(lengths, self.steps)))
+    if any(s > 1 for s in self.steps):
+      out = _unstride(out, self.steps, lengths)
+    if self.flips:
+      out = out.flip(self.flips)
+    return out.pad(tuple((start, s - end) for (start, end), s in zip(self.bounds, in_shape)))
 
 
 def _slice_bounds(s: slice, size: int) -> tuple[int, int, int]:
+  for part in (s.start, s.stop, s.step):
+    if part is not None and not _is_int(part):
+      raise TypeError(f"slice indices must be integers or None, got {part!r}")
   if s.step == 0:
     raise ValueError("slice step cannot be zero")
-  for part in (s.start, s.stop, s.step):
-    if part is not None and (not isinstance(part, (int, np.integer)) or isinstance(part, bool)):
-      raise TypeError(f"slice indices must be integers or None, got {part!r}")
   return s.indices(size)
 
 
-def basic_index(t: Any, index: Any) -> Any:
-  """t[index] for ints, slices, None and Ellipsis: shrink, flip, stride by reshape, then reshape out dims."""
-  index = index if isinstance(index, tuple) else (index,)
-  for i in index:
-    if not (i is None or i is Ellipsis or isinstance(i, slice) or
-            (isinstance(i, (int, np.integer)) and not isinstance(i, bool))):
-      raise TypeError(f"unsupported index {i!r} of type {type(i).__name__}: advanced indexing comes later")
-  index = _expand_ellipsis(index, t.ndim)
-  out, out_shape, dim = t, [], 0
-  bounds, flips, steps = [], [], []
-  for i in index:
-    if i is None:
+def basic_plan(shape: Shape, items: list[Any]) -> BasicPlan:
+  """items: ints (already in range and non-negative), slices and None, covering a prefix of the dims."""
+  bounds, flips, steps, out_shape = [], [], [], []
+  dim = 0
+  for item in items:
+    if item is None:
       out_shape.append(1)
       continue
-    size = t.shape[dim]
-    if isinstance(i, slice):
-      start, stop, step = _slice_bounds(i, size)
+    if isinstance(item, slice):
+      start, stop, step = _slice_bounds(item, shape[dim])
       count = len(range(start, stop, step))
       last = start + (count - 1) * step
       bounds.append((min(start, last), max(start, last) + 1) if count else (0, 0))
-      flips.append(step < 0)
+      if step < 0:
+        flips.append(dim)
       steps.append(abs(step))
       out_shape.append(count)
     else:
-      if not -size <= i < size:
-        raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
-      i = int(i) % size
-      bounds.append((i, i + 1))
-      flips.append(False)
+      bounds.append((item, item + 1))
       steps.append(1)
     dim += 1
-  out = out.shrink(tuple(bounds))
-  if any(flips):
-    out = out.flip(tuple(k for k, f in enumerate(flips) if f))
-  if any(s > 1 for s in steps):
-    out = _stride(out, steps)
-  return out.reshape(tuple(out_shape))
+  rest = shape[dim:]
+  return BasicPlan(tuple(bounds) + tuple((0, s) for s in rest), tuple(flips), tuple(steps) + (1,) * len(rest),
+                   tuple(out_shape) + rest)
 
 
-def _stride(t: Any, steps: list[int]) -> Any:
+def _stride(t: Any, steps: tuple[int, ...]) -> Any:
   """Every step-th element per dim: pad each dim up to a multiple of its step, split it, keep index 0."""
   padded = t.pad(tuple((0, (-s) % st if s else 0) for s, st in zip(t.shape, steps)))
-  split = []
-  for s, st in zip(padded.shape, steps):
-    split += [s // st, st]
-  shaped = padded.reshape(tuple(split))
-  picked = shaped.shrink(tuple((0, s) if k % 2 == 0 else (0, 1) for k, s in enumerate(split)))
+  split = [x for s, st in zip(padded.shape, steps) for x in (s // st, st)]
+  picked = padded.reshape(tuple(split)).shrink(tuple((0, s) if k % 2 == 0 else (0, 1) for k, s in enumerate(split)))
   return picked.reshape(tuple(split[0::2]))
+
+
+def _unstride(t: Any, steps: tuple[int, ...], lengths: list[int]) -> Any:
+  """The inverse of _stride: each element followed by step-1 zeros, cut to the original length."""
+  split = t.reshape(tuple(x for s in t.shape for x in (s, 1)))
+  spread = split.pad(tuple(p for st in steps for p in ((0, 0), (0, st - 1))))
+  flat = spread.reshape(tuple(s * st for s, st in zip(t.shape, steps)))
+  return flat.shrink(tuple((0, n) for n in lengths))
+
+
+# ---- parsing an index into a basic plan plus advanced indices
+@dataclass(frozen=True)
+class Advanced:
+  """An advanced index along one dim: int values wrapped into [0, n), and which lanes were in range (None: all
+  known to be, because the index came from the host and was checked)."""
+  index: Any
+  valid: Any
+
+
+def _normalize_item(item: Any) -> Any:
+  """None, Ellipsis, slices and ints stay; lists and arrays become numpy arrays; tensors stay tensors."""
+  if item is None or item is Ellipsis or isinstance(item, slice):
+    return item
+  if _is_int(item):
+    return int(item)
+  if isinstance(item, _tensor_type()):
+    if item.dtype == dtypes.bool:
+      return item.numpy()  # a mask: the result's shape depends on its values
+    if not dtypes.is_int(item.dtype):
+      raise IndexError(f"tensors used as indices must be int or bool tensors, got {item.dtype.name}")
+    return item
+  if isinstance(item, (list, tuple, np.ndarray)):
+    array = np.asarray(item)
+    array = array.astype(np.int64) if array.size == 0 and array.dtype != bool else array
+    if array.dtype != bool and array.dtype.kind not in "iu":
+      raise IndexError(f"lists used as indices must hold ints or bools, got {array.dtype} in {item!r}")
+    return array
+  if isinstance(item, (bool, np.bool_)):
+    return np.asarray(item)
+  if isinstance(item, (float, np.floating)):
+    raise IndexError(f"only ints, slices, None, ..., lists and int or bool tensors are valid indices, got {item!r}")
+  raise TypeError(f"invalid index {item!r} of type {type(item).__name__}")
+
+
+def _check_mask(item: Any) -> Any:
+  if isinstance(item, np.ndarray) and item.dtype == bool and item.ndim == 0:
+    raise IndexError("0-d bool indices (True, False, a 0-d mask) are not supported; use None to add a dim")
+  return item
+
+
+def _dims_used(item: Any) -> int:
+  if item is None or item is Ellipsis:
+    return 0
+  return item.ndim if isinstance(item, np.ndarray) and item.dtype == bool else 1
+
+
+def _expand_ellipsis(items: list[Any], ndim: int) -> list[Any]:
+  used = sum(_dims_used(i) for i in items)
+  ellipses = [k for k, i in enumerate(items) if i is Ellipsis]
+  if len(ellipses) > 1:
+    raise IndexError("an index can only have a single ellipsis ('...')")
+  if used > ndim:
+    raise IndexError(f"too many indices for tensor of dimension {ndim}: got {used}")
+  fill = [slice(None)] * (ndim - used)
+  return items[:ellipses[0]] + fill + items[ellipses[0] + 1:] if ellipses else items + fill
+
+
+def parse_index(t: Any, index: Any) -> tuple[BasicPlan, list[tuple[int, Advanced]]]:
+  """The basic plan (advanced dims kept whole) and the advanced indices with the dim of the plan's result they
+  index."""
+  items = [_check_mask(_normalize_item(i)) for i in (index if isinstance(index, tuple) else (index,))]
+  items = _expand_ellipsis(items, t.ndim)
+  basic, advanced, dim, out_dim = [], [], 0, 0
+  for item in items:
+    if item is None or isinstance(item, slice):
+      basic.append(item)
+      dim, out_dim = dim + (item is not None), out_dim + 1
+    elif isinstance(item, int):
+      basic.append(_check_int(item, t.shape[dim], dim))
+      dim += 1
+    else:
+      for part in _mask_parts(item, t.shape, dim):
+        advanced.append((out_dim, _prepare(part, t.shape[dim], dim, t)))
+        basic.append(slice(None))
+        dim, out_dim = dim + 1, out_dim + 1
+  return basic_plan(t.shape, basic), advanced
+
+
+def _check_int(i: int, size: int, dim: int) -> int:
+  if not -size <= i < size:
+    raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
+  return i % size
+
+
+def _mask_parts(item: Any, shape: Shape, dim: int) -> list[Any]:
+  """A bool mask over k dims becomes k int indices (its nonzero positions); other indices stay one."""
+  if not (isinstance(item, np.ndarray) and item.dtype == bool):
+    return [item]
+  if item.shape != shape[dim:dim + item.ndim]:
+    raise IndexError(f"the shape of the mask {item.shape} at index {dim} does not match the shape of the indexed "
+                     f"tensor {shape[dim:dim + item.ndim]} (of {shape})")
+  return list(np.nonzero(item))
+
+
+def _prepare(index: Any, n: int, dim: int, t: Any) -> Advanced:
+  if isinstance(index, np.ndarray):  # values known now: check them like torch, and wrap them on the host
+    bad = (index < -n) | (index >= n)
+    if bad.any():
+      raise IndexError(f"index {index[bad].reshape(-1)[0]} is out of bounds for dimension {dim} with size {n}")
+    wrapped = np.where(index < 0, index + n, index).astype(np.int32 if n < 2**31 else np.int64)
+    return Advanced(type(t)(wrapped, device=t.device), None)
+  return Advanced(*wrap_index(index.to(t.device), n, negative_wraps=True))
+
+
+def wrap_index(index: Any, n: int, negative_wraps: bool) -> tuple[Any, Any]:
+  """An int index tensor as int32 (int64 if needed), negative values wrapped when negative_wraps, and the mask of
+  lanes in [0, n). uint64 values past int64's range turn negative in the cast, so they stay invalid."""
+  wide = index.dtype.itemsize == 8 or index.dtype == dtypes.uint32 or n >= 2**31
+  idx = index.cast(dtypes.int64 if wide else dtypes.int32)
+  if negative_wraps and index.dtype.kind == "i":
+    idx = idx.lt(0).where(idx + n, idx)
+  return idx, idx.ge(0) & idx.lt(n)
+
+
+# ---- advanced get and set
+@dataclass(frozen=True)
+class AdvancedPlan:
+  """Advanced indices on some dims of y, broadcast together to `batch`. The result has the batch dims in place of
+  the indexed dims when those are adjacent, else first (numpy's and torch's rule)."""
+  dims: list[int]
+  rest: list[int]
+  batch: Shape
+  linear: Any  # one int index into the indexed dims flattened, of shape batch
+  valid: Any   # bool of shape batch, or None when every index is known to be in range
+  size: int    # the number of positions the linear index chooses from
+
+  def result_order(self) -> list[int]:
+    """Permutation from (batch dims, rest dims) to the result's dims."""
+    nb = len(self.batch)
+    adjacent = self.dims == list(range(self.dims[0], self.dims[0] + len(self.dims)))
+    before = sum(1 for d in self.rest if d < self.dims[0]) if adjacent else 0
+    rest = [nb + i for i in range(len(self.rest))]
+    return rest[:before] + list(range(nb)) + rest[before:]
+
+  def result_shape(self, y: Any) -> Shape:
+    both = self.batch + tuple(y.shape[d] for d in self.rest)
+    return tuple(both[i] for i in self.result_order())
+
+  def batch_positions(self) -> list[int]:
+    order = self.result_order()
+    return [order.index(b) for b in range(len(self.batch))]
+
+  def flat_source(self, y: Any) -> Any:
+    """y with its rest dims first and the indexed dims flattened into one last dim."""
+    return y.permute(self.rest + self.dims).reshape(tuple(y.shape[d] for d in self.rest) + (self.size,))
+
+  def hits(self, extra_dims: int) -> Any:
+    """linear == arange(size), of shape batch + (1,) * extra_dims + (size,)."""
+    lin = self.linear.reshape(self.batch + (1,) * (extra_dims + 1))
+    return lin.eq(lin.arange(self.size, dtype=lin.dtype, device=lin.device))
+
+
+def advanced_plan(y: Any, advanced: list[tuple[int, Advanced]]) -> AdvancedPlan:
+  from refgrad.tensor import ShapeError, broadcast_shape
+  dims = [d for d, _ in advanced]
+  try:
+    batch = broadcast_shape(*(a.index.shape for _, a in advanced))
+  except ShapeError:
+    shapes = ", ".join(str(a.index.shape) for _, a in advanced)
+    raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}") from None
+  sizes = [y.shape[d] for d in dims]
+  size = prod(sizes)
+  wide = size >= 2**31 or any(a.index.dtype == dtypes.int64 for _, a in advanced)
+  linear = None
+  for k, (_, a) in enumerate(advanced):
+    stride = prod(sizes[k + 1:])
+    term = a.index.cast(dtypes.int64 if wide else dtypes.int32) * stride if stride != 1 else a.index
+    linear = term if linear is None else linear + term
+  valid = None
+  for _, a in advanced:
+    if a.valid is not None:
+      valid = a.valid if valid is None else valid & a.valid
+  rest = [d for d in range(y.ndim) if d not in dims]
+  return AdvancedPlan(dims, rest, batch, linear.cast(dtypes.int64 if wide else dtypes.int32)._broadcast_to(batch),
+                      valid, size)
+
+
+def pick(values: Any, hit: Any, axes: Any) -> Any:
+  """The value where hit is True along axes (at most one hit per lane; the dtype's lowest value if none)."""
+  return hit.where(values, values._const(dtypes.min(values.dtype)))._reduce(Ops.MAX, axes)
+
+
+def advanced_get(y: Any, plan: AdvancedPlan) -> Any:
+  nb, nr = len(plan.batch), len(plan.rest)
+  source = plan.flat_source(y)
+  out = pick(source.reshape((1,) * nb + source.shape), plan.hits(nr), -1)
+  if plan.valid is not None:  # out-of-range tensor indices select 0
+    out = plan.valid.reshape(plan.batch + (1,) * nr).where(out, out._const(0))
+  return out.permute(plan.result_order())
+
+
+def advanced_set(y: Any, plan: AdvancedPlan, value: Any) -> tuple[Any, Any]:
+  """y with the indexed positions set from value (the last write wins for repeated indices, like numpy), and the
+  bool mask of positions written. value has the indexed result's shape, or broadcasts to it."""
+  nb, nr = len(plan.batch), len(plan.rest)
+  rest_shape = tuple(y.shape[d] for d in plan.rest)
+  hit = plan.hits(0)
+  if plan.valid is not None:
+    hit = hit & plan.valid.reshape(plan.batch + (1,))
+  writer = y.arange(prod(plan.batch), dtype=dtypes.int32, device=y.device).reshape(plan.batch)
+  last = hit.where(writer.reshape(plan.batch + (1,)), -1)._reduce(Ops.MAX, tuple(range(nb)))  # shape (size,)
+  written = last.ge(0)
+  result_shape = plan.result_shape(y)
+  aligned = (1,) * (len(result_shape) - value.ndim) + value.shape
+  if any(aligned[p] != 1 for p in plan.batch_positions()):
+    by_batch = value._broadcast_to(result_shape).permute(_inverse(plan.result_order()))
+    chosen = writer.reshape(plan.batch + (1,) * (nr + 1)).eq(last.reshape((1,) * (nb + nr) + (plan.size,)))
+    new = pick(by_batch.reshape(by_batch.shape + (1,)), chosen, tuple(range(nb)))
+  else:  # one value for every writer: no need to find which one wrote
+    keep = [s for k, s in enumerate(aligned) if k not in plan.batch_positions()]
+    new = value.reshape(tuple(keep))._broadcast_to(rest_shape).reshape(rest_shape + (1,))
+  sizes = tuple(y.shape[d] for d in plan.dims)
+  back = _inverse(plan.rest + plan.dims)
+  out = written.where(new, plan.flat_source(y)).reshape(rest_shape + sizes).permute(back)
+  mask = written.reshape((1,) * nr + sizes).expand(rest_shape + sizes).permute(back)
+  return out, mask
+
+
+# ---- t[index] and t[index] = v
+def get_index(t: Any, index: Any) -> Any:
+  plan, advanced = parse_index(t, index)
+  y = plan.apply(t)
+  return advanced_get(y, advanced_plan(y, advanced)) if advanced else y
+
+
+def set_index(t: Any, index: Any, value: Any) -> Any:
+  """The value t has after t[index] = value."""
+  _check_writable(t)
+  plan, advanced = parse_index(t, index)
+  y = plan.apply(t)
+  adv = advanced_plan(y, advanced) if advanced else None
+  v = _value_tensor(t, value, adv.result_shape(y) if adv else y.shape)
+  if adv:
+    new_y, written_y = advanced_set(y, adv, v)
+  else:
+    new_y, written_y = v._broadcast_to(y.shape), t._const(True, dtypes.bool)._broadcast_to(y.shape)
+  return plan.place(written_y, t.shape).where(plan.place(new_y, t.shape), t)
+
+
+def _check_writable(t: Any) -> None:
+  """refgrad never writes through views, so writing a view of another tensor's data would silently leave that
+  tensor unchanged: refuse, as tinygrad does for non-contiguous targets."""
+  from refgrad.schedule import realized_buffer
+  node = t.uop
+  buf = realized_buffer(node)
+  if buf is not None and buf.size == t.numel():
+    return
+  if node.op in GroupOp.Movement and any(u.op is Ops.BUFFER for u in node.toposort):
+    raise RuntimeError(f"setitem: this tensor (shape {t.shape}) is a view of another tensor's data, and writing it "
+                       "would not change that tensor; index the original tensor, or call .contiguous() first")
+
+
+def _value_tensor(t: Any, value: Any, shape: Shape) -> Any:
+  """value as a tensor of t's dtype and device that broadcasts to shape (extra leading 1s are dropped)."""
+  tensor = _tensor_type()
+  if isinstance(value, tensor):
+    v = value.cast(t.dtype).to(t.device)
+  elif isinstance(value, (bool, int, float, np.generic)):
+    v = t._const(value.item() if isinstance(value, np.generic) else value)
+  elif isinstance(value, (list, tuple, np.ndarray)):
+    v = tensor(value, dtype=t.dtype, device=t.device)
+  else:
+    raise TypeError(f"cannot assign a {type(value).__name__} to a Tensor")
+  while v.ndim > len(shape) and v.shape[0] == 1:
+    v = v.reshape(v.shape[1:])
+  from refgrad.tensor import ShapeError, broadcast_shape
+  try:
+    fits = broadcast_shape(v.shape, shape) == shape
+  except ShapeError:
+    fits = False
+  if not fits:
+    raise _shape_error(f"setitem: value of shape {v.shape} cannot be broadcast to the indexed shape {shape}")
+  return v
+
+
+# ---- scatter: a (index.shape with n at dim) + (M,) layout, M = index.shape[dim] candidate writers per lane
+@dataclass(frozen=True)
+class ScatterLayout:
+  """hit[..., j, ..., m]: index[..., m, ...] == j, with j (a position of self along dim) in place of dim and the
+  index's own dim-th coordinate m moved to a last axis. src is laid out the same way; region is the part of self
+  the index covers."""
+  hit: Any
+  src: Any
+  region: Any
+
+
+def scatter_layout(t: Any, dim: int, index: Any, src: Any, what: str) -> tuple[int, ScatterLayout]:
+  d = _norm(dim, t.ndim)
+  tensor = _tensor_type()
+  index = _int_index(index, what)
+  if isinstance(src, tensor):
+    if src.ndim != t.ndim or index.ndim != t.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
+      raise _shape_error(f"{what}: index {index.shape} and src {src.shape} need the {t.ndim} dims of self "
+                         f"{t.shape}, and index must be no larger than src in every dim")
+    src = src.cast(t.dtype).to(t.device).shrink(tuple((0, s) for s in index.shape))
+  elif isinstance(src, (bool, int, float)):
+    src = t._const(src)
+  else:
+    raise TypeError(f"{what}: src must be a Tensor or a Python number, got {type(src).__name__}")
+  _check_index_fits(t, index, d, what)
+  n, ndim = t.shape[d], t.ndim
+  idx, valid = wrap_index(index.to(t.device), n, negative_wraps=False)
+  positions = idx.arange(n, dtype=idx.dtype, device=t.device).reshape(tuple(n if k == d else 1 for k in range(ndim)))
+  hit = _along_last(idx, d).eq(positions.unsqueeze(-1)) & _along_last(valid, d)
+  region = t.shrink(tuple(None if k == d else (0, s) for k, s in enumerate(index.shape)))
+  return d, ScatterLayout(hit, _along_last(src, d) if src.ndim else src, region)
+
+
+def _along_last(x: Any, d: int) -> Any:
+  """x's dim d moved to a new last axis, leaving a size-1 dim in its place."""
+  return x.unsqueeze(-1).transpose(d, -1)
+
+
+def _int_index(index: Any, what: str) -> Any:
+  if not isinstance(index, _tensor_type()):
+    raise TypeError(f"{what}: index must be a Tensor, got {type(index).__name__}")
+  if not dtypes.is_int(index.dtype):
+    raise IndexDTypeError(f"{what}: index must be an int tensor, got dtype {index.dtype.name}")
+  return index
+
+
+def _check_index_fits(t: Any, index: Any, d: int, what: str) -> None:
+  if index.ndim != t.ndim:
+    raise _shape_error(f"{what}: index {index.shape} must have as many dims as self {t.shape}")
+  if any(i > s for k, (i, s) in enumerate(zip(index.shape, t.shape)) if k != d):
+    raise _shape_error(f"{what}: index {index.shape} must be no larger than self {t.shape} apart from dim {d}")
+
+
+def _place_region(t: Any, region: Any, d: int) -> Any:
+  """The scattered region written back into all of t (the index may cover only part of t)."""
+  if region.shape == t.shape:
+    return region
+  grow = tuple((0, s - r) for s, r in zip(t.shape, region.shape))
+  inside = t._const(True, dtypes.bool)._broadcast_to(region.shape).pad(grow)
+  return inside.where(region.pad(grow), t)
+
+
+def _in_float32(fn: Callable) -> Callable:
+  """Sums and products of float16/bfloat16 accumulate in float32 and round once."""
+  @functools.wraps(fn)
+  def run(layout: ScatterLayout, include_self: bool) -> Any:
+    half = layout.region.dtype in (dtypes.float16, dtypes.bfloat16)
+    if not half:
+      return fn(layout, include_self)
+    wide = ScatterLayout(layout.hit, layout.src.cast(dtypes.float32), layout.region.cast(dtypes.float32))
+    return fn(wide, include_self).cast(layout.region.dtype)
+  return run
+
+
+def _any_hit(layout: ScatterLayout) -> Any:
+  return layout.hit._reduce(Ops.MAX, -1)
+
+
+@_in_float32
+def _scatter_sum(layout: ScatterLayout, include_self: bool) -> Any:
+  total = layout.hit.where(layout.src, layout.region._const(0))._reduce(Ops.ADD, -1)
+  return _any_hit(layout).where(layout.region + total if include_self else total, layout.region)
+
+
+@_in_float32
+def _scatter_prod(layout: ScatterLayout, include_self: bool) -> Any:
+  product = layout.hit.where(layout.src, layout.region._const(1))._reduce(Ops.MUL, -1)
+  return layout.region * product if include_self else _any_hit(layout).where(product, layout.region)
+
+
+@_in_float32
+def _scatter_mean(layout: ScatterLayout, include_self: bool) -> Any:
+  """Float mean, or floor division for ints (as torch); lanes with no hit keep self."""
+  total = layout.hit.where(layout.src, layout.region._const(0))._reduce(Ops.ADD, -1)
+  count = layout.hit.cast(dtypes.int32)._reduce(Ops.ADD, -1) + int(include_self)
+  total = layout.region + total if include_self else total
+  count = count.maximum(1).cast(total.dtype)  # no division by zero, even in lanes that keep self
+  mean = total / count if dtypes.is_float(total.dtype) else total // count
+  return _any_hit(layout).where(mean, layout.region)
+
+
+def _scatter_amax(layout: ScatterLayout, include_self: bool) -> Any:
+  best = pick(layout.src._broadcast_to(layout.hit.shape), layout.hit, -1)
+  return layout.region.maximum(best) if include_self else _any_hit(layout).where(best, layout.region)
+
+
+def _order_flip(x: Any) -> Any:
+  """An exact order-reversing map: -x for floats, ~x for ints and bools."""
+  return x.neg() if dtypes.is_float(x.dtype) else x.bitwise_not()
+
+
+def _scatter_amin(layout: ScatterLayout, include_self: bool) -> Any:
+  flipped = ScatterLayout(layout.hit, _order_flip(layout.src), _order_flip(layout.region))
+  return _order_flip(_scatter_amax(flipped, include_self))
+
+
+SCATTER_REDUCE = {"sum": _scatter_sum, "prod": _scatter_prod, "mean": _scatter_mean, "amax": _scatter_amax,
+                  "amin": _scatter_amin}
+SCATTER_MODES = {"add": "sum", "multiply": "prod"}
+
+
+def _scatter_last(layout: ScatterLayout) -> Any:
+  """Plain scatter: the writer with the largest position along dim wins, like a loop over the index would."""
+  m = layout.hit.shape[-1]
+  writer = layout.hit.arange(m, dtype=dtypes.int32, device=layout.region.device)
+  last = layout.hit.where(writer, -1)._reduce(Ops.MAX, -1)
+  if layout.src.ndim == 0:
+    value = layout.src
+  else:
+    value = pick(layout.src._broadcast_to(layout.hit.shape), writer.eq(last.unsqueeze(-1)), -1)
+  return last.ge(0).where(value, layout.region)
+
+
+class IndexingMixin:
+  __slots__ = ()
+
+  def __getitem__(self, index: Any) -> Any:
+    """Numpy/torch indexing: ints, slices (any step), None, ..., lists and int tensors (advanced indexing, which
+    broadcast together; out-of-range values in tensors select 0), bool masks.
+
+    >>> t = Tensor([[1, 2, 3], [4, 5, 6]])
+    >>> t[1, ::-1].tolist()
+    [6, 5, 4]
+    >>> t[[0, 1, 1], [2, 0, 2]].tolist()
+    [3, 4, 6]
+    >>> t[:, Tensor([[0], [2]])].shape
+    (2, 2, 1)
+    """
+    return get_index(self, index)
+
+  def __setitem__(self, index: Any, value: Any) -> None:
+    """t[index] = value, for any index t[index] accepts. The tensor gets a new buffer with the new value (it is
+    realized now); other tensors that shared the old one keep the old values. A repeated index writes its last value.
+
+    >>> t = Tensor([1, 2, 3, 4]).realize()
+    >>> t[1:3] = 0
+    >>> t[[0, -1]] = Tensor([7, 8])
+    >>> t.tolist()
+    [7, 0, 0, 8]
+    """
+    self.assign(set_index(self, index, value)).realize()
+
+  def gather(self, dim: int, index: Any) -> Any:
+    """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1 (and so on); index has self's number of dims and may be
+    smaller than self in the other dims. Out-of-range index values select 0.
+
+    >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
+    [[1, 1], [4, 3]]
+    """
+    d = _norm(dim, self.ndim)
+    index = _int_index(index, "gather")
+    _check_index_fits(self, index, d, "gather")
+    if self.ndim == 0:
+      return self.reshape(1).gather(0, index.reshape(1)).reshape(())
+    n = self.shape[d]
+    idx, valid = wrap_index(index.to(self.device), n, negative_wraps=False)
+    source = _along_last(self.shrink(tuple(None if k == d else (0, s) for k, s in enumerate(index.shape))), d)
+    hit = idx.unsqueeze(-1).eq(idx.arange(n, dtype=idx.dtype, device=self.device))
+    out = pick(source.expand(index.shape + (n,)), hit, -1)
+    return valid.where(out, out._const(0))
+
+  def scatter(self, dim: int, index: Any, src: Any, reduce: str | None = None) -> Any:
+    """A copy of self with src written at index along dim: out[i][index[i][j]] = src[i][j] for dim=1. src may be a
+    Python number. reduce="add" or "multiply" combines with self instead; for repeated indices the last write wins.
+
+    >>> Tensor([0, 0, 0]).scatter(0, Tensor([2, 0]), Tensor([5, 6])).tolist()
+    [6, 0, 5]
+    >>> Tensor([1, 1, 1]).scatter(0, Tensor([1, 1]), 3, reduce="add").tolist()
+    [1, 7, 1]
+    """
+    if reduce is not None and reduce not in SCATTER_MODES:
+      raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    if self.ndim == 0:
+      return _zero_d(self, lambda x, i, s: x.scatter(0, i, s, reduce), index, src)
+    d, layout = scatter_layout(self, dim, index, src, "scatter")
+    region = _scatter_last(layout) if reduce is None else SCATTER_REDUCE[SCATTER_MODES[reduce]](layout, True)
+    return _place_region(self, region, d)
+
+  def scatter_reduce(self, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True) -> Any:
+    """Combine src into a copy of self at index along dim with "sum", "prod", "mean" (floor division for ints),
+    "amax" or "amin"; include_self=False ignores self's values where something is written.
+
+    >>> Tensor([1, 1, 1]).scatter_reduce(0, Tensor([0, 0, 2]), Tensor([5, 6, 7]), "amax").tolist()
+    [6, 1, 7]
+    >>> Tensor([1., 1.]).scatter_reduce(0, Tensor([1, 1]), Tensor([2., 4.]), "mean", include_self=False).tolist()
+    [1.0, 3.0]
+    """
+    if reduce not in SCATTER_REDUCE:
+      raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCE)}, got {reduce!r}")
+    if not isinstance(src, _tensor_type()):
+      raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
+    if self.ndim == 0:
+      return _zero_d(self, lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self), index, src)
+    d, layout = scatter_layout(self, dim, index, src, "scatter_reduce")
+    return _place_region(self, SCATTER_REDUCE[reduce](layout, include_self), d)
+
+  def masked_fill(self, mask: Any, value: Any) -> Any:
+    """value where mask (bool, broadcastable to self's shape) is True, self elsewhere.
+
+    >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+    [0, 2, 0]
+    """
+    from refgrad.tensor import ShapeError, broadcast_shape
+    if not isinstance(mask, _tensor_type()) or mask.dtype != dtypes.bool:
+      got = mask.dtype.name if isinstance(mask, _tensor_type()) else type(mask).__name__
+      raise IndexDTypeError(f"masked_fill: mask must be a bool tensor, got {got}")
+    try:
+      fits = broadcast_shape(self.shape, mask.shape) == self.shape
+    except ShapeError:
+      fits = False
+    if not fits:
+      raise _shape_error(f"masked_fill: mask of shape {mask.shape} does not broadcast to self's shape {self.shape}")
+    if isinstance(value, _tensor_type()):
+      if value.ndim:
+        raise _shape_error(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+      fill = value.cast(self.dtype)
+    elif isinstance(value, (bool, int, float)):
+      fill = self._const(value)
+    else:
+      raise TypeError(f"masked_fill: value must be a number or a 0-d tensor, got {type(value).__name__}")
+    return mask.to(self.device).where(fill, self)
+
+  def one_hot(self, num_classes: int = -1) -> Any:
+    """A new last dim of num_classes with 1 at each value's position (default int dtype, like tinygrad);
+    num_classes=-1 uses max + 1. Values outside [0, num_classes) give all zeros.
+
+    >>> Tensor([0, 2]).one_hot(3).tolist()
+    [[1, 0, 0], [0, 0, 1]]
+    """
+    if not dtypes.is_int(self.dtype):
+      raise IndexDTypeError(f"one_hot: expected an int tensor, got dtype {self.dtype.name}")
+    if not _is_int(num_classes) or num_classes < -1:
+      raise ValueError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
+    if num_classes == -1:
+      if self.numel() == 0:
+        raise _shape_error(f"one_hot: cannot infer the number of classes from an empty tensor of shape {self.shape}")
+      num_classes = int(self.max().item()) + 1
+    idx, _ = wrap_index(self, max(num_classes, 0), negative_wraps=False)
+    classes = idx.arange(num_classes, dtype=idx.dtype, device=self.device)
+    return idx.unsqueeze(-1).eq(classes).where(1, 0)
+
+
+def _zero_d(t: Any, fn: Callable, index: Any, src: Any) -> Any:
+  """scatter on a 0-d tensor: as a 1-element 1-d one."""
+  tensor = _tensor_type()
+  index = _int_index(index, "scatter")
+  src = src.reshape(-1) if isinstance(src, tensor) else src
+  return fn(t.reshape(1), index.reshape(-1), src).reshape(())

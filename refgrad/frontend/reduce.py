@@ -1,10 +1,12 @@
 """Reductions and matmul. Only ADD, MUL and MAX reduce natively; min, mean, argmax ... build on them."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from refgrad.frontend import special
 from refgrad.uop import Ops, UOp, prod
 
 # The dtype a sum accumulates in (tinygrad's rule): small ints widen, half and bfloat16 sum in float32.
@@ -94,9 +96,146 @@ class ReduceMixin:
     flipped = self.neg() if dtypes.is_float(self.dtype) else self.bitwise_not()
     return flipped.argmax(axis, keepdim)
 
+  # ---- statistics
+  def var(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Any:
+    """Variance: the sum of squared deviations divided by max(0, N - correction) (ints give float32).
+
+    >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
+    1.6666666269302368
+    """
+    x = self.cast(least_upper_float(self.dtype))
+    squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    return squares.div(max(0, self._reduced_count(axis) - correction))
+
+  def std(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Any:
+    """Standard deviation: var(...).sqrt().
+
+    >>> Tensor([1.0, 3.0]).std().item()
+    1.4142135381698608
+    """
+    return self.var(axis, keepdim, correction).sqrt()
+
+  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Any, Any]:
+    """(var, mean) in one call.
+
+    >>> [t.item() for t in Tensor([1.0, 3.0]).var_mean()]
+    [2.0, 2.0]
+    """
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Any, Any]:
+    """(std, mean) in one call.
+
+    >>> [t.item() for t in Tensor([1.0, 3.0]).std_mean(correction=0)]
+    [1.0, 2.0]
+    """
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def _reduced_count(self, axis: Any) -> int:
+    axes = reduce_axes(axis, self.ndim) if self.ndim else ()
+    return prod(self.shape[a] for a in axes)
+
+  def any(self, axis: Any = None, keepdim: bool = False) -> Any:
+    """True where any element along axis is nonzero (NaN counts as nonzero).
+
+    >>> Tensor([[0, 1], [0, 0]]).any(1).tolist()
+    [True, False]
+    """
+    return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim)
+
+  def all(self, axis: Any = None, keepdim: bool = False) -> Any:
+    """True where every element along axis is nonzero; an empty reduction is True.
+
+    >>> Tensor([[1, 1], [0, 1]]).all(1).tolist()
+    [True, False]
+    """
+    return self.logical_not().any(axis, keepdim).logical_not()
+
+  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Any:
+    """log(sum(exp(x))), shifted by the maximum so nothing overflows; infinite maxima pass through, as in torch.
+
+    >>> round(Tensor([0.0, 0.0]).logsumexp().item(), 6)
+    0.693147
+    """
+    x = self.cast(least_upper_float(self.dtype))
+    if self._reduced_count(axis) == 0 and x.ndim:
+      return x.exp().sum(axis, keepdim).log()
+    top = x.max(axis, keepdim=True)
+    top = top.isinf().where(0.0, top)
+    out = (x - top).exp().sum(axis, keepdim=True).log() + top
+    return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in _axes(axis, x.ndim)))
+
+  # ---- scans
+  def cumsum(self, axis: int = 0) -> Any:
+    """Cumulative sum along axis, in sum's dtype (small ints widen to 32 bits, as tinygrad).
+
+    >>> Tensor([1, 2, 3, 4]).cumsum().tolist()
+    [1, 3, 6, 10]
+    """
+    acc = SUM_ACC_DTYPE.get(self.dtype, self.dtype)
+    out = _scan(self.cast(acc), axis, SCANS["add"])
+    return out.cast(self.dtype) if self.dtype in RETURNS_INPUT_DTYPE else out
+
+  def cumprod(self, axis: int = 0) -> Any:
+    """Cumulative product along axis, in prod's dtype.
+
+    >>> Tensor([1, 2, 3, 4]).cumprod().tolist()
+    [1, 2, 6, 24]
+    """
+    acc = SUM_ACC_DTYPE.get(self.dtype, self.dtype)
+    out = _scan(self.cast(acc), axis, SCANS["mul"])
+    return out.cast(self.dtype) if self.dtype in RETURNS_INPUT_DTYPE else out
+
+  def cummax(self, axis: int = 0) -> Any:
+    """Running maximum along axis (values only, as tinygrad); NaN propagates.
+
+    >>> Tensor([1, 3, 2, 5]).cummax().tolist()
+    [1, 3, 3, 5]
+    """
+    return _scan(self, axis, SCANS["max"])
+
+  def logcumsumexp(self, axis: int = 0) -> Any:
+    """log(cumsum(exp(x))) along axis, computed without overflow (ints give float32).
+
+    >>> [round(v, 4) for v in Tensor([0.0, 0.0, 0.0]).logcumsumexp().tolist()]
+    [0.0, 0.6931, 1.0986]
+    """
+    return _scan(self.cast(least_upper_float(self.dtype)), axis, SCANS["logaddexp"])
+
+  # ---- triangles
+  def triu(self, diagonal: int = 0) -> Any:
+    """Keep the elements on and above the diagonal-th diagonal of the last two dims, zero the rest.
+
+    >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
+    [[1, 2], [0, 4]]
+    """
+    return self._triangle(diagonal, upper=True)
+
+  def tril(self, diagonal: int = 0) -> Any:
+    """Keep the elements on and below the diagonal-th diagonal of the last two dims, zero the rest.
+
+    >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
+    [[1, 0], [3, 4]]
+    """
+    return self._triangle(diagonal, upper=False)
+
+  def _triangle(self, diagonal: int, upper: bool) -> Any:
+    if self.ndim < 2:
+      raise RuntimeError(f"{'triu' if upper else 'tril'}: input tensor must have at least 2 dimensions, got shape "
+                         f"{self.shape}")
+    if not isinstance(diagonal, int) or isinstance(diagonal, bool):
+      raise TypeError(f"diagonal must be an int, got {type(diagonal).__name__}")
+    keep = triangle_mask(self.shape[-2], self.shape[-1], diagonal, upper, self.device)
+    return keep.where(self, self._const(0))
+
   # ---- linear algebra
-  def dot(self, w: Any) -> Any:
-    """Matrix product with broadcasting over batch dims, like torch.matmul."""
+  def dot(self, w: Any, acc_dtype: DType | str | None = None) -> Any:
+    """Matrix product with broadcasting over batch dims, like torch.matmul; acc_dtype sets the accumulation dtype
+    (and the result's).
+
+    >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([1, 1])).tolist()
+    [3, 7]
+    """
     x = self
     if x.ndim == 0 or w.ndim == 0:
       raise RuntimeError(f"both arguments to matmul need at least 1 dimension, got {x.ndim}D and {w.ndim}D")
@@ -110,16 +249,88 @@ class ReduceMixin:
     w2 = w.cast(out_dtype) if w.ndim > 1 else w.cast(out_dtype).reshape(k_w, 1)  # (..., K, N)
     x_mat = x2.reshape(*x2.shape[:-1], 1, k_x)  # (..., M, 1, K)
     w_mat = w2.transpose(-1, -2).unsqueeze(-3)  # (..., 1, N, K)
-    product = (x_mat * w_mat).sum(-1).cast(out_dtype)  # (..., M, N); small ints sum wider, then wrap, as tinygrad
+    # (..., M, N); small ints sum wider, then wrap, as tinygrad
+    product = (x_mat * w_mat).sum(-1, acc_dtype=acc_dtype).cast(to_dtype(acc_dtype) if acc_dtype else out_dtype)
     if x.ndim == 1:
       product = product.squeeze(-2)
     return product.squeeze(-1) if w.ndim == 1 else product
 
-  def matmul(self, w: Any, reverse: bool = False) -> Any:
-    return w.dot(self) if reverse else self.dot(w)
+  def matmul(self, w: Any, reverse: bool = False, acc_dtype: DType | str | None = None) -> Any:
+    """self @ w (w @ self if reverse).
+
+    >>> Tensor([[1.0, 2.0]]).matmul(Tensor([[3.0], [4.0]])).tolist()
+    [[11.0]]
+    """
+    return w.dot(self, acc_dtype) if reverse else self.dot(w, acc_dtype)
 
   def __matmul__(self, w: Any) -> Any:
     return self.dot(w)
 
   def __rmatmul__(self, w: Any) -> Any:
     return self._to_tensor(w).dot(self)
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+  return reduce_axes(axis, ndim) if ndim else ()
+
+
+def triangle_mask(rows: int, cols: int, diagonal: int, upper: bool, device: str) -> Any:
+  """(rows, cols) bool: col - row >= diagonal (upper) or col - row <= diagonal (lower)."""
+  from refgrad.tensor import Tensor
+  row = Tensor.arange(rows, device=device).reshape(rows, 1)
+  col = Tensor.arange(cols, device=device).reshape(1, cols)
+  offset = col - row
+  return offset.ge(diagonal) if upper else offset.le(diagonal)
+
+
+# ---- scans: a windowed reduce inside blocks of SCAN_BLOCK, and the same scan over the block totals, so the work
+# is O(n * SCAN_BLOCK) rather than the O(n^2) of one window per element
+SCAN_BLOCK = 32
+
+
+class Scan:
+  """An associative scan: how to reduce a window, combine two partial results, and the identity to pad with."""
+
+  def __init__(self, reduce: Callable[[Any], Any], combine: Callable[[Any, Any], Any], identity: Callable[[Any], Any]):
+    self.reduce, self.combine, self.identity = reduce, combine, identity
+
+
+def _logaddexp(a: Any, b: Any) -> Any:
+  top = a.maximum(b)
+  return top.isinf().where(top, top + special.log1p((-(a - b).abs()).exp()))
+
+
+SCANS: dict[str, Scan] = {
+  "add": Scan(lambda w: w.sum(-1), lambda a, b: a + b, lambda t: 0),
+  "mul": Scan(lambda w: w.prod(-1), lambda a, b: a * b, lambda t: 1),
+  "max": Scan(lambda w: w.max(-1), lambda a, b: a.maximum(b), lambda t: dtypes.min(t.dtype)),
+  "logaddexp": Scan(lambda w: w.logsumexp(-1), _logaddexp, lambda t: -math.inf),
+}
+
+
+def _scan(x: Any, axis: int, scan: Scan) -> Any:
+  from refgrad.tensor import normalize_dim
+  if x.ndim == 0:
+    return x
+  ax = normalize_dim(axis, x.ndim)
+  if x.shape[ax] == 0:
+    return x
+  moved = x.transpose(ax, -1)
+  return _scan_last(moved, scan).transpose(ax, -1)
+
+
+def _scan_last(x: Any, scan: Scan) -> Any:
+  """Inclusive scan along the last dim."""
+  n = x.shape[-1]
+  if n <= SCAN_BLOCK:
+    windows = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)  # [..., i, j] = x[..., j]
+    keep = triangle_mask(n, n, 0, False, x.device)  # j <= i
+    return scan.reduce(keep.where(windows, x._const(scan.identity(x))))
+  blocks = -(-n // SCAN_BLOCK)
+  padded = x.pad(((0, 0),) * (x.ndim - 1) + ((0, blocks * SCAN_BLOCK - n),))
+  inner = _scan_last(padded.reshape(*x.shape[:-1], blocks, SCAN_BLOCK), scan)
+  totals = inner[..., SCAN_BLOCK - 1]
+  before = _scan_last(totals, scan).pad(((0, 0),) * (x.ndim - 1) + ((1, 0),), value=scan.identity(x))
+  before = before[..., :blocks]  # the scan of all earlier blocks, identity for the first
+  out = scan.combine(before.unsqueeze(-1), inner)
+  return out.reshape(*x.shape[:-1], blocks * SCAN_BLOCK)[..., :n]

@@ -6,6 +6,7 @@ warns for any input *values* (only for ill-typed calls), and returns arrays of t
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ from refgrad.uop import GroupOp, Ops
 # On bool, ADD is OR, MUL is AND and MAX is OR (numpy's and torch's meaning); NEG has no bool meaning.
 OP_KINDS: dict[Ops, str] = {
   Ops.NEG: "iuf", Ops.RECIP: "f", Ops.SQRT: "f", Ops.EXP2: "f", Ops.LOG2: "f", Ops.SIN: "f", Ops.TRUNC: "f",
-  Ops.ADD: "biuf", Ops.MUL: "biuf", Ops.FDIV: "f", Ops.IDIV: "iu", Ops.MOD: "iu", Ops.MAX: "biuf",
+  Ops.ADD: "biuf", Ops.MUL: "biuf", Ops.FDIV: "f", Ops.IDIV: "iu", Ops.MOD: "iuf", Ops.MAX: "biuf",
   Ops.CMPLT: "biuf", Ops.CMPNE: "biuf", Ops.AND: "biu", Ops.OR: "biu", Ops.XOR: "biu", Ops.SHL: "iu", Ops.SHR: "iu",
   Ops.WHERE: "biuf",
 }
@@ -34,21 +35,26 @@ SIN_EXACT_RANGE: float = 1e4
 
 
 # ---- checking a call
-def _check(op: Ops, dtype: DType, srcs: tuple) -> tuple[DType, list[np.ndarray]]:
-  """Validate an ALU call; return the operand dtype and the sources as arrays."""
+@functools.lru_cache(maxsize=None)
+def check_alu_types(op: Ops, dtype: DType, src_dtypes: tuple[DType, ...]) -> DType:
+  """Validate an ALU op's typing once; return its operand dtype. TypeError names what is wrong."""
   if op not in OP_KINDS:
     raise TypeError(f"{op!r} is not an ALU op")
-  arrs = [np.asarray(s) for s in srcs]
-  if len(arrs) != _ARITY[op]:
-    raise TypeError(f"{op!r} takes {_ARITY[op]} sources, got {len(arrs)}")
-  operand = from_numpy(arrs[0].dtype) if op in GroupOp.Comparison else dtype
-  want = (dtypes.bool, operand, operand) if op is Ops.WHERE else (operand,) * len(arrs)
-  got = tuple(from_numpy(a.dtype) for a in arrs)
-  if got != want or dtype != (dtypes.bool if op in GroupOp.Comparison else operand):
-    raise TypeError(f"{op!r} -> {dtype} cannot take sources of dtypes {got}")
+  if len(src_dtypes) != _ARITY[op]:
+    raise TypeError(f"{op!r} takes {_ARITY[op]} sources, got {len(src_dtypes)}")
+  operand = src_dtypes[0] if op in GroupOp.Comparison else dtype
+  want = (dtypes.bool, operand, operand) if op is Ops.WHERE else (operand,) * len(src_dtypes)
+  if src_dtypes != want or dtype != (dtypes.bool if op in GroupOp.Comparison else operand):
+    raise TypeError(f"{op!r} -> {dtype} cannot take sources of dtypes {src_dtypes}")
   if operand.kind not in OP_KINDS[op]:
     raise TypeError(f"{op!r} is not defined for {operand}")
-  return operand, arrs
+  return operand
+
+
+def _check(op: Ops, dtype: DType, srcs: tuple) -> tuple[DType, list[np.ndarray]]:
+  """Validate an ALU call; return the operand dtype and the sources as arrays."""
+  arrs = [np.asarray(s) for s in srcs]
+  return check_alu_types(op, dtype, tuple(from_numpy(a.dtype) for a in arrs)), arrs
 
 
 # ---- integer (and bool) ops
@@ -121,6 +127,7 @@ _FLOAT_FNS: dict[Ops, Callable[..., np.ndarray]] = {
   Ops.NEG: np.negative, Ops.RECIP: _recip, Ops.SQRT: np.sqrt, Ops.TRUNC: np.trunc,
   Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin,
   Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.FDIV: np.divide, Ops.MAX: _float_max,
+  Ops.MOD: np.fmod,  # C fmod: exact in IEEE arithmetic, sign of the dividend; fmod(x, 0) and fmod(inf, y) are NaN
   Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal,
 }
 # Exact ops run in a type with >= 2p+2 significand bits, so the one rounding back to the dtype is the correctly
@@ -157,6 +164,11 @@ def _round_float(x: np.ndarray, to: DType) -> np.ndarray:
 def exec_alu(op: Ops, dtype: DType, *srcs: np.ndarray) -> np.ndarray:
   """The result of ALU op `op` whose output dtype is `dtype` (bool for comparisons) on broadcastable sources."""
   operand, arrs = _check(op, dtype, srcs)
+  return compute_alu(op, operand, dtype, arrs)
+
+
+def compute_alu(op: Ops, operand: DType, dtype: DType, arrs: list[np.ndarray]) -> np.ndarray:
+  """exec_alu without the type checks, for callers that ran check_alu_types once (the kernel interpreter)."""
   with np.errstate(all="ignore"):
     if op is Ops.WHERE:
       out = np.where(*arrs)  # selection only: nothing to round
@@ -174,8 +186,8 @@ _UNDEFINED_RULES: dict[Ops, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 def undefined_lanes(op: Ops, dtype: DType, *srcs: np.ndarray) -> np.ndarray | None:
   """Bool mask (broadcast shape) of the lanes whose result SPEC leaves undefined; None if there can be none."""
-  _, arrs = _check(op, dtype, srcs)
-  if (rule := _UNDEFINED_RULES.get(op)) is None:
+  operand, arrs = _check(op, dtype, srcs)
+  if (rule := _UNDEFINED_RULES.get(op)) is None or operand.kind == "f":  # float MOD is defined everywhere
     return None
   shape = np.broadcast_shapes(*(a.shape for a in arrs))
   return np.array(np.broadcast_to(rule(*arrs), shape))
@@ -188,6 +200,8 @@ def _either(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
 def propagate_undefined(op: Ops, dtype: DType, srcs: list[np.ndarray],
                         masks: list[np.ndarray | None]) -> np.ndarray | None:
   """Undefined lanes of an ALU result: its sources' (for WHERE, only the chosen side's) plus the op's own."""
+  if op not in _UNDEFINED_RULES and all(m is None for m in masks):
+    return None  # the common case, kept cheap: the interpreter calls this for every ALU op
   if op is Ops.WHERE and (masks[1] is not None or masks[2] is not None):
     chosen = np.where(srcs[0], False if masks[1] is None else masks[1], False if masks[2] is None else masks[2])
     inherited = _either(masks[0], chosen)
@@ -264,6 +278,14 @@ def undefined_cast_lanes(x: np.ndarray, to: DType) -> np.ndarray | None:
     return None
   with np.errstate(all="ignore"):
     return ~_truncated_in_range(x, to)[1]
+
+
+def undefined_bitcast_lanes(x: np.ndarray) -> np.ndarray | None:
+  """NaN lanes of a float source: their bits are unspecified once an op made them (SPEC.md, Casts)."""
+  x = np.asarray(x)
+  if x.dtype.kind != "f" and x.dtype != dtypes.bfloat16.np:
+    return None
+  return np.isnan(x)
 
 
 def exec_bitcast(x: np.ndarray, to: DType) -> np.ndarray:

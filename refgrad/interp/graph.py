@@ -35,7 +35,7 @@ def _alu(u: UOp, srcs: list[Value]) -> Value:
 def _cast(u: UOp, srcs: list[Value]) -> Value:
   (x, mask), = srcs
   if u.op is Ops.BITCAST:
-    return alu.exec_bitcast(x, u.dtype), mask
+    return alu.exec_bitcast(x, u.dtype), _or(mask, alu.undefined_bitcast_lanes(x))
   return alu.exec_cast(x, u.dtype), _or(mask, alu.undefined_cast_lanes(x, u.dtype))
 
 
@@ -81,6 +81,7 @@ EVALUATORS: dict[Ops, Callable[[UOp, list[Value]], Value]] = {
   Ops.FLIP: _movement(_flip),
   Ops.REDUCE_AXIS: _reduce,
   Ops.CONTIGUOUS: lambda u, srcs: srcs[0],
+  Ops.DETACH: lambda u, srcs: srcs[0],
   Ops.COPY: lambda u, srcs: srcs[0],
 }
 

@@ -9,6 +9,10 @@ written as strided views of the buffer (no gather); anything else gathers. Seman
 
 Lanes that the spec leaves undefined (integer division by zero, out-of-range casts, oversized shifts) are
 tracked in a mask per value and stored beside the output, so differential checks can skip them.
+
+GPU-shaped programs (codegen/gpu.py) run the same way. Every work-item executes each uop before any executes the
+next (lockstep), so a BARRIER has nothing left to wait for; blocks hold whole work-groups, and local memory is
+an array per work-group of the block.
 """
 from __future__ import annotations
 
@@ -104,10 +108,25 @@ class PythonKernel:
       elif u.op is Ops.ACCUMULATE:
         acc = u.src[0]
         self.acc_axes[acc] = tuple(self.axis_of[self.uops[p]] for p in open_loops if p > acc_position[acc])
-    self.affine = {u: affine_form(u.src[1], self.axis_of) for u in self.uops if u.op in (Ops.LOAD, Ops.STORE)}
+    self.affine = {u: None if _is_local(u.src[0]) or len(u.src) > 3 else affine_form(u.src[1], self.axis_of)
+                   for u in self.uops if u.op in (Ops.LOAD, Ops.STORE)}
+    uses_local = any(u.op is Ops.DEFINE_LOCAL for u in self.uops)
+    self.block_unit = program.local_shape if uses_local else (1,) * self.n_globals  # blocks hold whole groups
+    self._check_lockstep()
     self.loop_elements = self._largest_loop_nest()
+    # ALU typing is checked once here (TypeError for an ill-typed program), not on every execution
+    self.operand = {u: alu.check_alu_types(u.op, u.dtype, tuple(s.dtype for s in u.src))
+                    for u in self.uops if u.op in GroupOp.ALU}
     self.skipped = self._index_only_uops()
     self.last_use = self._last_uses()
+
+  def _check_lockstep(self) -> None:
+    """Loop iterations run side by side, so local memory may only be written and synchronized outside loops."""
+    depth = 0
+    for u in self.uops:
+      depth += (u.op is Ops.RANGE) - (u.op is Ops.ENDRANGE)
+      if depth and (u.op is Ops.BARRIER or (u.op is Ops.STORE and _is_local(u.src[0]))):
+        raise NotImplementedError(f"{self.program.name}: a local-memory {u.op.name} inside a loop")
 
   def _index_only_uops(self) -> frozenset[UOp]:
     """Index math that only feeds affine loads and stores: those read it as strides, so it never runs."""
@@ -158,21 +177,21 @@ class PythonKernel:
     out.undefined = run.out_undefined if run.out_undefined is not None and run.out_undefined.any() else None
 
   def _global_blocks(self):
-    """Blocks of the thread space, small enough that their loops (if any) fit in BLOCK_ELEMENTS at once."""
-    shape = self.program.global_shape
-    budget = max(1, BLOCK_ELEMENTS // self.loop_elements)
-    split = next((k for k in range(len(shape)) if prod(shape[k + 1:]) <= budget), len(shape))
-    if split == len(shape):
-      block = Block(self.rank)
-      yield block
+    """Blocks of the thread space, small enough that their loops (if any) fit in BLOCK_ELEMENTS at once.
+    A block spans a multiple of `block_unit` on every axis (whole work-groups, for programs with local memory)."""
+    shape, unit = self.program.global_shape, self.block_unit
+    if not shape:
+      yield Block(self.rank)
       return
-    inner = prod(shape[split + 1:])
-    step = max(1, budget // max(inner, 1))
-    for outer in itertools.product(*(range(s) for s in shape[:split])):
+    budget = max(1, BLOCK_ELEMENTS // self.loop_elements)
+    split = next((k for k in range(len(shape)) if prod(unit[:k + 1]) * prod(shape[k + 1:]) <= budget), len(shape) - 1)
+    inner = prod(unit[:split]) * prod(shape[split + 1:])
+    step = max(1, budget // max(inner, 1) // unit[split]) * unit[split]
+    for outer in itertools.product(*(range(0, shape[a], unit[a]) for a in range(split))):
       for start in range(0, shape[split], step):
         block = Block(self.rank)
         for axis, i in enumerate(outer):
-          block.start[axis] = i
+          block.start[axis], block.count[axis] = i, unit[axis]
         for axis in range(split + 1, len(shape)):
           block.count[axis] = shape[axis]
         block.start[split], block.count[split] = start, min(step, shape[split] - start)
@@ -189,6 +208,7 @@ class _Run:
     self.out_undefined: np.ndarray | None = None
     self.env: dict[UOp, Any] = {}
     self.undef: dict[UOp, np.ndarray] = {}
+    self.locals: dict[UOp, PyBuffer] = {}  # DEFINE_LOCAL -> its arrays, shaped (groups on each axis..., size)
 
   def execute(self, block: Block) -> None:
     self.block = block
@@ -248,6 +268,14 @@ class _Run:
       return None
     return as_strided(array[base:], shape=shape, strides=strides, writeable=writable)
 
+  def group_coords(self) -> tuple[np.ndarray, ...]:
+    """Each thread's work-group, counted from the block's first group, on every grid axis."""
+    return tuple((self.block.axis_values(a, self.k.rank) - self.block.start[a]) // unit
+                 for a, unit in enumerate(self.k.block_unit))
+
+  def local_memory(self, buffer: UOp) -> PyBuffer:
+    return self.locals[buffer if buffer.op is Ops.DEFINE_LOCAL else buffer.src[0]]
+
   def index_array(self, u: UOp) -> np.ndarray:
     """The index of a load or store as an array (affine indices are not evaluated as uops: rebuild them)."""
     form = self.k.affine[u]
@@ -259,7 +287,13 @@ class _Run:
     return index
 
 
+def _is_local(buffer: UOp) -> bool:
+  return buffer.op in (Ops.DEFINE_LOCAL, Ops.BARRIER)
+
+
 def _load(run: _Run, u: UOp) -> None:
+  if _is_local(u.src[0]):
+    return _load_local(run, u)
   param_index = u.src[0].arg[0]
   array = run.arrays[param_index]
   valid = run.env[u.src[2]] if len(u.src) > 2 else None
@@ -286,6 +320,10 @@ def _load(run: _Run, u: UOp) -> None:
 
 
 def _store(run: _Run, u: UOp) -> None:
+  if _is_local(u.src[0]):
+    return _store_local(run, u)
+  if len(u.src) > 3:
+    return _gated_store(run, u)
   array = run.arrays[0]
   value = run.env[u.src[2]]
   undefined = run.src_undefined(u)
@@ -307,9 +345,74 @@ def _store(run: _Run, u: UOp) -> None:
       run.out_undefined[np.asarray(run.index_array(u))] = undefined
 
 
+def _gated_store(run: _Run, u: UOp) -> None:
+  """STORE(param, index, value, gate): only the lanes where gate holds write (their indices are in bounds)."""
+  index, value, gate = (np.asarray(run.env[s]) for s in u.src[1:])
+  undefined = run.undef.get(u.src[2])
+  shape = np.broadcast_shapes(index.shape, value.shape, gate.shape)
+  chosen = np.broadcast_to(gate, shape)
+  where = np.broadcast_to(index, shape)[chosen]
+  run.arrays[0][where] = np.broadcast_to(value, shape)[chosen]
+  if undefined is not None or run.out_undefined is not None:
+    if run.out_undefined is None:
+      run.out_undefined = np.zeros(run.arrays[0].size, dtype=bool)
+    run.out_undefined[where] = np.broadcast_to(undefined, shape)[chosen] if undefined is not None else False
+
+
+def _local_lanes(run: _Run, index: np.ndarray, *others: np.ndarray) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
+  """Fancy-index keys into a local memory (work-group coordinates, then the index) and their common shape."""
+  coords = run.group_coords()
+  shape = np.broadcast_shapes(index.shape, *(np.shape(x) for x in coords + others))
+  return tuple(np.broadcast_to(x, shape) for x in coords + (index,)), shape
+
+
+def _load_local(run: _Run, u: UOp) -> None:
+  memory = run.local_memory(u.src[0])
+  index = np.clip(np.asarray(run.env[u.src[1]]), 0, memory.data.shape[-1] - 1)
+  valid = np.asarray(run.env[u.src[2]]) if len(u.src) > 2 else None
+  key, _ = _local_lanes(run, index)
+  value = memory.data[key]
+  undefined = memory.undefined[key] if memory.undefined is not None else None
+  if valid is not None:
+    value = np.where(valid, value, np.zeros((), value.dtype))
+    undefined = (undefined & valid) if undefined is not None else None
+  run.env[u] = value
+  run.mark(u, undefined)
+
+
+def _store_local(run: _Run, u: UOp) -> None:
+  memory = run.local_memory(u.src[0])
+  index, value = np.asarray(run.env[u.src[1]]), np.asarray(run.env[u.src[2]])
+  gate = np.asarray(run.env[u.src[3]]) if len(u.src) > 3 else np.ones((), dtype=bool)
+  undefined = run.undef.get(u.src[2])
+  key, shape = _local_lanes(run, index, value, gate)
+  chosen = np.broadcast_to(gate, shape)
+  key = tuple(k[chosen] for k in key)
+  memory.data[key] = np.broadcast_to(value, shape)[chosen]
+  if undefined is not None or memory.undefined is not None:
+    if memory.undefined is None:
+      memory.undefined = np.zeros(memory.data.shape, dtype=bool)
+    memory.undefined[key] = np.broadcast_to(undefined, shape)[chosen] if undefined is not None else False
+
+
+def _define_local(run: _Run, u: UOp) -> None:
+  groups = tuple(count // unit for count, unit in zip(run.block.count, run.k.block_unit))
+  run.locals[u] = PyBuffer(np.zeros(groups + (u.arg[1],), dtype=u.dtype.np))
+
+
+def _local_index(run: _Run, u: UOp) -> None:
+  axis, size = u.arg
+  run.env[u] = run.block.axis_values(axis, run.k.rank) % size
+
+
+def _group_index(run: _Run, u: UOp) -> None:
+  axis = u.arg[0]
+  run.env[u] = run.block.axis_values(axis, run.k.rank) // run.k.program.local_shape[axis]
+
+
 def _alu(run: _Run, u: UOp) -> None:
   srcs = [run.env[s] for s in u.src]
-  run.env[u] = alu.exec_alu(u.op, u.dtype, *srcs)
+  run.env[u] = alu.compute_alu(u.op, run.k.operand[u], u.dtype, srcs)
   run.mark(u, alu.propagate_undefined(u.op, u.dtype, srcs, [run.undef.get(s) for s in u.src]))
 
 
@@ -317,7 +420,7 @@ def _cast(run: _Run, u: UOp) -> None:
   x = run.env[u.src[0]]
   fn = alu.exec_cast if u.op is Ops.CAST else alu.exec_bitcast
   run.env[u] = fn(np.asarray(x), u.dtype)
-  new = alu.undefined_cast_lanes(np.asarray(x), u.dtype) if u.op is Ops.CAST else None
+  new = alu.undefined_cast_lanes(np.asarray(x), u.dtype) if u.op is Ops.CAST else alu.undefined_bitcast_lanes(x)
   undefined = run.src_undefined(u)
   run.mark(u, new if undefined is None else (undefined if new is None else undefined | new))
 
@@ -359,5 +462,6 @@ HANDLERS: dict[Ops, Callable[[_Run, UOp], None]] = {
   **{op: _alu for op in GroupOp.ALU},
   Ops.CAST: _cast, Ops.BITCAST: _cast, Ops.CONST: _const, Ops.SPECIAL: _special, Ops.PARAM: _nothing,
   Ops.LOAD: _load, Ops.STORE: _store, Ops.DEFINE_ACC: _define_acc, Ops.ACCUMULATE: _accumulate,
-  Ops.ENDRANGE: _nothing,
+  Ops.ENDRANGE: _nothing, Ops.LOCAL_INDEX: _local_index, Ops.GROUP_INDEX: _group_index,
+  Ops.DEFINE_LOCAL: _define_local, Ops.BARRIER: _nothing,  # lockstep: every item already did the stores
 }

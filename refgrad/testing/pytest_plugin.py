@@ -14,12 +14,25 @@ import pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+  """--refgrad-device NAME, repeatable."""
   group = parser.getgroup("refgrad")
   group.addoption("--refgrad-device", action="append", default=[], metavar="NAME",
                   help="run device tests on this refgrad device (repeatable; default: every available device)")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+  config._refgrad_devices = None  # chosen once, at the first test that needs it (see selected_devices)
+
+
 def selected_devices(config: pytest.Config) -> list[str]:
+  """The devices to run on, decided once per session: devices that tests register later (such as the
+  deliberately broken ones of the oracle-kit tests) never join the list."""
+  if getattr(config, "_refgrad_devices", None) is None:
+    config._refgrad_devices = _choose_devices(config)
+  return config._refgrad_devices
+
+
+def _choose_devices(config: pytest.Config) -> list[str]:
   from refgrad import Device
   chosen = config.getoption("--refgrad-device") or ([os.environ["REFGRAD_DEVICE"]] if
                                                     os.environ.get("REFGRAD_DEVICE") else Device.available())

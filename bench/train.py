@@ -1,0 +1,99 @@
+"""Training-step benchmark: the MLP and CNN of examples/ on each device and in torch (CPU), ms per step and
+the ratio, plus the number of kernels each step runs (it must not grow from step to step).
+
+Run: python bench/train.py [--devices PYTHON CLANG] [--steps 10]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from examples import cnn, mlp  # noqa: E402
+from refgrad import Device, Tensor, realize  # noqa: E402
+from refgrad.nn.optim import Adam  # noqa: E402
+from refgrad.nn.state import get_parameters  # noqa: E402
+
+
+def kernel_counter() -> list[int]:
+  """Count the kernels run_schedule launches (wraps it; returns the list it appends to)."""
+  counts: list[int] = []
+  original = realize.run_schedule
+
+  def counting(items):
+    if counts:
+      counts[-1] += len(items)
+    original(items)
+  import refgrad.tensor
+  refgrad.tensor.run_schedule = counting
+  return counts
+
+
+def refgrad_steps(model_name: str, device: str, steps: int, counts: list[int]) -> float:
+  Device.DEFAULT = device
+  Tensor.manual_seed(0)
+  x_np, y_np = mlp.spirals() if model_name == "mlp" else cnn.shapes()
+  model = mlp.MLP() if model_name == "mlp" else cnn.CNN()
+  x, y = Tensor(x_np), Tensor(y_np)
+  opt = Adam(get_parameters(model), lr=0.01)
+  times = []
+  for _ in range(steps + 2):
+    counts.append(0)
+    start = time.perf_counter()
+    opt.zero_grad()
+    loss = model(x).sparse_categorical_crossentropy(y)
+    loss.backward()
+    opt.step()
+    loss.item()
+    times.append(time.perf_counter() - start)
+  return float(np.median(times[2:]))  # the first steps compile
+
+
+def torch_steps(model_name: str, steps: int) -> float:
+  torch.manual_seed(0)
+  x_np, y_np = mlp.spirals() if model_name == "mlp" else cnn.shapes()
+  if model_name == "mlp":
+    model = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 3))
+  else:
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Conv2d(8, 16, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                                torch.nn.Linear(64, 3))
+  x, y = torch.tensor(x_np), torch.tensor(y_np, dtype=torch.long)
+  opt = torch.optim.Adam(model.parameters(), lr=0.01)
+  times = []
+  for _ in range(steps + 2):
+    start = time.perf_counter()
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    loss.item()
+    times.append(time.perf_counter() - start)
+  return float(np.median(times[2:]))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--devices", nargs="*", default=Device.available())
+  parser.add_argument("--steps", type=int, default=10)
+  args = parser.parse_args()
+  counts = kernel_counter()
+  print(f"{'model':5s} {'device':8s} {'ms/step':>9s} {'torch ms':>9s} {'ratio':>8s}  kernels per step")
+  for model_name in ("mlp", "cnn"):
+    reference = torch_steps(model_name, args.steps)
+    for device in args.devices:
+      counts.clear()
+      seconds = refgrad_steps(model_name, device, args.steps, counts)
+      steady = "constant" if len(set(counts[1:])) == 1 else "GROWING"
+      print(f"{model_name:5s} {device:8s} {seconds * 1e3:9.1f} {reference * 1e3:9.2f} {seconds / reference:7.1f}x"
+            f"  {counts[1]} ({steady})")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,157 @@
+"""refgrad-llvm: the LLVM device. Programs are rendered to LLVM IR (render.py), verified, optimized and compiled in
+process by llvmlite to an object file for the host CPU, linked by LLVM's ORC JIT and called through ctypes.
+
+The object file is what `compile` returns, so refgrad's content cache skips all of LLVM on a warm start; only
+the (fast) in-memory link runs per process. No fast-math and no FP contraction anywhere (see render.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import numpy as np
+
+from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.hookspecs import hookimpl
+from refgrad_llvm.render import LLVMRenderer
+
+OPT_LEVEL = 3
+MIN_LLVMLITE = (0, 45)  # LLVM 20: opaque pointers, the new pass manager, no explicit initialization
+
+
+class LLVMCompileError(RuntimeError):
+  """LLVM rejected a program: the message shows the numbered IR and LLVM's own message."""
+
+
+def numbered(source: str) -> str:
+  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
+
+
+def plugin_version() -> str:
+  try:
+    return version("refgrad-llvm")
+  except PackageNotFoundError:
+    return "0.1.0"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+  versions: str          # "llvmlite 0.50.0, LLVM 22.1.0"
+  problem: str | None    # why the device cannot run here, or None
+
+
+def _release(text: str) -> tuple[int, ...]:
+  return tuple(int(part) for part in itertools.takewhile(str.isdigit, text.split(".")))
+
+
+@functools.cache
+def toolchain() -> Toolchain:
+  """Import llvmlite once; a missing or broken llvmlite makes the device unavailable, never `import refgrad` fail."""
+  try:
+    import llvmlite
+    import llvmlite.binding as llvm
+  except (ImportError, OSError) as e:  # OSError: its shared library would not load
+    return Toolchain("llvmlite missing", f"llvmlite cannot be imported ({type(e).__name__}: {e}); "
+                                         "pip install 'llvmlite>=0.45'")
+  versions = f"llvmlite {llvmlite.__version__}, LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
+  if _release(llvmlite.__version__) < MIN_LLVMLITE:
+    return Toolchain(versions, f"llvmlite {llvmlite.__version__} is too old: refgrad-llvm needs llvmlite >= 0.45")
+  return Toolchain(versions, None)
+
+
+def probe() -> str | None:
+  return toolchain().problem
+
+
+def host_target_machine() -> Any:
+  """A target machine for this CPU (its name and features), optimizing at OPT_LEVEL."""
+  import llvmlite.binding as llvm
+  llvm.initialize_native_target()
+  llvm.initialize_native_asmprinter()
+  target = llvm.Target.from_triple(llvm.get_process_triple())
+  return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                      opt=OPT_LEVEL, reloc="pic", codemodel="jitdefault")
+
+
+class LLVMCompiler:
+  """IR text -> verified, optimized module -> object file bytes for the host CPU."""
+
+  def __init__(self):
+    import llvmlite.binding as llvm
+    self.llvm = llvm
+    self.target_machine = host_target_machine()
+    self.cache_key = (f"llvm|{toolchain().versions}|{self.target_machine.triple}|{llvm.get_host_cpu_name()}|"
+                      f"{llvm.get_host_cpu_features().flatten()}|O{OPT_LEVEL}")
+
+  def compile(self, source: str) -> bytes:
+    module = self.parse(source)
+    self.optimize(module)
+    return self.target_machine.emit_object(module)
+
+  def parse(self, source: str) -> Any:
+    """Parse and verify first: bad IR becomes an LLVMCompileError, never a crash inside LLVM's code generator."""
+    try:
+      module = self.llvm.parse_assembly(source)
+      module.verify()
+    except RuntimeError as e:
+      raise LLVMCompileError(f"LLVM rejected this program:\n{numbered(source)}\n\nLLVM says:\n{str(e).strip()}") \
+        from None
+    module.triple = self.target_machine.triple
+    module.data_layout = str(self.target_machine.target_data)
+    return module
+
+  def optimize(self, module: Any) -> None:
+    tuning = self.llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
+    tuning.loop_vectorization = tuning.slp_vectorization = tuning.loop_unrolling = True
+    passes = self.llvm.create_pass_builder(self.target_machine, tuning)
+    passes.getModulePassManager().run(module, passes)
+
+
+class JITRuntime:
+  """Links object files into LLVM's ORC JIT, one library per kernel (libm and libc come from this process)."""
+
+  def __init__(self):
+    import llvmlite.binding as llvm
+    self.llvm = llvm
+    self.jit = llvm.create_lljit_compiler(host_target_machine())
+    self.libraries = itertools.count()
+
+  def load(self, binary: bytes, program: Any):
+    library = (self.llvm.JITLibraryBuilder().add_object_img(binary).add_current_process()
+               .export_symbol(program.name).link(self.jit, f"{program.name}.{next(self.libraries)}"))
+    function = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(program.params))(library[program.name])
+
+    def run(*handles: np.ndarray) -> None:
+      function(*(h.ctypes.data for h in handles))
+    run.library = library  # the kernel's code lives as long as the runner does
+    return run
+
+
+class HostAllocator:
+  """Buffers in host memory as numpy byte arrays (kernels get their addresses)."""
+
+  def alloc(self, nbytes: int) -> np.ndarray:
+    return np.zeros(max(nbytes, 1), dtype=np.uint8)
+
+  def free(self, handle: np.ndarray) -> None:
+    pass
+
+  def copyin(self, handle: np.ndarray, src: memoryview) -> None:
+    handle[:len(src)] = np.frombuffer(src, dtype=np.uint8)
+
+  def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
+    np.frombuffer(dest, dtype=np.uint8)[:] = handle[:len(dest)]
+
+
+def make_device() -> DeviceImpl:
+  return DeviceImpl("LLVM", HostAllocator(), renderer=LLVMRenderer(), compiler=LLVMCompiler(), runtime=JITRuntime())
+
+
+@hookimpl
+def refgrad_devices() -> list[DeviceSpec]:
+  return [DeviceSpec("LLVM", make_device, plugin="refgrad-llvm", version=f"{plugin_version()} ({toolchain().versions})",
+                     probe=probe)]

@@ -1,0 +1,474 @@
+"""LLVM IR renderer: a linear `Program` becomes one LLVM IR function `void @name(ptr %data0, ptr %data1, ...)`.
+
+Threads and `RANGE`s become counted loops, accumulators are `alloca`s (the optimizer promotes them to
+registers), every other value is one SSA name. The tables below say how each op keeps docs/SPEC.md:
+
+- no fast-math flags anywhere, so float ops are IEEE and nothing is contracted into FMAs;
+- plain `add`/`mul`/`sub` (no `nsw`/`nuw`) wrap like the spec's integers;
+- comparisons use `fcmp olt` (false on NaN) and `fcmp une` (true on NaN);
+- division by zero and MIN / -1 are sent to a divisor of 1, shift amounts are masked to the width, and float to
+  int conversions are `freeze`d: the spec's UNDEFINED lanes get some value, never LLVM poison or a trap;
+- MAX is `llvm.maximum` (NaN wins, +0.0 beats -0.0), the IEEE 754-2019 operation the spec asks for;
+- half and bfloat16 are computed in float and rounded once per op (see prelude.py).
+"""
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from refgrad.codegen.linearize import Program
+from refgrad.device import Capabilities
+from refgrad.dtype import DType, dtypes
+from refgrad.interp.alu import reduce_identity
+from refgrad.uop import GroupOp, Ops, UOp
+from refgrad_llvm.prelude import needed_helpers
+
+EMULATED = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}  # computed in float, stored as 16 bits
+LL_TYPES: dict[DType, str] = {
+  dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
+  dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64",
+  dtypes.float16: "float", dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double",
+}
+STORAGE_TYPES: dict[DType, str] = {**LL_TYPES, dtypes.bool: "i8", dtypes.float16: "i16", dtypes.bfloat16: "i16"}
+REDUCE_LANES = 8  # independent accumulators per innermost reduce loop: the order of a reduction is free (SPEC.md)
+
+
+def ll_type(dt: DType) -> str:
+  return LL_TYPES[dt]
+
+
+def suffix(ll: str) -> str:
+  """The overload suffix of an intrinsic: llvm.sqrt.f32, llvm.smax.i16."""
+  return {"float": "f32", "double": "f64"}.get(ll, ll)
+
+
+def literal(value: object, dt: DType) -> str:
+  """An exact LLVM constant of dt's compute type."""
+  if dt == dtypes.bool:
+    return "true" if value else "false"
+  if dtypes.is_int(dt):
+    v = int(value) % (1 << dt.bits)
+    return str(v - (1 << dt.bits) if v >= 1 << (dt.bits - 1) else v)
+  exact = float(np.array(value, dtype=dt.np).astype(np.float64))  # the dtype's value, exact in its compute type
+  return f"0x{struct.unpack('<Q', struct.pack('<d', exact))[0]:016X}"  # LLVM's hex form is always a double's bits
+
+
+class LLVMRenderer:
+  """Renders a `Program` to the text of one LLVM module."""
+  caps = Capabilities()
+
+  def render(self, program: Program) -> str:
+    return _Kernel(program).source()
+
+
+@dataclass
+class _Loop:
+  number: int
+  step: int
+
+  @property
+  def index(self) -> str:
+    return f"%i{self.number}"
+
+  @property
+  def label(self) -> str:
+    return f"loop{self.number}"
+
+
+class _Kernel:
+  def __init__(self, program: Program):
+    self.program = program
+    self.values: dict[UOp, str] = {p: f"%data{p.arg[0]}" for p in program.params}
+    self.acc_ptrs: dict[UOp, str] = {}
+    self.open_ranges: dict[UOp, _Loop] = {}
+    self.thread_index: dict[int, str] = {}
+    self.lines: list[str] = []
+    self.allocas: list[str] = []
+    self.calls: set[str] = set()  # helper names and intrinsic declarations the body uses
+    self.block, self.prefix, self.count, self.loops = "entry", "t", 0, 0
+
+  # ---- emitting
+  def emit(self, instruction: str) -> str:
+    """Append `%name = instruction`; the name says which uop (and lane) it belongs to."""
+    name = f"%{self.prefix}.{self.count}"
+    self.count += 1
+    self.lines.append(f"  {name} = {instruction}")
+    return name
+
+  def emit_void(self, instruction: str) -> None:
+    self.lines.append(f"  {instruction}")
+
+  def label(self, name: str) -> None:
+    self.lines.append(f"{name}:")
+    self.block = name
+
+  def call(self, fn: str, ret: str, *args: tuple[str, str]) -> str:
+    """Call a helper of prelude.py or an LLVM intrinsic (declared on first use)."""
+    self.calls.add(f"declare {ret} @{fn}({', '.join(t for t, _ in args)})" if fn.startswith("llvm.") else fn)
+    return self.emit(f"call {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
+
+  def intrinsic(self, name: str, dt: DType, *operands: str) -> str:
+    ll = ll_type(dt)
+    return self.call(f"llvm.{name}.{suffix(ll)}", ll, *((ll, o) for o in operands))
+
+  def round16(self, value: str, dt: DType) -> str:
+    """Round a float result to half/bfloat16; other dtypes are already rounded by the instruction."""
+    return self.call(f"rg_round_{EMULATED[dt]}", "float", ("float", value)) if dt in EMULATED else value
+
+  def operand(self, u: UOp) -> str:
+    """The value of u here: an accumulator is read from its slot at each use."""
+    if u.op is Ops.DEFINE_ACC:
+      return self.emit(f"load {ll_type(u.dtype)}, ptr {self.acc_ptrs[u]}")
+    return self.values[u]
+
+  # ---- loops: head (phi, test), body, latch (increment); LLVM rotates and vectorizes them
+  def open_loop(self, start: str, stop: int, step: int = 1) -> _Loop:
+    loop, pre = _Loop(self.loops, step), self.block
+    self.loops += 1
+    self.emit_void(f"br label %{loop.label}.head")
+    self.label(f"{loop.label}.head")
+    self.emit_void(f"{loop.index} = phi i64 [ {start}, %{pre} ], [ {loop.index}.next, %{loop.label}.latch ]")
+    self.emit_void(f"{loop.index}.more = icmp slt i64 {loop.index}, {stop}")
+    self.emit_void(f"br i1 {loop.index}.more, label %{loop.label}.body, label %{loop.label}.exit")
+    self.label(f"{loop.label}.body")
+    return loop
+
+  def close_loop(self, loop: _Loop) -> None:
+    self.emit_void(f"br label %{loop.label}.latch")
+    self.label(f"{loop.label}.latch")
+    self.emit_void(f"{loop.index}.next = add nuw nsw i64 {loop.index}, {loop.step}")
+    self.emit_void(f"br label %{loop.label}.head")
+    self.label(f"{loop.label}.exit")
+
+  def new_slot(self, dt: DType, name: str, op: Ops) -> str:
+    """An accumulator slot, set to the identity of reduce op `op` here."""
+    self.allocas.append(f"  {name} = alloca {ll_type(dt)}")
+    self.emit_void(f"store {ll_type(dt)} {literal(reduce_identity(op, dt), dt)}, ptr {name}")
+    return name
+
+  def accumulate(self, op: Ops, dt: DType, slot: str, value: str) -> None:
+    current = self.emit(f"load {ll_type(dt)}, ptr {slot}")
+    self.emit_void(f"store {ll_type(dt)} {BINARY_RULES[op](self, dt, current, value)}, ptr {slot}")
+
+  # ---- the program
+  def source(self) -> str:
+    params = ", ".join(f"ptr {self.values[p]}" for p in self.program.params)
+    if all(size > 0 for size in self.program.global_shape):  # an empty grid runs nothing
+      threads = [self.open_thread(axis, size) for axis, size in enumerate(self.program.global_shape) if size > 1]
+      self.render_segment(0, len(self.program.uops))
+      for loop in reversed(threads):
+        self.close_loop(loop)
+    helpers, declarations = needed_helpers(self.calls)
+    body = "\n".join(["entry:", *self.allocas, *self.lines, "  ret void"])
+    return "\n".join([f"; refgrad kernel {self.program.name}, global shape {self.program.global_shape}",
+                      f"define void @{self.program.name}({params}) nounwind {{", body, "}", "", *helpers,
+                      *sorted(declarations), ""])
+
+  def open_thread(self, axis: int, size: int) -> _Loop:
+    loop = self.open_loop("0", size)
+    self.thread_index[axis] = loop.index
+    return loop
+
+  def render_segment(self, start: int, stop: int) -> None:
+    i = start
+    while i < stop:
+      end = self.loop_end.get(i)
+      if end is not None and self.unrollable(i, end):
+        self.render_unrolled_reduce(i, end)
+        i = end + 1
+        continue
+      self.prefix = f"v{i}"
+      self.render_uop(self.program.uops[i])
+      i += 1
+
+  @functools.cached_property
+  def loop_end(self) -> dict[int, int]:
+    ends, open_loops = {}, []
+    for i, u in enumerate(self.program.uops):
+      if u.op is Ops.RANGE:
+        open_loops.append(i)
+      elif u.op is Ops.ENDRANGE:
+        ends[open_loops.pop()] = i
+    return ends
+
+  def unrollable(self, start: int, end: int) -> bool:
+    """An innermost loop that feeds one accumulator, long enough to split."""
+    body = self.program.uops[start + 1:end]
+    return (self.program.uops[start].arg[1] >= 2 * REDUCE_LANES and not any(u.op is Ops.RANGE for u in body)
+            and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
+
+  def render_unrolled_reduce(self, start: int, end: int) -> None:
+    """Run REDUCE_LANES independent accumulators (the SLP vectorizer packs them into one vector register) and
+    combine them at the end; lane 0 also runs the leftover iterations."""
+    uops, lanes = self.program.uops, REDUCE_LANES
+    size = uops[start].arg[1]
+    acc = next(u for u in uops[start + 1:end] if u.op is Ops.ACCUMULATE).src[0]
+    slots = [self.acc_ptrs[acc]] + [self.new_slot(acc.dtype, f"{self.acc_ptrs[acc]}.l{lane}", acc.arg[1])
+                                    for lane in range(1, lanes)]
+    main = size - size % lanes
+    loop = self.open_loop("0", main, lanes)
+    for lane in range(lanes):
+      self.prefix = f"r{start}.l{lane}"
+      index = self.emit(f"add nuw nsw i64 {loop.index}, {lane}") if lane else loop.index
+      self.render_body(start, end, index, slots[lane], f"l{lane}")
+    self.close_loop(loop)
+    if size % lanes:
+      rest = self.open_loop(str(main), size)
+      self.render_body(start, end, rest.index, slots[0], "rest")
+      self.close_loop(rest)
+    self.prefix = f"r{start}.sum"
+    for slot in slots[1:]:
+      self.accumulate(acc.arg[1], acc.dtype, slots[0], self.emit(f"load {ll_type(acc.dtype)}, ptr {slot}"))
+
+  def render_body(self, start: int, end: int, index: str, slot: str, lane: str) -> None:
+    self.values[self.program.uops[start]] = index
+    for i in range(start + 1, end):
+      u = self.program.uops[i]
+      self.prefix = f"v{i}.{lane}"
+      if u.op is Ops.ACCUMULATE:
+        self.accumulate(u.src[0].arg[1], u.src[0].dtype, slot, self.operand(u.src[1]))
+      else:
+        self.render_uop(u)
+
+  def render_uop(self, u: UOp) -> None:
+    if u.op is Ops.PARAM:
+      return
+    if u.op is Ops.SPECIAL:
+      self.values[u] = self.thread_index.get(u.arg[0], "0")
+    elif u.op is Ops.RANGE:
+      self.open_ranges[u] = loop = self.open_loop("0", u.arg[1])
+      self.values[u] = loop.index
+    elif u.op is Ops.ENDRANGE:
+      self.close_loop(self.open_ranges.pop(u.src[0]))
+    elif u.op is Ops.DEFINE_ACC:
+      self.acc_ptrs[u] = self.new_slot(u.dtype, f"%acc{u.arg[0]}", u.arg[1])
+    elif u.op is Ops.ACCUMULATE:
+      acc, value = u.src
+      self.accumulate(acc.arg[1], acc.dtype, self.acc_ptrs[acc], self.operand(value))
+    elif u.op is Ops.STORE:
+      self.store(*u.src)
+    else:
+      self.values[u] = self.expression(u)
+
+  # ---- memory
+  def address(self, param: UOp, index: str, index_dt: DType) -> str:
+    return self.emit(f"getelementptr inbounds {STORAGE_TYPES[param.dtype]}, ptr {self.values[param]}, "
+                     f"{ll_type(index_dt)} {index}")
+
+  def load(self, u: UOp) -> str:
+    """LOAD(param, index[, valid]): where valid is false nothing is read (index 0 is, harmlessly) and 0 results."""
+    param, index = u.src[0], self.operand(u.src[1])
+    zero = literal(0, u.dtype)
+    if len(u.src) > 2:
+      if param.arg[1] == 0:
+        return zero  # an empty buffer: no lane can be valid
+      valid = self.operand(u.src[2])
+      index = self.emit(f"select i1 {valid}, {ll_type(u.src[1].dtype)} {index}, {ll_type(u.src[1].dtype)} 0")
+    raw = self.emit(f"load {STORAGE_TYPES[u.dtype]}, ptr {self.address(param, index, u.src[1].dtype)}")
+    value = self.from_storage(raw, u.dtype)
+    return self.emit(f"select i1 {valid}, {ll_type(u.dtype)} {value}, {ll_type(u.dtype)} {zero}") \
+      if len(u.src) > 2 else value
+
+  def store(self, param: UOp, index: UOp, value: UOp) -> None:
+    stored = self.to_storage(self.operand(value), value.dtype)
+    address = self.address(param, self.operand(index), index.dtype)
+    self.emit_void(f"store {STORAGE_TYPES[value.dtype]} {stored}, ptr {address}")
+
+  def from_storage(self, raw: str, dt: DType) -> str:
+    if dt in EMULATED:
+      return self.call(f"rg_{EMULATED[dt]}_to_f32", "float", ("i16", raw))
+    return self.emit(f"icmp ne i8 {raw}, 0") if dt == dtypes.bool else raw
+
+  def to_storage(self, value: str, dt: DType) -> str:
+    if dt in EMULATED:
+      return self.call(f"rg_f32_to_{EMULATED[dt]}", "i16", ("float", value))
+    return self.emit(f"zext i1 {value} to i8") if dt == dtypes.bool else value
+
+  # ---- values
+  def expression(self, u: UOp) -> str:
+    if u.op is Ops.CONST:
+      return literal(u.arg, u.dtype)
+    if u.op is Ops.LOAD:
+      return self.load(u)
+    srcs = [self.operand(s) for s in u.src]
+    if u.op is Ops.CAST:
+      return CAST_RULES[(cast_class(u.src[0].dtype), cast_class(u.dtype))](self, srcs[0], u.src[0].dtype, u.dtype)
+    if u.op is Ops.BITCAST:
+      return self.from_bits(self.bits(srcs[0], u.src[0].dtype), u.dtype)
+    if u.op is Ops.WHERE:
+      t = ll_type(u.dtype)
+      return self.emit(f"select i1 {srcs[0]}, {t} {srcs[1]}, {t} {srcs[2]}")
+    if u.op in GroupOp.Unary:
+      return UNARY_RULES[u.op](self, u.dtype, srcs[0])
+    if u.op in GroupOp.Binary:
+      return BINARY_RULES[u.op](self, u.src[0].dtype, *srcs)
+    raise NotImplementedError(f"the LLVM renderer has no rule for {u.op}")
+
+  def bits(self, value: str, dt: DType) -> str:
+    """The bit pattern of a value as an integer of its storage width."""
+    if dt in EMULATED:
+      return self.call(f"rg_f32_to_{EMULATED[dt]}", "i16", ("float", value))
+    if dtypes.is_float(dt):
+      return self.emit(f"bitcast {ll_type(dt)} {value} to i{dt.bits}")
+    return value
+
+  def from_bits(self, bits: str, dt: DType) -> str:
+    if dt in EMULATED:
+      return self.call(f"rg_{EMULATED[dt]}_to_f32", "float", ("i16", bits))
+    if dtypes.is_float(dt):
+      return self.emit(f"bitcast i{dt.bits} {bits} to {ll_type(dt)}")
+    return bits
+
+
+# ---- ALU ops: one rule per op, chosen by the operand's kind (b bool, i signed, u unsigned, f float)
+Rule = Callable[..., str]
+
+
+def _arithmetic(by_kind: dict[str, str]) -> Rule:
+  """One instruction; a float result of half/bfloat16 is rounded once."""
+  def render(k: _Kernel, dt: DType, a: str, b: str) -> str:
+    out = k.emit(f"{by_kind[dt.kind]} {ll_type(dt)} {a}, {b}")
+    return k.round16(out, dt)
+  return render
+
+
+def _instruction(by_kind: dict[str, str]) -> Rule:
+  """One instruction whose result needs no rounding: comparisons and bitwise ops."""
+  def render(k: _Kernel, dt: DType, a: str, b: str) -> str:
+    return k.emit(f"{by_kind[dt.kind]} {ll_type(dt)} {a}, {b}")
+  return render
+
+
+def _division(by_kind: dict[str, str]) -> Rule:
+  """b == 0 and MIN / -1 are UNDEFINED in the spec but immediate UB in LLVM (and trap on x86): divide by 1."""
+  def render(k: _Kernel, dt: DType, a: str, b: str) -> str:
+    t = ll_type(dt)
+    bad = k.emit(f"icmp eq {t} {b}, 0")
+    if dt.kind == "i":
+      overflow = k.emit(f"and i1 {k.emit(f'icmp eq {t} {a}, {literal(dtypes.min(dt), dt)}')}, "
+                        f"{k.emit(f'icmp eq {t} {b}, -1')}")
+      bad = k.emit(f"or i1 {bad}, {overflow}")
+    divisor = k.emit(f"select i1 {bad}, {t} 1, {t} {b}")
+    return k.emit(f"{by_kind[dt.kind]} {t} {a}, {divisor}")
+  return render
+
+
+def _remainder(k: _Kernel, dt: DType, a: str, b: str) -> str:
+  """MOD: srem/urem on ints (guarded like division); frem on floats, which is C's fmod: exact, so no rounding."""
+  if dtypes.is_float(dt):
+    return k.emit(f"frem {ll_type(dt)} {a}, {b}")
+  return _division({"i": "srem", "u": "urem"})(k, dt, a, b)
+
+
+def _shift(by_kind: dict[str, str]) -> Rule:
+  """A shift by < 0 or >= the width is UNDEFINED in the spec and poison in LLVM: mask the amount to the width
+  (which leaves every defined shift alone, like x86's own shift instructions)."""
+  def render(k: _Kernel, dt: DType, a: str, b: str) -> str:
+    t = ll_type(dt)
+    return k.emit(f"{by_kind[dt.kind]} {t} {a}, {k.emit(f'and {t} {b}, {dt.bits - 1}')}")
+  return render
+
+
+def _maximum(k: _Kernel, dt: DType, a: str, b: str) -> str:
+  if dt == dtypes.bool:
+    return k.emit(f"or i1 {a}, {b}")
+  return k.intrinsic({"i": "smax", "u": "umax", "f": "maximum"}[dt.kind], dt, a, b)
+
+
+def _negate(k: _Kernel, dt: DType, a: str) -> str:
+  t = ll_type(dt)
+  return k.emit(f"fneg {t} {a}" if dtypes.is_float(dt) else f"sub {t} 0, {a}")  # sub wraps: -MIN == MIN
+
+
+def _reciprocal(k: _Kernel, dt: DType, a: str) -> str:
+  return k.round16(k.emit(f"fdiv {ll_type(dt)} 1.0, {a}"), dt)
+
+
+def _math(name: str, rounds: bool = True) -> Rule:
+  """An LLVM intrinsic (a libm call or an instruction after lowering), rounded to half/bfloat16."""
+  def render(k: _Kernel, dt: DType, a: str) -> str:
+    out = k.intrinsic(name, dt, a)
+    return k.round16(out, dt) if rounds else out
+  return render
+
+
+UNARY_RULES: dict[Ops, Rule] = {
+  Ops.NEG: _negate, Ops.RECIP: _reciprocal, Ops.SQRT: _math("sqrt"), Ops.EXP2: _math("exp2"),
+  Ops.LOG2: _math("log2"), Ops.SIN: _math("sin"), Ops.TRUNC: _math("trunc", rounds=False),  # integers are exact
+}
+
+BINARY_RULES: dict[Ops, Rule] = {
+  Ops.ADD: _arithmetic({"b": "or", "i": "add", "u": "add", "f": "fadd"}),
+  Ops.MUL: _arithmetic({"b": "and", "i": "mul", "u": "mul", "f": "fmul"}),
+  Ops.FDIV: _arithmetic({"f": "fdiv"}),
+  Ops.IDIV: _division({"i": "sdiv", "u": "udiv"}), Ops.MOD: _remainder,
+  Ops.MAX: _maximum,
+  Ops.CMPLT: _instruction({"b": "icmp ult", "i": "icmp slt", "u": "icmp ult", "f": "fcmp olt"}),  # i1 true is 1
+  Ops.CMPNE: _instruction({"b": "icmp ne", "i": "icmp ne", "u": "icmp ne", "f": "fcmp une"}),
+  Ops.AND: _instruction(dict.fromkeys("biu", "and")), Ops.OR: _instruction(dict.fromkeys("biu", "or")),
+  Ops.XOR: _instruction(dict.fromkeys("biu", "xor")),
+  Ops.SHL: _shift({"i": "shl", "u": "shl"}), Ops.SHR: _shift({"i": "ashr", "u": "lshr"}),
+}
+
+
+# ---- casts: one rule per (source class, target class); classes are b bool, n integer, f float
+def cast_class(dt: DType) -> str:
+  return {"b": "b", "i": "n", "u": "n", "f": "f"}[dt.kind]
+
+
+def _same(k: _Kernel, a: str, src: DType, dst: DType) -> str:
+  return a
+
+
+def _to_bool(k: _Kernel, a: str, src: DType, dst: DType) -> str:
+  compare = "fcmp une" if dtypes.is_float(src) else "icmp ne"  # NaN != 0 is true, -0.0 != 0 is false
+  return k.emit(f"{compare} {ll_type(src)} {a}, {literal(0, src)}")
+
+
+def _from_bool(k: _Kernel, a: str, src: DType, dst: DType) -> str:
+  return k.emit(f"{'uitofp' if dtypes.is_float(dst) else 'zext'} i1 {a} to {ll_type(dst)}")
+
+
+def _int_to_int(k: _Kernel, a: str, src: DType, dst: DType) -> str:
+  if src.bits == dst.bits:
+    return a
+  grow = "sext" if src.kind == "i" else "zext"
+  return k.emit(f"{'trunc' if dst.bits < src.bits else grow} {ll_type(src)} {a} to {ll_type(dst)}")
+
+
+def _int_to_float(k: _Kernel, a: str, src: DType, dst: DType) -> str:
+  convert = "sitofp" if src.kind == "i" else "uitofp"
+  if dst not in EMULATED or src.bits <= 16:  # one rounding (at most 16 bits are exact in float)
+    return k.round16(k.emit(f"{convert} {ll_type(src)} {a} to {ll_type(dst)}"), dst)
+  wide = _int_to_int(k, a, src, dtypes.int64 if src.kind == "i" else dtypes.uint64)
+  odd = k.call(f"rg_{'i' if src.kind == 'i' else 'u'}64_to_f32_odd", "float", ("i64", wide))
+  return k.round16(odd, dst)
+
+
+def _float_to_float(k: _Kernel, a: str, src: DType, dst: DType) -> str:
+  if src == dtypes.float64:
+    if dst == dtypes.float64:
+      return a
+    if dst == dtypes.float32:
+      return k.emit(f"fptrunc double {a} to float")
+    return k.round16(k.call("rg_f64_to_f32_odd", "float", ("double", a)), dst)
+  if dst == dtypes.float64:
+    return k.emit(f"fpext float {a} to double")
+  return a if dst in (src, dtypes.float32) else k.round16(a, dst)  # float holds every half and bfloat16 exactly
+
+
+def _float_to_int(k: _Kernel, a: str, src: DType, dst: DType) -> str:
+  """Out of range is UNDEFINED in the spec and poison in LLVM: `freeze` turns poison into some fixed value."""
+  convert = "fptosi" if dst.kind == "i" else "fptoui"
+  return k.emit(f"freeze {ll_type(dst)} {k.emit(f'{convert} {ll_type(src)} {a} to {ll_type(dst)}')}")
+
+
+CAST_RULES: dict[tuple[str, str], Rule] = {
+  ("b", "b"): _same, ("n", "b"): _to_bool, ("f", "b"): _to_bool,
+  ("b", "n"): _from_bool, ("b", "f"): _from_bool, ("n", "n"): _int_to_int,
+  ("n", "f"): _int_to_float, ("f", "f"): _float_to_float, ("f", "n"): _float_to_int,
+}

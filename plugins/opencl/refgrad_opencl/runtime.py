@@ -1,0 +1,133 @@
+"""The OPENCL device's parts on top of pyopencl: buffers, the compiler (source -> device binary), and launches.
+
+One in-order command queue carries every transfer and launch, so a kernel always sees the data copied in
+before it, and a blocking read-back waits for every kernel queued before it: results are never read early.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from refgrad.codegen.gpu import largest_divisor
+from refgrad.codegen.linearize import Program
+from refgrad.uop import Ops
+from refgrad_opencl.dialect import DeviceLimits
+
+# OpenCL's default float / and sqrt may be off by ulps (docs/SPEC.md asks for correctly rounded). No fast-math or
+# mad options: every op rounds as the spec says. -w: generated code trips harmless warnings (x < x is false)
+BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt", "-w")
+GROUP_OPS = frozenset({Ops.LOCAL_INDEX, Ops.GROUP_INDEX, Ops.DEFINE_LOCAL, Ops.BARRIER})
+
+
+class CompileError(RuntimeError):
+  """The OpenCL compiler rejected a program: the message shows the numbered source and the build log."""
+
+
+class LaunchError(RuntimeError):
+  """A kernel needs more than the device allows (work-group size, local memory) and cannot be shrunk."""
+
+
+def numbered(source: str) -> str:
+  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
+
+
+def describe(device: cl.Device) -> str:
+  return f"{device.platform.name.strip()}: {device.name.strip()}"
+
+
+class CLAllocator:
+  """Device buffers (cl.Buffer). Copies block until done, so the host memory can be reused at once."""
+
+  def __init__(self, context: cl.Context, queue: cl.CommandQueue):
+    self.context, self.queue = context, queue
+
+  def alloc(self, nbytes: int) -> cl.Buffer:
+    return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))  # OpenCL has no empty buffers
+
+  def free(self, handle: cl.Buffer) -> None:
+    handle.release()  # OpenCL frees it once the kernels queued with it have finished
+
+  def copyin(self, handle: cl.Buffer, src: memoryview) -> None:
+    if src.nbytes:
+      cl.enqueue_copy(self.queue, handle, np.frombuffer(src, dtype=np.uint8), is_blocking=True)
+
+  def copyout(self, dest: memoryview, handle: cl.Buffer) -> None:
+    if dest.nbytes:
+      cl.enqueue_copy(self.queue, np.frombuffer(dest, dtype=np.uint8), handle, is_blocking=True)
+
+
+class CLCompiler:
+  """OpenCL C -> the device's program binary, which CLRuntime reloads without building the source again."""
+
+  def __init__(self, context: cl.Context, device: cl.Device):
+    self.context, self.device = context, device
+    identity = f"{device.platform.name}|{device.platform.version}|{device.name}|{device.driver_version}"
+    self.cache_key = f"opencl|{identity}|pyopencl {cl.VERSION_TEXT}|{' '.join(BUILD_OPTIONS)}"
+
+  def compile(self, source: str) -> bytes:
+    program = cl.Program(self.context, source)
+    try:
+      program.build(options=list(BUILD_OPTIONS), devices=[self.device])
+    except cl.RuntimeError as e:
+      log = program.get_build_info(self.device, cl.program_build_info.LOG).strip() or str(e)
+      raise CompileError(f"OpenCL ({describe(self.device)}) failed to build this program:\n{numbered(source)}\n\n"
+                         f"build log:\n{log}") from None
+    (binary,) = program.get_info(cl.program_info.BINARIES)
+    return bytes(binary)
+
+
+class CLRuntime:
+  """Loads program binaries and launches them with the program's global and local shapes."""
+
+  def __init__(self, context: cl.Context, queue: cl.CommandQueue, device: cl.Device, limits: DeviceLimits):
+    self.context, self.queue, self.device, self.limits = context, queue, device, limits
+
+  def synchronize(self) -> None:
+    """Launches are asynchronous (reads wait for them anyway); this waits for all of them, e.g. for timing."""
+    self.queue.finish()
+
+  def load(self, binary: bytes, program: Program) -> Callable[..., None]:
+    built = cl.Program(self.context, [self.device], [binary]).build(options=list(BUILD_OPTIONS))
+    kernel = cl.Kernel(built, program.name)
+    global_size, local_size = self.launch_sizes(program, kernel)
+
+    def run(*handles: cl.Buffer) -> None:
+      if global_size is not None:
+        kernel(self.queue, global_size, local_size, *handles)
+    run.kernel = kernel
+    return run
+
+  def launch_sizes(self, program: Program, kernel: cl.Kernel) -> tuple[Any, Any]:
+    """(global, local) sizes within the device's and this kernel's limits; (None, None) for an empty grid."""
+    global_size = program.global_shape or (1,)
+    if 0 in global_size:
+      return None, None
+    local_size = program.local_shape or (1,) * len(global_size)
+    local_bytes = kernel.get_work_group_info(cl.kernel_work_group_info.LOCAL_MEM_SIZE, self.device)
+    if local_bytes > self.limits.local_memory:
+      raise LaunchError(f"kernel {program.name} needs {local_bytes} bytes of local memory, but {describe(self.device)}"
+                        f" has {self.limits.local_memory}")
+    group_limit = min(self.limits.max_work_group_size,
+                      kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+    if self.fits(local_size, group_limit):
+      return global_size, local_size
+    if any(u.op in GROUP_OPS for u in program.uops):
+      raise LaunchError(f"kernel {program.name} needs work-groups of {local_size} work-items, but "
+                        f"{describe(self.device)} allows at most {group_limit} "
+                        f"({self.limits.max_work_item_sizes} per axis) for it")
+    return global_size, self.smaller_local_size(global_size, group_limit)
+
+  def fits(self, local_size: tuple[int, ...], group_limit: int) -> bool:
+    sizes_ok = all(n <= limit for n, limit in zip(local_size, self.limits.max_work_item_sizes))
+    return sizes_ok and int(np.prod(local_size)) <= group_limit
+
+  def smaller_local_size(self, global_size: tuple[int, ...], group_limit: int) -> tuple[int, ...]:
+    """Work-groups do not change a kernel without group ops: any sizes that divide the grid will do."""
+    local = []
+    for size, axis_limit in zip(global_size, self.limits.max_work_item_sizes):
+      local.append(largest_divisor(size, min(group_limit, axis_limit)))
+      group_limit //= local[-1]
+    return tuple(local)

@@ -1,0 +1,119 @@
+"""Autograd methods of Tensor: requires_grad, gradient(), backward(), and the training/no-grad switches.
+
+The gradient of every op comes from the rule table in refgrad/gradient.py; this file only decides which
+tensors want gradients and where the results go.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+from typing import Any
+
+from refgrad.gradient import compute_gradients
+
+# tensors with requires_grad=True, so backward() can find the leaves of a graph
+_WANT_GRAD: weakref.WeakSet = weakref.WeakSet()
+
+
+class _ClassSwitch(contextlib.ContextDecorator):
+  """Set a class attribute of Tensor for the duration of a `with` block or a decorated function."""
+
+  def __init__(self, name: str, value: bool):
+    self.name, self.value = name, value
+
+  def __enter__(self) -> None:
+    from refgrad.tensor import Tensor
+    self.previous = getattr(Tensor, self.name)
+    setattr(Tensor, self.name, self.value)
+
+  def __exit__(self, *exc: Any) -> None:
+    from refgrad.tensor import Tensor
+    setattr(Tensor, self.name, self.previous)
+
+
+class AutogradMixin:
+  __slots__ = ()
+  training: bool = False
+  no_grad: bool = False
+
+  # ---- switches
+  @staticmethod
+  def train(mode: bool = True) -> _ClassSwitch:
+    """Context decorator: `with Tensor.train():` sets Tensor.training (dropout and batchnorm read it)."""
+    return _ClassSwitch("training", mode)
+
+  @staticmethod
+  def test() -> _ClassSwitch:
+    return _ClassSwitch("training", False)
+
+  @staticmethod
+  def inference_mode(mode: bool = True) -> _ClassSwitch:
+    """Context decorator: gradients are disabled inside (Tensor.no_grad is True)."""
+    return _ClassSwitch("no_grad", mode)
+
+  # ---- which tensors want gradients
+  @property
+  def requires_grad(self) -> bool | None:
+    """None: not decided (an optimizer makes it True); True: gradients flow to it; False: they never do."""
+    return self._requires_grad
+
+  @requires_grad.setter
+  def requires_grad(self, value: bool | None) -> None:
+    self._requires_grad = value
+    if value:
+      _WANT_GRAD.add(self)
+    else:
+      _WANT_GRAD.discard(self)
+
+  def requires_grad_(self, requires_grad: bool = True) -> Any:
+    self.requires_grad = requires_grad
+    return self
+
+  def contiguous_backward(self) -> Any:
+    """Identity forward; the gradient flowing back through it is made contiguous (a scheduling hint)."""
+    return self._from(self.uop)
+
+  # ---- gradients
+  def gradient(self, *targets: Any, gradient: Any = None, materialize_grads: bool = False) -> list[Any]:
+    """The gradients of this tensor with respect to `targets`. A scalar output seeds with 1.
+    >>> x = Tensor([1.0, 2.0, 3.0]); (x * x).sum().gradient(x)[0].tolist()
+    [2.0, 4.0, 6.0]
+    """
+    if type(self).no_grad:
+      raise RuntimeError("gradients are disabled here (Tensor.no_grad is True, e.g. inside Tensor.inference_mode())")
+    seed = self._seed(gradient)
+    found = compute_gradients(self, seed, [t.uop for t in targets])
+    out = []
+    for t in targets:
+      if t.uop in found:
+        out.append(found[t.uop])
+      elif materialize_grads:
+        out.append(t.zeros_like())
+      else:
+        raise RuntimeError(f"a target tensor of shape {t.shape} is not part of this tensor's graph: the output does "
+                           "not depend on it (pass materialize_grads=True to get zeros instead)")
+    return out
+
+  def _seed(self, gradient: Any) -> Any:
+    from refgrad.tensor import ShapeError
+    if gradient is None:
+      if self.numel() != 1:
+        raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this tensor has shape "
+                           f"{self.shape}: pass gradient=")
+      return self.ones_like()
+    if gradient.shape != self.shape:
+      raise ShapeError(f"gradient of shape {gradient.shape} does not match the output's shape {self.shape}")
+    return gradient
+
+  def backward(self, gradient: Any = None) -> Any:
+    """Accumulate d(self)/d(t) into t.grad for every tensor t in the graph with requires_grad=True."""
+    leaves = [t for t in list(_WANT_GRAD) if t.requires_grad]
+    in_graph = set(self.uop.toposort)
+    leaves = [t for t in leaves if t.uop in in_graph]
+    if not leaves:
+      return self
+    grads = self.gradient(*leaves, gradient=gradient, materialize_grads=True)
+    for t, g in zip(leaves, grads):
+      g = g.cast(t.dtype) if g.dtype != t.dtype else g
+      t.grad = g if t.grad is None else t.grad + g
+    return self

@@ -1,0 +1,757 @@
+"""nn functional methods of Tensor: linear and einsum, convolution and pooling, interpolation, normalization,
+attention, activations, losses and dropout. Everything is a composition of other Tensor methods.
+
+Convolutions and pools read sliding windows built by `_pool` from movement ops only (no copy), then reduce them.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from refgrad.frontend import special
+from refgrad.uop import prod
+
+REDUCTIONS = ("mean", "sum", "none")
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def _shape_error(msg: str) -> Exception:
+  from refgrad.tensor import ShapeError
+  return ShapeError(msg)
+
+
+def _tuple(value: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
+  """An int repeated n times, or a sequence of n ints."""
+  values = (value,) * n if isinstance(value, int) else tuple(value) if isinstance(value, Sequence) else ()
+  if len(values) != n or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    raise TypeError(f"{what} must be an int or a sequence of {n} ints, got {value!r}")
+  return values
+
+
+def _pad_pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
+  """(before, after) per spatial dim from an int, one int per dim, or a flat torch-style list (last dim first)."""
+  if isinstance(padding, int):
+    return [(padding, padding)] * n
+  padding = tuple(padding)
+  if len(padding) == n:
+    return [(p, p) for p in padding]
+  if len(padding) == 2 * n:
+    return [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(n))]
+  raise ValueError(f"padding must be an int, {n} ints or {2 * n} ints, got {padding!r}")
+
+
+def _spatial_pad(x: Any, pairs: list[tuple[int, int]], value: float = 0.0) -> Any:
+  lead = ((0, 0),) * (x.ndim - len(pairs))
+  return x.pad(lead + tuple(pairs), value=value)
+
+
+def _window_count(size: int, kernel: int, stride: int, dilation: int) -> int:
+  return (size - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _one_hot_on(index: Any, classes: int, axis: int) -> Any:
+  """bool, True where index equals the class; the class dim is inserted at `axis` (compares along it only)."""
+  from refgrad.tensor import Tensor
+  shape = [1] * (index.ndim + 1)
+  shape[axis] = classes
+  return index.unsqueeze(axis).eq(Tensor.arange(classes, device=index.device).reshape(shape))
+
+
+def _take(x: Any, axis: int, index: np.ndarray) -> Any:
+  """x indexed by the host ints `index` along axis: a one-hot select and a sum along that axis only (exact)."""
+  from refgrad.tensor import Tensor
+  n = x.shape[axis]
+  moved = x.transpose(axis, -1).unsqueeze(-2)  # (..., 1, n)
+  pick = Tensor(index.reshape(-1, 1) == np.arange(n).reshape(1, -1), device=x.device)  # (m, n)
+  out = pick.where(moved, x._const(0)).sum(-1).cast(x.dtype)
+  return out.transpose(axis, -1)
+
+
+class NNFunctionalMixin:
+  __slots__ = ()
+
+  # ---- linear algebra
+  def linear(self, weight: Any, bias: Any = None) -> Any:
+    """self @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-d weight multiplies elementwise).
+
+    >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
+    [[3.5]]
+    """
+    out = self * weight if weight.ndim == 1 else self.dot(weight)
+    return out if bias is None else out + bias
+
+  @staticmethod
+  def einsum(formula: str, *operands: Any, acc_dtype: DType | str | None = None) -> Any:
+    """Einstein summation, e.g. "ij,jk->ik", with "...", implicit output and repeated letters (diagonals).
+
+    >>> Tensor.einsum("ij,j->i", Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
+    [3, 7]
+    """
+    xs = tuple(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+    return _einsum(formula, xs, acc_dtype)
+
+  # ---- windows, convolution, pooling
+  def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Any:
+    """Sliding windows over the last len(kernel) dims: shape (..., *out, *kernel), a view made of movement ops."""
+    n = len(kernel)
+    lead, sizes = self.shape[:-n], self.shape[-n:]
+    outs = [_window_count(i, k, s, d) for i, k, s, d in zip(sizes, kernel, stride, dilation)]
+    if any(o <= 0 for o in outs):
+      raise _shape_error(f"kernel {kernel} with dilation {dilation} is larger than the (padded) input {sizes}")
+    if all(k <= s and d == 1 for k, s, d in zip(kernel, stride, dilation)):
+      return self._pool_disjoint(kernel, stride, outs)
+    # window element (o, k) is x[o*s + k*d]: repeat the input along a new dim, then read the copies with a row
+    # length of i + d, so that row k starts k*d later; then keep every s-th column
+    repeats = [-(-k * (i + d) // i) for k, i, d in zip(kernel, sizes, dilation)]
+    x = self.reshape(*lead, *[v for i in sizes for v in (1, i)])
+    x = x.expand(*lead, *[v for r, i in zip(repeats, sizes) for v in (r, i)])
+    x = x.reshape(*lead, *[r * i for r, i in zip(repeats, sizes)])
+    x = x.shrink(tuple((0, s) for s in lead) + tuple((0, k * (i + d)) for k, i, d in zip(kernel, sizes, dilation)))
+    x = x.reshape(*lead, *[v for k, i, d in zip(kernel, sizes, dilation) for v in (k, i + d)])
+    cols = tuple((0, 0) for _ in lead) + tuple(p for o, s, i, d in zip(outs, stride, sizes, dilation)
+                                               for p in ((0, 0), (0, o * s - i - d)))
+    x = x.pad(cols)  # to exactly o*s columns (a negative pad crops)
+    x = x.reshape(*lead, *[v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)])
+    x = x.shrink(tuple((0, s) for s in lead) + tuple(r for k, o in zip(kernel, outs) for r in ((0, k), (0, o), (0, 1))))
+    x = x.reshape(*lead, *[v for k, o in zip(kernel, outs) for v in (k, o)])
+    nl = len(lead)
+    return x.permute(*range(nl), *[nl + 2 * j + 1 for j in range(n)], *[nl + 2 * j for j in range(n)])
+
+  def _pool_disjoint(self, kernel: tuple[int, ...], stride: tuple[int, ...], outs: list[int]) -> Any:
+    """Windows that do not overlap (k <= s, no dilation): split each dim into (out, stride), keep k of each."""
+    n, lead = len(kernel), self.shape[:-len(kernel)]
+    x = _spatial_pad(self, [(0, o * s - i) for o, s, i in zip(outs, stride, self.shape[-n:])])
+    x = x.reshape(*lead, *[v for o, s in zip(outs, stride) for v in (o, s)])
+    x = x.shrink(tuple((0, s) for s in lead) + tuple(r for o, k in zip(outs, kernel) for r in ((0, o), (0, k))))
+    nl = len(lead)
+    return x.permute(*range(nl), *[nl + 2 * j for j in range(n)], *[nl + 2 * j + 1 for j in range(n)])
+
+  def conv2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: int | Sequence[int] = 1,
+             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+             acc_dtype: DType | str | None = None) -> Any:
+    """Convolution (cross-correlation, as torch) of (N, C_in, *spatial) with weight (C_out, C_in/groups, *kernel);
+    1, 2 or 3 spatial dims. padding: an int, one per dim, or flat (before, after) pairs, last dim first.
+
+    >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
+    [[[[4.0, 4.0], [4.0, 4.0]]]]
+    """
+    kernel = weight.shape[2:]
+    n = len(kernel)
+    _check_conv(self, weight, groups, bias)
+    x, w = self._conv_operands(weight)
+    stride_, dilation_ = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+    windows = _spatial_pad(x, _pad_pairs(padding, n))._pool(kernel, stride_, dilation_)  # (N, C_in, *out, *k)
+    batch, cin, outs = x.shape[0], weight.shape[1], windows.shape[2:2 + n]
+    per_group = weight.shape[0] // groups
+    windows = windows.reshape(batch, groups, 1, cin, *outs, *kernel)  # channels split into (groups, cin)
+    windows = windows.permute(0, 1, 2, *range(4, 4 + n), 3, *range(4 + n, 4 + 2 * n))  # (N, g, 1, *out, cin, *k)
+    w = w.reshape(1, groups, per_group, *[1] * n, cin, *kernel)
+    reduce_axes = tuple(range(3 + n, 4 + 2 * n))
+    out = (windows * w).sum(reduce_axes, acc_dtype=acc_dtype).cast(to_dtype(acc_dtype) if acc_dtype else x.dtype)
+    out = out.reshape(batch, weight.shape[0], *outs)
+    return out if bias is None else out + bias.reshape(1, -1, *[1] * n)
+
+  def _conv_operands(self, weight: Any) -> tuple[Any, Any]:
+    dt = least_upper_dtype(self.dtype, weight.dtype)
+    return self.cast(dt), weight.cast(dt)
+
+  def conv_transpose2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: int | Sequence[int] = 1,
+                       dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                       output_padding: int | Sequence[int] = 0) -> Any:
+    """Transposed convolution with weight (C_in, C_out/groups, *kernel), as torch's conv_transpose: the input is
+    spread out by stride, padded by dilation*(k-1) - padding (+ output_padding at the end), and convolved with the
+    flipped kernel.
+
+    >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2)).tolist()
+    [[[[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]]]
+    """
+    kernel = weight.shape[2:]
+    n = len(kernel)
+    stride_, dilation_ = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+    padding_, extra = _tuple(padding, n, "padding"), _tuple(output_padding, n, "output_padding")
+    _check_conv_transpose(self, weight, groups, stride_, dilation_, extra)
+    x = _spread(self, stride_)
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + e) for k, d, p, e in zip(kernel, dilation_, padding_, extra)]
+    x = _spatial_pad(x, pads)
+    w = weight.reshape(groups, weight.shape[0] // groups, weight.shape[1], *kernel).transpose(1, 2)
+    w = w.reshape(weight.shape[1] * groups, weight.shape[0] // groups, *kernel).flip(*range(2, 2 + n))
+    return x.conv2d(w, bias, groups, dilation=dilation_)
+
+  def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: Any = None, dilation: Any = 1,
+                 padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Any:
+    """Average over windows of the last len(kernel_size) dims (an int means 2 dims). Padding counts in the divisor
+    when count_include_pad; the extra windows of ceil_mode never do.
+
+    >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).avg_pool2d().tolist()
+    [[[[2.5]]]]
+    """
+    plan = PoolPlan.make(self, kernel_size, stride, dilation, padding, ceil_mode)
+    sums = plan.windows(self.cast(least_upper_float(self.dtype)), 0.0).sum(plan.axes)
+    if not plan.ceil_extra_any() and (count_include_pad or not plan.padded()):
+      return sums / prod(plan.kernel)
+    from refgrad.tensor import Tensor
+    ones = Tensor.ones(*self.shape[-plan.n:], dtype=sums.dtype, device=self.device)
+    counted = _spatial_pad(ones, plan.pads, 1.0 if count_include_pad else 0.0)
+    divisor = _spatial_pad(counted, plan.ceil_extra)._pool(plan.kernel, plan.stride, plan.dilation).sum(plan.axes)
+    return sums / divisor
+
+  def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: Any = None, dilation: Any = 1,
+                 padding: Any = 0, ceil_mode: bool = False) -> Any:
+    """Maximum over windows of the last len(kernel_size) dims (an int means 2 dims); padding never wins.
+
+    >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d().tolist()
+    [[[[4.0]]]]
+    """
+    plan = PoolPlan.make(self, kernel_size, stride, dilation, padding, ceil_mode)
+    return plan.windows(self, dtypes.min(self.dtype)).max(plan.axes)
+
+  def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Any:
+    """Resize the last len(size) dims: "linear" (n-linear), "nearest" or "nearest-exact", with torch's source
+    coordinates (computed in float32 like torch for every dtype but float64).
+
+    >>> Tensor([[[1.0, 3.0]]]).interpolate((4,)).tolist()
+    [[[1.0, 1.5, 2.5, 3.0]]]
+    """
+    size = tuple(size)
+    if mode not in INTERPOLATE_INDEX:
+      raise ValueError(f"interpolate: mode must be one of {tuple(INTERPOLATE_INDEX)}, got {mode!r}")
+    if align_corners and mode != "linear":
+      raise ValueError(f"align_corners can only be set with mode 'linear', got mode {mode!r}")
+    if len(size) > self.ndim or not all(isinstance(s, int) and s > 0 for s in size):
+      raise ValueError(f"interpolate: size {size} must be positive ints, at most one per dim of shape {self.shape}")
+    x = self
+    for axis, out in zip(range(self.ndim - len(size), self.ndim), size):
+      x = INTERPOLATE_INDEX[mode](x, axis, out, align_corners)
+    return x
+
+  # ---- normalization
+  def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Any:
+    """(x - mean) / sqrt(var + eps) over axis (biased variance, no affine parameters).
+
+    >>> Tensor([[1.0, 3.0]]).layernorm(eps=0.0).tolist()
+    [[-1.0, 1.0]]
+    """
+    y = self - self.mean(axis, keepdim=True)
+    return y * ((y * y).mean(axis, keepdim=True) + eps).rsqrt()
+
+  def batchnorm(self, weight: Any, bias: Any, mean: Any, invstd: Any, axis: int | Sequence[int] = 1) -> Any:
+    """(x - mean) * weight * invstd + bias, the parameters laid along `axis` (weight and bias may be None).
+
+    >>> Tensor([[1.0, 2.0]]).batchnorm(None, None, Tensor([1.0, 1.0]), Tensor([2.0, 2.0])).tolist()
+    [[0.0, 2.0]]
+    """
+    from refgrad.tensor import normalize_dim
+    axes = tuple(normalize_dim(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis))
+    shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+    x = self - mean.reshape(shape)
+    if weight is not None:
+      x = x * weight.reshape(shape)
+    out = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+    return out if bias is None else out + bias.reshape(shape)
+
+  # ---- attention
+  def scaled_dot_product_attention(self, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                                   is_causal: bool = False) -> Any:
+    """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool attn_mask keeps the True positions, a float one is added.
+
+    >>> q = Tensor.ones(1, 2, 4)
+    >>> q.scaled_dot_product_attention(q, Tensor([[[1.0], [3.0]]])).tolist()
+    [[[2.0], [2.0]]]
+    """
+    if is_causal and attn_mask is not None:
+      raise RuntimeError("scaled_dot_product_attention: an explicit attn_mask must not be set when is_causal=True")
+    if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+      raise _shape_error(f"attention needs at least 2-d query, key and value, got {self.shape}, {key.shape}, "
+                         f"{value.shape}")
+    scores = self.matmul(key.transpose(-2, -1)) * (1.0 / math.sqrt(self.shape[-1]))
+    if is_causal:
+      from refgrad.frontend.reduce import triangle_mask
+      attn_mask = triangle_mask(self.shape[-2], key.shape[-2], 0, False, self.device)
+    if attn_mask is not None:
+      scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
+    return scores.softmax(-1).dropout(dropout_p).matmul(value)
+
+  # ---- activations
+  def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Any:
+    """exp(x - max) / sum(exp(x - max)) along axis, optionally computed in dtype.
+
+    >>> Tensor([0.0, 0.0]).softmax().tolist()
+    [0.5, 0.5]
+    """
+    x = self.cast(to_dtype(dtype) if dtype else least_upper_float(self.dtype))
+    if x._empty_along(axis):
+      return x
+    e = (x - x.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+
+  def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Any:
+    """x - max - log(sum(exp(x - max))) along axis, optionally computed in dtype.
+
+    >>> Tensor([0.0, 0.0]).log_softmax().exp().tolist()
+    [0.5, 0.5]
+    """
+    x = self.cast(to_dtype(dtype) if dtype else least_upper_float(self.dtype))
+    if x._empty_along(axis):
+      return x
+    shifted = x - x.max(axis, keepdim=True)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+  def _empty_along(self, axis: int) -> bool:
+    from refgrad.tensor import normalize_dim
+    return self.ndim > 0 and self.shape[normalize_dim(axis, self.ndim)] == 0
+
+  def relu6(self) -> Any:
+    """min(max(x, 0), 6).
+
+    >>> Tensor([-1.0, 3.0, 9.0]).relu6().tolist()
+    [0.0, 3.0, 6.0]
+    """
+    return self.relu().minimum(6)
+
+  def leakyrelu(self, neg_slope: float = 0.01) -> Any:
+    """x for x >= 0, neg_slope * x below.
+
+    >>> Tensor([-2.0, 3.0]).leakyrelu(0.5).tolist()
+    [-1.0, 3.0]
+    """
+    return self.lt(0).where(self * neg_slope, self)
+
+  def elu(self, alpha: float = 1.0) -> Any:
+    """x for x > 0, alpha * (exp(x) - 1) below (via expm1, accurate near 0).
+
+    >>> Tensor([0.0, 2.0]).elu().tolist()
+    [0.0, 2.0]
+    """
+    x = self._float()
+    return x.gt(0).where(x, special.expm1(x) * alpha)
+
+  def celu(self, alpha: float = 1.0) -> Any:
+    """x for x > 0, alpha * (exp(x / alpha) - 1) below.
+
+    >>> Tensor([0.0, 2.0]).celu().tolist()
+    [0.0, 2.0]
+    """
+    x = self._float()
+    return x.gt(0).where(x, special.expm1(x / alpha) * alpha)
+
+  def selu(self) -> Any:
+    """scale * elu(x, alpha) with the self-normalizing constants.
+
+    >>> Tensor([0.0]).selu().tolist()
+    [0.0]
+    """
+    return self.elu(SELU_ALPHA) * SELU_SCALE
+
+  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Any:
+    """clamp(alpha * x + beta, 0, 1).
+
+    >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
+    [0.0, 0.5, 1.0]
+    """
+    return (self._float() * alpha + beta).clamp(0, 1)
+
+  def silu(self) -> Any:
+    """x * sigmoid(x).
+
+    >>> Tensor([0.0]).silu().tolist()
+    [0.0]
+    """
+    return self * self.sigmoid()
+
+  def swish(self) -> Any:
+    """Alias of silu.
+
+    >>> Tensor([0.0]).swish().tolist()
+    [0.0]
+    """
+    return self.silu()
+
+  def hardswish(self) -> Any:
+    """x * relu6(x + 3) / 6.
+
+    >>> Tensor([-4.0, 0.0, 4.0]).hardswish().tolist()
+    [-0.0, 0.0, 4.0]
+    """
+    x = self._float()
+    return x * (x + 3).relu6() / 6
+
+  def gelu(self, approximate: str = "tanh") -> Any:
+    """GELU. tinygrad's default is the tanh approximation (torch's gelu(approximate="tanh")); approximate="none"
+    gives the exact x * Phi(x) (torch's default).
+
+    >>> Tensor([0.0]).gelu().tolist()
+    [0.0]
+    """
+    x = self._float()
+    if approximate == "none":
+      return x * 0.5 * (1.0 + (x * (1 / math.sqrt(2))).erf())
+    if approximate != "tanh":
+      raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
+    return x * 0.5 * (1.0 + ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)).tanh())
+
+  def quick_gelu(self) -> Any:
+    """x * sigmoid(1.702 x).
+
+    >>> Tensor([0.0]).quick_gelu().tolist()
+    [0.0]
+    """
+    return self * (self._float() * 1.702).sigmoid()
+
+  def mish(self) -> Any:
+    """x * tanh(softplus(x)).
+
+    >>> Tensor([0.0]).mish().tolist()
+    [0.0]
+    """
+    return self * self.softplus().tanh()
+
+  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Any:
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (as torch).
+
+    >>> Tensor([0.0, 30.0]).softplus().tolist()
+    [0.6931471824645996, 30.0]
+    """
+    x = self._float()
+    scaled = x * beta
+    return scaled.gt(threshold).where(x, special.log1p(scaled.exp()) / beta)
+
+  def logsigmoid(self) -> Any:
+    """log(sigmoid(x)) = -softplus(-x), stable for large |x|.
+
+    >>> Tensor([-100.0]).logsigmoid().tolist()
+    [-100.0]
+    """
+    return -(-self._float()).softplus()
+
+  def softsign(self) -> Any:
+    """x / (1 + |x|).
+
+    >>> Tensor([-3.0, 1.0]).softsign().tolist()
+    [-0.75, 0.5]
+    """
+    x = self._float()
+    return x / (1 + x.abs())
+
+  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Any:
+    """clamp(x, min_val, max_val).
+
+    >>> Tensor([-3.0, 0.5, 2.0]).hardtanh().tolist()
+    [-1.0, 0.5, 1.0]
+    """
+    return self.clamp(min_val, max_val)
+
+  # ---- losses
+  def _do_reduction(self, reduction: str) -> Any:
+    if reduction not in REDUCTIONS:
+      raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    return self.mean() if reduction == "mean" else self.sum() if reduction == "sum" else self
+
+  def binary_crossentropy(self, Y: Any, reduction: str = "mean") -> Any:  # noqa: N803 -- tinygrad's name
+    """-(Y log(p) + (1 - Y) log(1 - p)) for probabilities p = self; logs are clamped at -100, as torch.
+
+    >>> round(Tensor([0.5]).binary_crossentropy(Tensor([1.0])).item(), 6)
+    0.693147
+    """
+    _check_same_shape(self, Y, "binary_crossentropy")
+    p = self._float()
+    loss = -(Y * p.log().maximum(-100.0) + (1 - Y) * (1 - p).log().maximum(-100.0))
+    return loss._do_reduction(reduction)
+
+  def binary_crossentropy_logits(self, Y: Any, reduction: str = "mean", pos_weight: Any = None) -> Any:  # noqa: N803
+    """binary_crossentropy(sigmoid(self), Y) computed stably from logits; pos_weight scales the positive term.
+
+    >>> round(Tensor([0.0]).binary_crossentropy_logits(Tensor([1.0])).item(), 6)
+    0.693147
+    """
+    _check_same_shape(self, Y, "binary_crossentropy_logits")
+    x = self._float()
+    log_sig_neg = special.log1p((-x.abs()).exp()) + (-x).relu()  # -log(sigmoid(x))
+    weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * Y
+    return ((1 - Y) * x + weight * log_sig_neg)._do_reduction(reduction)
+
+  def sparse_categorical_crossentropy(self, Y: Any, ignore_index: int = -1, label_smoothing: float = 0.0,  # noqa: N803
+                                      reduction: str = "mean") -> Any:
+    """Cross entropy of logits (..., C) with integer labels Y (...); labels equal to ignore_index count for
+    nothing (and not in the mean); label_smoothing mixes in the uniform distribution.
+
+    >>> round(Tensor([[0.0, 0.0]]).sparse_categorical_crossentropy(Tensor([1])).item(), 6)
+    0.693147
+    """
+    if Y.shape != self.shape[:-1]:
+      raise _shape_error(f"sparse_categorical_crossentropy: labels of shape {Y.shape} do not match logits of shape "
+                         f"{self.shape} (expected {self.shape[:-1]})")
+    _check_smoothing(label_smoothing)
+    log_probs = self.log_softmax(-1)
+    keep = Y.ne(ignore_index)
+    picked = _one_hot_on(Y, self.shape[-1], -1).where(log_probs, 0.0).sum(-1)
+    loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1)) * keep
+    return loss.sum() / keep.sum() if reduction == "mean" else loss._do_reduction(reduction)
+
+  def cross_entropy(self, Y: Any, reduction: str = "mean", label_smoothing: float = 0.0) -> Any:  # noqa: N803
+    """Cross entropy of logits (N, C, ...) with class indices (N, ...) or class probabilities (N, C, ...), as
+    torch.nn.functional.cross_entropy.
+
+    >>> round(Tensor([[0.0, 0.0]]).cross_entropy(Tensor([0])).item(), 6)
+    0.693147
+    """
+    _check_smoothing(label_smoothing)
+    axis = 1 if self.ndim > 1 else 0
+    target = Y
+    if dtypes.is_int(target.dtype):
+      if target.shape != self.shape[:axis] + self.shape[axis + 1:]:
+        raise _shape_error(f"cross_entropy: class indices of shape {target.shape} do not match logits of shape "
+                           f"{self.shape}")
+      target = _one_hot_on(target, self.shape[axis], axis).cast(least_upper_float(self.dtype))
+    elif target.shape != self.shape:
+      raise _shape_error(f"cross_entropy: probabilities of shape {target.shape} do not match logits of shape "
+                         f"{self.shape}")
+    target = target * (1 - label_smoothing) + label_smoothing / self.shape[axis]
+    return (-(self.log_softmax(axis) * target).sum(axis))._do_reduction(reduction)
+
+  def nll_loss(self, Y: Any, weight: Any = None, ignore_index: int | None = None,  # noqa: N803
+               reduction: str = "mean") -> Any:
+    """Negative log likelihood of log-probabilities (N, C, ...) at class indices Y (N, ...), weighted per class;
+    the mean divides by the total weight of the counted targets, as torch.
+
+    >>> Tensor([[-1.0, -2.0]]).nll_loss(Tensor([1])).item()
+    2.0
+    """
+    axis = 1 if self.ndim > 1 else 0
+    if Y.shape != self.shape[:axis] + self.shape[axis + 1:]:
+      raise _shape_error(f"nll_loss: targets of shape {Y.shape} do not match input of shape {self.shape}")
+    hot = _one_hot_on(Y, self.shape[axis], axis)
+    picked = hot.where(self, 0.0).sum(axis)
+    if weight is None:
+      w = picked.ones_like()
+    else:
+      w = hot.where(weight.reshape(-1, *[1] * (self.ndim - axis - 1)), 0.0).sum(axis)
+    if ignore_index is not None:
+      w = w * Y.ne(ignore_index)
+    loss = -picked * w
+    return loss.sum() / w.sum() if reduction == "mean" else loss._do_reduction(reduction)
+
+  # ---- training helpers
+  def dropout(self, p: float = 0.5) -> Any:
+    """In training mode (Tensor.training), zero each element with probability p and scale the rest by 1/(1-p).
+
+    >>> Tensor([1.0, 2.0]).dropout(0.5).tolist()  # not training: unchanged
+    [1.0, 2.0]
+    """
+    if not 0 <= p <= 1:
+      raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not type(self).training or p == 0:
+      return self
+    if p == 1:
+      return self.zeros_like()
+    keep = type(self).rand(*self.shape, device=self.device).ge(p)
+    return keep.where(self, 0) * (1 / (1 - p))
+
+  def sequential(self, ll: Sequence[Callable[[Any], Any]]) -> Any:
+    """Apply the callables in order.
+
+    >>> Tensor([-1.0, 2.0]).sequential([Tensor.relu, lambda t: t * 2]).tolist()
+    [0.0, 4.0]
+    """
+    return functools.reduce(lambda x, f: f(x), ll, self)
+
+
+# ---- einsum
+ELLIPSIS_LETTERS = [chr(0x3B1 + i) for i in range(24)]  # stand-ins for the dims of "..." (user letters are ASCII)
+
+
+def _einsum(formula: str, xs: tuple, acc_dtype: DType | str | None) -> Any:
+  if not isinstance(formula, str):
+    raise TypeError(f"einsum(): the formula must be a str, got {type(formula).__name__}")
+  lhs, arrow, rhs = formula.replace(" ", "").partition("->")
+  terms = _einsum_terms(lhs.split(","), xs, formula)
+  ellipsis = [c for c in ELLIPSIS_LETTERS if any(c in t for t in terms)]
+  if arrow:
+    out = _einsum_letters(rhs, ellipsis, formula)
+    unknown = [c for c in out if not any(c in t for t in terms)]
+    if unknown or len(set(out)) != len(out):
+      raise ValueError(f"einsum(): output subscripts {rhs!r} must be distinct and appear in the inputs of {formula!r}")
+  else:
+    counts = {c: sum(t.count(c) for t in terms) for t in terms for c in t}
+    out = ellipsis + sorted(c for c, k in counts.items() if k == 1 and c not in ellipsis)
+  summed = list(dict.fromkeys(c for t in terms for c in t if c not in out))
+  order = out + summed
+  dt = least_upper_dtype(*(x.dtype for x in xs))
+  aligned = [_einsum_align(*_einsum_diagonals(x.cast(dt), t), order) for x, t in zip(xs, terms)]
+  product = functools.reduce(lambda a, b: a * b, aligned)
+  if summed:
+    product = product.sum(tuple(range(len(out), len(order))), acc_dtype=acc_dtype)
+  return product.cast(to_dtype(acc_dtype) if acc_dtype else dt)
+
+
+def _einsum_letters(term: str, ellipsis: list[str], formula: str) -> list[str]:
+  pre, dots, post = term.partition("...")
+  if not all(c.isascii() and c.isalpha() for c in pre + post) or "." in post:
+    raise ValueError(f"einsum(): invalid subscripts {term!r} in {formula!r}: use letters and at most one '...'")
+  return list(pre) + (ellipsis if dots else []) + list(post)
+
+
+def _einsum_terms(inputs: list[str], xs: tuple, formula: str) -> list[list[str]]:
+  """Each operand's letters, with "..." spelled out as stand-in letters aligned from the right."""
+  if len(inputs) != len(xs):
+    raise ValueError(f"einsum(): {formula!r} names {len(inputs)} operands, but {len(xs)} were given")
+  widest = max((x.ndim - len(t.replace("...", "")) for t, x in zip(inputs, xs) if "..." in t), default=0)
+  terms = []
+  for k, (term, x) in enumerate(zip(inputs, xs)):
+    named = len(term.replace("...", ""))
+    covered = x.ndim - named if "..." in term else 0
+    letters = _einsum_letters(term, ELLIPSIS_LETTERS[widest - covered:widest] if covered >= 0 else [], formula)
+    if len(letters) != x.ndim:
+      raise ValueError(f"einsum(): subscripts {term!r} name {named} dims, but operand {k} has shape {x.shape}")
+    terms.append(letters)
+  return terms
+
+
+def _einsum_diagonals(x: Any, term: list[str]) -> tuple[Any, list[str]]:
+  """Take the diagonal for each letter repeated within one operand ("ii->i")."""
+  while (dup := next((c for c in term if term.count(c) > 1), None)) is not None:
+    first, second = [i for i, c in enumerate(term) if c == dup][:2]
+    n = x.shape[first]
+    if x.shape[second] != n:
+      raise _shape_error(f"einsum(): subscript {dup!r} is repeated for dims of different sizes {n} and "
+                         f"{x.shape[second]} (operand shape {x.shape})")
+    rest = [i for i in range(x.ndim) if i not in (first, second)]
+    x = x.permute(*rest, first, second).reshape(*[x.shape[i] for i in rest], n * n)
+    x = x.pad(((0, 0),) * len(rest) + ((0, n),)).reshape(*[x.shape[i] for i in range(len(rest))], n, n + 1)
+    x = x.shrink(tuple((0, s) for s in x.shape[:-1]) + ((0, 1),)).reshape(x.shape[:-1])
+    term = [term[i] for i in rest] + [dup]
+  return x, term
+
+
+def _einsum_align(x: Any, term: list[str], order: list[str]) -> Any:
+  """Permute x's dims into `order` and add size-1 dims for the letters it lacks."""
+  present = [c for c in order if c in term]
+  x = x.permute(*[term.index(c) for c in present])
+  return x.reshape(*[x.shape[present.index(c)] if c in term else 1 for c in order])
+
+
+# ---- argument checks
+def _check_same_shape(x: Any, y: Any, what: str) -> None:
+  if x.shape != y.shape:
+    raise _shape_error(f"{what}: target shape {y.shape} must match input shape {x.shape}")
+
+
+def _check_smoothing(label_smoothing: float) -> None:
+  if not 0.0 <= label_smoothing <= 1.0:
+    raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+
+
+def _check_conv(x: Any, weight: Any, groups: int, bias: Any) -> None:
+  if weight.ndim < 3 or x.ndim != weight.ndim:
+    raise _shape_error(f"conv: input of shape {x.shape} needs {weight.ndim} dims for a weight of shape "
+                       f"{weight.shape} (N, C, *spatial)")
+  if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups:
+    raise _shape_error(f"conv: groups={groups} must divide the {weight.shape[0]} output channels of weight "
+                       f"{weight.shape}")
+  if x.shape[1] != weight.shape[1] * groups:
+    raise _shape_error(f"conv: input of shape {x.shape} has {x.shape[1]} channels, but weight of shape "
+                       f"{weight.shape} with groups={groups} expects {weight.shape[1] * groups}")
+  if bias is not None and bias.shape != (weight.shape[0],):
+    raise _shape_error(f"conv: bias of shape {bias.shape} must be ({weight.shape[0]},)")
+
+
+def _check_conv_transpose(x: Any, weight: Any, groups: int, stride: tuple, dilation: tuple, extra: tuple) -> None:
+  if weight.ndim < 3 or x.ndim != weight.ndim or x.shape[1] != weight.shape[0] or weight.shape[0] % groups:
+    raise _shape_error(f"conv_transpose: input of shape {x.shape} does not fit weight of shape {weight.shape} "
+                       f"(C_in, C_out/groups, *kernel) with groups={groups}")
+  for e, s, d in zip(extra, stride, dilation):
+    if e >= max(s, d):
+      raise ValueError(f"output_padding {extra} must be smaller than either stride {stride} or dilation {dilation}")
+
+
+def _spread(x: Any, stride: tuple[int, ...]) -> Any:
+  """Insert stride-1 zeros between neighbours along each spatial dim (the input of a strided transpose conv)."""
+  for axis, s in zip(range(x.ndim - len(stride), x.ndim), stride):
+    if s > 1 and x.shape[axis] > 0:
+      size = x.shape[axis]
+      x = x.unsqueeze(axis + 1)
+      x = x.pad(tuple((0, s - 1) if i == axis + 1 else (0, 0) for i in range(x.ndim)))
+      x = x.reshape(*x.shape[:axis], size * s, *x.shape[axis + 2:])
+      x = x.shrink(tuple((0, size * s - s + 1) if i == axis else None for i in range(x.ndim)))
+  return x
+
+
+class PoolPlan:
+  """Kernel, stride, dilation, padding and the extra right padding that ceil_mode needs, for the pools."""
+
+  def __init__(self, kernel: tuple, stride: tuple, dilation: tuple, pads: list, ceil_extra: list):
+    self.kernel, self.stride, self.dilation, self.pads, self.ceil_extra = kernel, stride, dilation, pads, ceil_extra
+    self.n = len(kernel)
+    self.axes = tuple(range(-self.n, 0))
+
+  @staticmethod
+  def make(x: Any, kernel_size: Any, stride: Any, dilation: Any, padding: Any, ceil_mode: bool) -> PoolPlan:
+    kernel = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size)
+    n = len(kernel)
+    if n > x.ndim:
+      raise _shape_error(f"pool: kernel {kernel} has more dims than the input of shape {x.shape}")
+    stride_ = kernel if stride is None or stride == () else _tuple(stride, n, "stride")
+    dilation_ = _tuple(dilation, n, "dilation")
+    pads = _pad_pairs(padding, n)
+    extra = []
+    for size, k, s, d, (b, a) in zip(x.shape[-n:], kernel, stride_, dilation_, pads):
+      span = size + b + a - d * (k - 1) - 1
+      outs = (-(-span // s) if ceil_mode else span // s) + 1
+      if ceil_mode and (outs - 1) * s >= size + b:  # the last window must start inside the input or left padding
+        outs -= 1
+      extra.append((0, max(0, (outs - 1) * s + d * (k - 1) + 1 - (size + b + a))))
+    return PoolPlan(kernel, stride_, dilation_, pads, extra)
+
+  def padded(self) -> bool:
+    return any(p != (0, 0) for p in self.pads)
+
+  def ceil_extra_any(self) -> bool:
+    return any(e != (0, 0) for e in self.ceil_extra)
+
+  def windows(self, x: Any, fill: Any) -> Any:
+    x = _spatial_pad(x, [(b, a + e[1]) for (b, a), e in zip(self.pads, self.ceil_extra)], fill)
+    return x._pool(self.kernel, self.stride, self.dilation)
+
+
+# ---- interpolate: source indices computed on the host like torch's CPU kernels, then an exact one-hot select
+def _source_scale(n: int, m: int, align_corners: bool, ft: type) -> Any:
+  if align_corners:
+    return ft((n - 1) / (m - 1)) if m > 1 else ft(0)
+  return ft(n) / ft(m)
+
+
+def _interpolate_linear(x: Any, axis: int, m: int, align_corners: bool) -> Any:
+  n = x.shape[axis]
+  ft = np.float64 if x.dtype == dtypes.float64 else np.float32
+  scale, i = _source_scale(n, m, align_corners, ft), np.arange(m).astype(ft)
+  src = scale * i if align_corners else np.maximum(scale * (i + ft(0.5)) - ft(0.5), ft(0))
+  low = np.minimum(src.astype(np.int64), n - 1)
+  high = np.minimum(low + 1, n - 1)
+  frac = np.clip(src - low.astype(ft), 0, 1).astype(ft)
+  shape = [1] * x.ndim
+  shape[axis] = m
+  from refgrad.tensor import Tensor
+  compute = dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32  # halves compute in float32, as torch
+  w_high = Tensor(frac.reshape(shape), device=x.device).cast(compute)
+  xf = x.cast(compute)
+  out = _take(xf, axis, low) * (1 - w_high) + _take(xf, axis, high) * w_high
+  return out.cast(least_upper_float(x.dtype))
+
+
+def _nearest(offset: float) -> Callable[[Any, int, int, bool], Any]:
+  def resize(x: Any, axis: int, m: int, align_corners: bool) -> Any:
+    n = x.shape[axis]
+    scale = np.float32(n) / np.float32(m)
+    index = np.minimum(np.floor((np.arange(m).astype(np.float32) + np.float32(offset)) * scale).astype(np.int64),
+                       n - 1)
+    return _take(x, axis, index)
+  return resize
+
+
+INTERPOLATE_INDEX: dict[str, Callable[[Any, int, int, bool], Any]] = {
+  "linear": _interpolate_linear, "nearest": _nearest(0.0), "nearest-exact": _nearest(0.5),
+}

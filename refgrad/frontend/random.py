@@ -1,0 +1,290 @@
+"""Random numbers that are the same on every device: Threefry-2x32 (20 rounds, Salmon et al. 2011, "Parallel random
+numbers: as easy as 1, 2, 3") written with ordinary uint32 ops (add, xor, rotate as two shifts and an or), so every
+backend, the interpreter included, computes identical bits.
+
+Element i of a request gets the counter (offset + i) as two 32-bit words and the key (seed low, seed high); the
+offset then advances by the number of elements, so successive calls draw fresh counters. `manual_seed` sets the
+key and resets the offset to 0.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from refgrad.dtype import DType, dtypes, to_dtype
+from refgrad.uop import prod
+
+MASK32 = 0xFFFFFFFF
+THREEFRY_PARITY = 0x1BD11BDA
+THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+# uniform floats: the unsigned type of the same width, its mantissa bits, and the bits of 1.0
+UNIFORM_BITS: dict[DType, tuple[DType, int, int]] = {
+  dtypes.float16: (dtypes.uint16, 10, 0x3C00), dtypes.bfloat16: (dtypes.uint16, 7, 0x3F80),
+  dtypes.float32: (dtypes.uint32, 23, 0x3F800000), dtypes.float64: (dtypes.uint64, 52, 0x3FF0000000000000),
+}
+
+
+@dataclass
+class RandomState:
+  seed: int
+  counter: int = 0
+
+
+STATE = RandomState(int(time.time()))
+
+
+def _rotl(x: Any, r: int) -> Any:
+  return (x << r) | (x >> (32 - r))
+
+
+def threefry2x32(key: tuple[Any, Any], x0: Any, x1: Any) -> tuple[Any, Any]:
+  """Threefry-2x32-20 of the uint32 counter words (x0, x1) under a key of two 32-bit words (ints or uint32 tensors)."""
+  ks = (key[0], key[1], key[0] ^ key[1] ^ THREEFRY_PARITY)
+  x0, x1 = x0 + ks[0], x1 + ks[1]
+  for group in range(5):  # 5 groups of 4 rounds, a key injection after each
+    for r in THREEFRY_ROTATIONS[group % 2]:
+      x0 = x0 + x1
+      x1 = _rotl(x1, r) ^ x0
+    x0 = x0 + ks[(group + 1) % 3]
+    x1 = x1 + ks[(group + 2) % 3] + (group + 1)
+  return x0, x1
+
+
+def random_words(n: int, device: str) -> tuple[Any, Any]:
+  """Two uint32 tensors of n random words each, from the next n counters of the stream. The key and the counter
+  offset are read from a small buffer rather than baked in as constants, so every call of one size runs the same
+  kernel (no recompiling per call or per seed)."""
+  import numpy as np
+
+  from refgrad.tensor import Tensor
+  offset = STATE.counter
+  STATE.counter += n
+  words = [STATE.seed & MASK32, (STATE.seed >> 32) & MASK32, offset & MASK32, (offset >> 32) & MASK32]
+  params = Tensor(np.array(words, np.uint32), device=device)
+  key_low, key_high, offset_low, offset_high = (params[i] for i in range(4))
+  low = Tensor.arange(n, dtype=dtypes.uint32, device=device) + offset_low
+  high = low.lt(offset_low).cast(dtypes.uint32) + offset_high  # carry when the low word wrapped around
+  return threefry2x32((key_low, key_high), low, high)
+
+
+def _uniform(n: int, dtype: DType, device: str) -> Any:
+  """n floats in [0, 1): random mantissa bits under the exponent of 1.0, minus 1 (exact)."""
+  uint, mantissa, one = UNIFORM_BITS[dtype]
+  x0, x1 = random_words(n, device)
+  if dtype == dtypes.float64:
+    bits = ((x0.cast(uint) << 32) | x1.cast(uint)) >> (64 - mantissa)
+  else:
+    bits = (x0 >> (32 - mantissa)).cast(uint)
+  return (bits | one).bitcast(dtype) - 1.0
+
+
+def _normal(n: int, dtype: DType, device: str) -> Any:
+  """Box-Muller on the two words of each counter: u1 in (0, 1], u2 in [0, 1), computed in float32 (float64 for
+  float64) and rounded once to dtype."""
+  x0, x1 = random_words(n, device)
+  if dtype == dtypes.float64:
+    u1, u2 = (x0.cast(dtype) + 1.0) * 2.0 ** -32, x1.cast(dtype) * 2.0 ** -32
+  else:
+    u1 = ((x0 >> 8) + 1).cast(dtypes.float32) * 2.0 ** -24
+    u2 = (x1 >> 8).cast(dtypes.float32) * 2.0 ** -24
+  return ((u1.log() * -2.0).sqrt() * (u2 * (2 * math.pi)).cos()).cast(dtype)
+
+
+def _shape(shape: tuple) -> tuple[int, ...]:
+  from refgrad.tensor import _check_shape, shape_args
+  return _check_shape(shape_args(shape), "random")
+
+
+def _float_dtype(dtype: Any) -> DType:
+  dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+  if not dtypes.is_float(dt):
+    raise TypeError(f"random floats need a float dtype, got {dt.name}")
+  return dt
+
+
+def _finish(flat: Any, shape: tuple[int, ...], kwargs: dict) -> Any:
+  from refgrad.tensor import Tensor
+  return Tensor(flat.reshape(shape).uop, **kwargs)
+
+
+class RandomMixin:
+  __slots__ = ()
+
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None:
+    """Set the seed and restart the stream: the same calls then give the same numbers, on every device.
+
+    >>> Tensor.manual_seed(42); a = Tensor.rand(3).tolist()
+    >>> Tensor.manual_seed(42); a == Tensor.rand(3).tolist()
+    True
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+      raise TypeError(f"manual_seed expects an int, got {type(seed).__name__}")
+    STATE.seed, STATE.counter = seed & ((1 << 64) - 1), 0
+
+  @staticmethod
+  def rand(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Any:
+    """Uniform in [0, 1).
+
+    >>> Tensor.manual_seed(0); t = Tensor.rand(2, 3); t.shape, bool((t >= 0).all().item() and (t < 1).all().item())
+    ((2, 3), True)
+    """
+    from refgrad.device import Device
+    shape_ = _shape(shape)
+    return _finish(_uniform(prod(shape_), _float_dtype(dtype), Device.canonicalize(device)), shape_, kwargs)
+
+  @staticmethod
+  def randn(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Any:
+    """Standard normal (Box-Muller).
+
+    >>> Tensor.manual_seed(0); Tensor.randn(2, 2).shape
+    (2, 2)
+    """
+    from refgrad.device import Device
+    shape_ = _shape(shape)
+    return _finish(_normal(prod(shape_), _float_dtype(dtype), Device.canonicalize(device)), shape_, kwargs)
+
+  @staticmethod
+  def randint(*shape: Any, low: int = 0, high: int = 10, device: str | None = None, dtype: Any = dtypes.int32,
+              **kwargs: Any) -> Any:
+    """Uniform integers in [low, high) (64 random bits reduced mod the range: bias below range / 2**64).
+
+    >>> Tensor.manual_seed(0); v = Tensor.randint(100, low=3, high=5).tolist(); set(v) <= {3, 4}
+    True
+    """
+    from refgrad.device import Device
+    for name, v in (("low", low), ("high", high)):
+      if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"randint: {name} must be an int, got {v!r}")
+    dt = to_dtype(dtype)
+    if not dtypes.is_int(dt):
+      raise TypeError(f"randint: dtype must be an integer dtype, got {dt.name}")
+    if high <= low:
+      raise ValueError(f"randint: low must be less than high, got low={low} >= high={high}")
+    shape_ = _shape(shape)
+    x0, x1 = random_words(prod(shape_), Device.canonicalize(device))
+    bits = (x0.cast(dtypes.uint64) << 32) | x1.cast(dtypes.uint64)
+    value = (bits % (high - low)).cast(dtypes.int64) + low
+    return _finish(value.cast(dt), shape_, kwargs)
+
+  @staticmethod
+  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Any:
+    """Normal with the given mean and standard deviation.
+
+    >>> Tensor.manual_seed(0); Tensor.normal(3, mean=5.0, std=0.0).tolist()
+    [5.0, 5.0, 5.0]
+    """
+    return (RandomMixin.randn(*shape, **kwargs) * std) + mean
+
+  @staticmethod
+  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Any:
+    """Uniform in [low, high).
+
+    >>> Tensor.manual_seed(0); t = Tensor.uniform(100, low=-2.0, high=-1.0); bool((t < -1).all().item())
+    True
+    """
+    return RandomMixin.rand(*shape, **kwargs) * (high - low) + low
+
+  @staticmethod
+  def scaled_uniform(*shape: Any, **kwargs: Any) -> Any:
+    """Uniform in [-1, 1) scaled by 1/sqrt(numel).
+
+    >>> Tensor.manual_seed(0); bool((Tensor.scaled_uniform(4, 4).abs() <= 0.25).all().item())
+    True
+    """
+    return RandomMixin.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (prod(_shape(shape)) ** -0.5)
+
+  @staticmethod
+  def glorot_uniform(*shape: Any, **kwargs: Any) -> Any:
+    """Uniform in +-sqrt(6 / (fan_out + fan_in)) with fan_out = shape[0], fan_in = prod(shape[1:]).
+
+    >>> Tensor.manual_seed(0); bool((Tensor.glorot_uniform(3, 3).abs() <= 1.0).all().item())
+    True
+    """
+    shape_ = _shape(shape)
+    bound = math.sqrt(6 / (shape_[0] + prod(shape_[1:])))
+    return RandomMixin.uniform(*shape_, low=-1.0, high=1.0, **kwargs) * bound
+
+  @staticmethod
+  def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Any:
+    """Uniform in +-sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)), fan_in = prod(shape[1:]).
+
+    >>> Tensor.manual_seed(0); Tensor.kaiming_uniform(4, 2).shape
+    (4, 2)
+    """
+    shape_ = _shape(shape)
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape_[1:]))
+    return RandomMixin.uniform(*shape_, low=-bound, high=bound, **kwargs)
+
+  @staticmethod
+  def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Any:
+    """Normal with std gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)), fan_in = prod(shape[1:]).
+
+    >>> Tensor.manual_seed(0); Tensor.kaiming_normal(4, 2).shape
+    (4, 2)
+    """
+    shape_ = _shape(shape)
+    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape_[1:]))
+    return RandomMixin.normal(*shape_, mean=0.0, std=std, **kwargs)
+
+  def rand_like(self, **kwargs: Any) -> Any:
+    """rand with this tensor's shape, device and (float) dtype.
+
+    >>> Tensor.manual_seed(0); Tensor.zeros(2, 3, dtype="float16").rand_like().dtype
+    dtypes.float16
+    """
+    dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
+    return type(self).rand(*self.shape, device=kwargs.pop("device", self.device), dtype=dtype, **kwargs)
+
+  def randn_like(self, **kwargs: Any) -> Any:
+    """randn with this tensor's shape, device and (float) dtype.
+
+    >>> Tensor.manual_seed(0); Tensor.zeros(5).randn_like().shape
+    (5,)
+    """
+    dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
+    return type(self).randn(*self.shape, device=kwargs.pop("device", self.device), dtype=dtype, **kwargs)
+
+  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Any:
+    """Sample category indices (int32) from the weights in the last dim of a 1-d or 2-d tensor. With replacement:
+    inverse-CDF sampling; without: the Gumbel-top-k trick.
+
+    >>> Tensor.manual_seed(0); Tensor([0.0, 1.0, 0.0]).multinomial(4, replacement=True).tolist()
+    [1, 1, 1, 1]
+    """
+    if self.ndim not in (1, 2):
+      raise RuntimeError(f"multinomial: weights must be 1-d or 2-d, got shape {self.shape}")
+    if not isinstance(num_samples, int) or num_samples < 1:
+      raise ValueError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+    if not replacement and num_samples > self.shape[-1]:
+      raise RuntimeError(f"multinomial: cannot sample {num_samples} > {self.shape[-1]} categories without replacement")
+    weights = self.reshape(-1, self.shape[-1]).cast(dtypes.float32)
+    samples = (_with_replacement if replacement else _without_replacement)(weights, num_samples)
+    return samples if self.ndim == 2 else samples.reshape(num_samples)
+
+
+def _with_replacement(weights: Any, k: int) -> Any:
+  """Index of the first cumulative weight above u * total, for k uniforms u per row (compares along one dim)."""
+  from refgrad.tensor import Tensor
+  cdf = weights.cumsum(1)
+  rows, n = weights.shape
+  target = Tensor.rand(rows, k, 1, device=weights.device) * cdf[:, -1:].unsqueeze(1)
+  return cdf.unsqueeze(1).le(target).sum(2).minimum(n - 1).cast(dtypes.int32)
+
+
+def _without_replacement(weights: Any, k: int) -> Any:
+  """Gumbel-top-k: the k largest of log(w) + Gumbel noise. Each key's rank is the number of keys ahead of it (ties
+  go to the lower index), and sample r is the category of rank r: two kernels whatever k is."""
+  from refgrad.frontend.reduce import triangle_mask
+  from refgrad.tensor import Tensor
+  rows, n = weights.shape
+  u = Tensor.rand(rows, n, device=weights.device)
+  keys = weights.log() - (-(1.0 - u).log()).log()  # 1 - u is in (0, 1]
+  mine, other = keys.unsqueeze(2), keys.unsqueeze(1)  # [row, j, i]: key j against key i
+  ahead = other.gt(mine) | (other.eq(mine) & triangle_mask(n, n, -1, False, weights.device))
+  rank = ahead.sum(2).cast(dtypes.int32)  # (rows, n)
+  slots = Tensor.arange(k, dtype=dtypes.int32, device=weights.device).reshape(1, k, 1)
+  categories = Tensor.arange(n, dtype=dtypes.int32, device=weights.device).reshape(1, 1, n)
+  return rank.unsqueeze(1).eq(slots).where(categories, 0).sum(2).cast(dtypes.int32)

@@ -1,0 +1,115 @@
+"""Optimizers. `step()` builds every parameter's update lazily and realizes them all in one schedule, so a
+step costs a small fixed number of kernels per parameter (the update and each state buffer)."""
+from __future__ import annotations
+
+from refgrad.tensor import Tensor
+
+
+class Optimizer:
+  def __init__(self, params: list[Tensor], lr: float):
+    if not params:
+      raise ValueError("optimizer got an empty parameter list")
+    for p in params:
+      if p.requires_grad is None:  # tinygrad's rule: an undecided tensor handed to an optimizer wants gradients
+        p.requires_grad = True
+    self.params = [p for p in params if p.requires_grad]
+    self.lr = lr
+    self.buffers = [p for p in params if not p.requires_grad]
+
+  def zero_grad(self) -> None:
+    for p in self.params:
+      p.grad = None
+
+  def step(self) -> None:
+    """Apply one update to every parameter; everything is realized together."""
+    for p in self.params:
+      if p.grad is None:
+        raise RuntimeError(f"a parameter of shape {p.shape} has no gradient: call backward() before step()")
+    updates = self._updates()
+    Tensor.realize(*updates)
+    for p, new in zip(self.params, updates[:len(self.params)]):
+      p.replace(new)
+
+  def _updates(self) -> list[Tensor]:
+    """New values: the parameters first, then any state buffers (already replaced in place by subclasses)."""
+    raise NotImplementedError
+
+
+class LARS(Optimizer):
+  """SGD with momentum and LARS trust ratio (tcoef=0 turns the trust ratio off: plain SGD)."""
+
+  def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4,
+               nesterov: bool = False, classic: bool = True, tcoef: float = 0.001):
+    super().__init__(params, lr)
+    self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
+    self.b = [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device, requires_grad=False) for p in self.params] \
+      if momentum else []
+
+  def _updates(self) -> list[Tensor]:
+    news, states = [], []
+    for i, p in enumerate(self.params):
+      g = p.grad
+      if self.tcoef:
+        r1, r2 = p.detach().square().sum().sqrt(), g.square().sum().sqrt()
+        ratio = (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
+      else:
+        ratio = 1.0
+      g = (g + self.wd * p.detach()) * ratio
+      if not self.classic:
+        g = g * self.lr
+      if self.momentum:
+        b = self.momentum * self.b[i] + g
+        states.append(self.b[i].replace(b))
+        g = g + self.momentum * b if self.nesterov else b
+      news.append(p.detach() - (g * self.lr if self.classic else g))
+    return news + states
+
+
+def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,  # noqa: N802
+        nesterov: bool = False, classic: bool = False) -> LARS:
+  """Stochastic gradient descent, with optional momentum, Nesterov momentum and weight decay."""
+  return LARS(params, lr, momentum, weight_decay, nesterov, classic, tcoef=0.0)
+
+
+class LAMB(Optimizer):
+  """LAMB; with adam=True it is Adam(W): the trust ratio is 1."""
+
+  def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+               weight_decay: float = 0.0, adam: bool = False):
+    super().__init__(params, lr)
+    self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
+    zeros = lambda p: Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device, requires_grad=False)  # noqa: E731
+    self.m, self.v = [zeros(p) for p in self.params], [zeros(p) for p in self.params]
+    # b1**t and b2**t live in buffers, so every step runs the same kernels (a constant would change the source)
+    device = self.params[0].device
+    self.b1_t = Tensor.full((), 1.0, device=device, requires_grad=False).contiguous().realize()
+    self.b2_t = Tensor.full((), 1.0, device=device, requires_grad=False).contiguous().realize()
+
+  def _updates(self) -> list[Tensor]:
+    b1_t, b2_t = self.b1_t.replace(self.b1_t * self.b1), self.b2_t.replace(self.b2_t * self.b2)
+    news, states = [], [b1_t, b2_t]
+    for i, p in enumerate(self.params):
+      g = p.grad
+      m = self.b1 * self.m[i] + (1 - self.b1) * g
+      v = self.b2 * self.v[i] + (1 - self.b2) * g * g
+      states += [self.m[i].replace(m), self.v[i].replace(v)]
+      m_hat, v_hat = m / (1 - b1_t.to(p.device)), v / (1 - b2_t.to(p.device))
+      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * p.detach()
+      if not self.adam:
+        r1, r2 = p.detach().square().sum().sqrt(), up.square().sum().sqrt()
+        up = up * (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
+      news.append(p.detach() - self.lr * up)
+    return news + states
+
+
+def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,  # noqa: N802
+         weight_decay: float = 0.0) -> LAMB:
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
+
+
+def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,  # noqa: N802
+          weight_decay: float = 0.01) -> LAMB:
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
+
+
+__all__ = ["Optimizer", "SGD", "LARS", "LAMB", "Adam", "AdamW"]

@@ -1,0 +1,116 @@
+"""Creation and data: linspace, the *_like constructors with dtype and device, from_blob, clone, to, to_, assign,
+replace, detach and the properties, checked against torch."""
+import numpy as np
+import pytest
+import torch
+from conftest import ALL_DTYPES, NP_DTYPE, TORCH_DTYPE, check, edge_values, ids, to_numpy
+
+from refgrad import Device, Tensor, dtypes
+from refgrad.schedule import realized_buffer
+
+pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
+
+LINSPACE_DTYPES = [dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.int8]
+
+
+@pytest.mark.parametrize("dtype", LINSPACE_DTYPES, ids=ids(LINSPACE_DTYPES))
+@pytest.mark.parametrize("args", [(0, 1, 5), (0, 1, 7), (-3.5, 2.25, 11), (1, 0, 4), (3, 5, 1), (0, 1, 0),
+                                  (2, 2, 3), (-100, 27, 13)])
+def test_linspace(args, dtype):
+  """Ints are exact (computed in float64 and truncated, as torch does). Floats: refgrad rounds the float64 values
+  once; torch accumulates in the dtype and its error grows with the endpoints (not with the value), so the bound is
+  two ULPs of the larger endpoint."""
+  want = torch.linspace(*args, dtype=TORCH_DTYPE[dtype])
+  eps = float(torch.finfo(TORCH_DTYPE[dtype]).eps) if dtype.kind == "f" else 0.0
+  check(Tensor.linspace(*args, dtype=dtype), want, dtype, atol=2 * eps * max(abs(args[0]), abs(args[1])))
+
+
+def test_linspace_default_dtype_and_device():
+  t = Tensor.linspace(0, 1, 3)
+  assert t.dtype == dtypes.float32 and t.device == Device.DEFAULT
+  assert Tensor.linspace(0, 1, 3, device="PYTHON").device == "PYTHON"
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bool, dtypes.int16, dtypes.uint32, dtypes.float16],
+                         ids=ids([dtypes.bool, dtypes.int16, dtypes.uint32, dtypes.float16]))
+def test_like_constructors_with_dtype_and_device(dtype):
+  base = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).T  # a view: the result only takes its shape
+  for got, fill in ((base.zeros_like(dtype=dtype), 0), (base.ones_like(dtype=dtype), 1),
+                    (base.full_like(3, dtype=dtype), 3)):
+    check(got, np.full((3, 2), fill).astype(NP_DTYPE[dtype]), dtype)
+  moved = base.full_like(7, dtype=dtype, device="PYTHON")
+  assert moved.device == "PYTHON" and base.zeros_like(device="PYTHON").device == "PYTHON"
+  check(moved, np.full((3, 2), 7).astype(NP_DTYPE[dtype]), dtype)
+  assert base.ones_like(requires_grad=True).requires_grad is True
+
+
+@pytest.mark.parametrize("dtype", [dtypes.uint8, dtypes.int64, dtypes.float16, dtypes.bfloat16, dtypes.float64],
+                         ids=ids([dtypes.uint8, dtypes.int64, dtypes.float16, dtypes.bfloat16, dtypes.float64]))
+def test_from_blob_copies_host_memory(dtype):
+  values = np.resize(edge_values(dtype), (2, 3))
+  t = Tensor.from_blob(values.ctypes.data, (2, 3), dtype=dtype)
+  values[...] = values[0, 0]  # the tensor holds a copy
+  check(t, np.resize(edge_values(dtype), (2, 3)), dtype)
+  assert Tensor.from_blob(values.ctypes.data, (0,), dtype=dtype).shape == (0,)
+
+
+def test_clone_has_its_own_buffer():
+  t = Tensor(np.arange(6, dtype=np.int32).reshape(2, 3)).realize()
+  c = t.clone().realize()
+  assert realized_buffer(c.uop) is not realized_buffer(t.uop)
+  check(c, np.arange(6).reshape(2, 3).astype(np.int32), dtypes.int32)
+  check(t[:, ::-1].clone(), torch.arange(6, dtype=torch.int32).reshape(2, 3).flip(1), dtypes.int32)
+  check(Tensor(2.5).clone(), torch.tensor(2.5), dtypes.float32)
+
+
+def test_to_and_to_():
+  t = Tensor(np.arange(4, dtype=np.float32))
+  assert t.to(Device.DEFAULT) is t
+  moved = t.to("PYTHON")
+  assert moved.device == "PYTHON"
+  check(moved, np.arange(4, dtype=np.float32), dtypes.float32)
+  back = (moved * 2).to(Device.DEFAULT)
+  check(back, np.arange(4, dtype=np.float32) * 2, dtypes.float32)
+  same = t.to_("PYTHON")
+  assert same is t and t.device == "PYTHON"
+  check(t, np.arange(4, dtype=np.float32), dtypes.float32)
+
+
+def test_assign_keeps_identity_and_is_lazy():
+  t = Tensor(np.arange(4, dtype=np.int32)).realize()
+  other, view = t * 1, t.reshape(2, 2)
+  result = t.assign(t * 10 + 1)
+  assert result is t and len(t.schedule()) == 1  # nothing ran yet
+  check(t, np.arange(4, dtype=np.int32) * 10 + 1, dtypes.int32)
+  check(other, np.arange(4, dtype=np.int32), dtypes.int32)  # tensors made from the old value keep it
+  check(view, np.arange(4, dtype=np.int32).reshape(2, 2), dtypes.int32)
+  t.assign([7, 8, 9, 10])
+  check(t, np.array([7, 8, 9, 10], np.int32), dtypes.int32)
+  z = Tensor(1.5)
+  z.assign(Tensor(-0.0))
+  check(z, np.array(-0.0, np.float32), dtypes.float32)
+
+
+def test_replace_and_detach():
+  t = Tensor([1, 2, 3])
+  assert t.replace(Tensor([0.5, -0.0, 2.0])) is t and t.dtype == dtypes.float32
+  check(t, np.array([0.5, -0.0, 2.0], np.float32), dtypes.float32)
+  g = Tensor([1.0, 2.0], requires_grad=True)
+  d = g.detach()
+  assert d is not g and d.requires_grad is None and d.grad is None
+  check(d, np.array([1.0, 2.0], np.float32), dtypes.float32)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+def test_properties(dtype):
+  for shape in [(), (0,), (2, 0, 3), (2, 3, 4)]:
+    t = Tensor.zeros(shape, dtype=dtype)
+    want = torch.zeros(shape, dtype=TORCH_DTYPE.get(dtype, torch.int64))
+    assert t.shape == tuple(want.shape) and t.ndim == want.ndim and t.size() == tuple(want.size())
+    assert t.numel() == want.numel() and t.element_size() == dtype.itemsize == NP_DTYPE[dtype].itemsize
+    assert t.nbytes() == t.numel() * dtype.itemsize
+    assert t.is_floating_point() == (dtype.kind == "f") and t.dtype == dtype and t.device == Device.DEFAULT
+    assert t.requires_grad is None and t.grad is None
+    if shape:
+      assert t.size(-1) == want.size(-1) and t.size(0) == want.size(0)
+  assert to_numpy(Tensor.ones(2, dtype=dtype).numpy()).dtype == NP_DTYPE[dtype]

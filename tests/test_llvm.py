@@ -1,0 +1,138 @@
+"""The LLVM plugin: discovery, verifier errors, the compile cache, a missing llvmlite, and values that need care."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from refgrad import Device, Tensor, dtypes
+from refgrad.codegen.linearize import compile_ast
+from refgrad.device import cached_compile
+
+pytestmark = pytest.mark.skipif("LLVM" not in Device.available(), reason="refgrad-llvm or llvmlite is not installed")
+
+NOT_DOMINATED = """define void @f(i1 %c) {
+entry:
+  br i1 %c, label %a, label %b
+a:
+  %x = add i32 1, 2
+  br label %b
+b:
+  %y = add i32 %x, 1
+  ret void
+}
+"""
+
+
+def test_llvm_is_found_through_its_entry_point_with_its_versions():
+  spec = next(s for s in Device.specs() if s.name == "LLVM")
+  assert spec.plugin == "refgrad-llvm" and spec.unavailable_reason is None
+  assert re.search(r"\(llvmlite [\d.]+\w*, LLVM \d+\.\d+", spec.version), spec.version
+
+
+def test_verifier_error_shows_numbered_ir_and_llvms_message():
+  from refgrad_llvm import LLVMCompileError
+  with pytest.raises(LLVMCompileError) as info:
+    Device["LLVM"].compiler.compile(NOT_DOMINATED)  # parses fine: only the verifier catches it
+  message = str(info.value)
+  assert "   8 |   %y = add i32 %x, 1" in message and "does not dominate" in message
+  assert isinstance(info.value, RuntimeError)
+
+
+def test_parse_error_shows_numbered_ir_and_llvms_message():
+  from refgrad_llvm import LLVMCompileError
+  with pytest.raises(LLVMCompileError) as info:
+    Device["LLVM"].compiler.compile("define void @f() {\n  ret i32\n}\n")
+  assert "   2 |   ret i32" in str(info.value) and "error" in str(info.value)
+
+
+def test_rendered_ir_has_no_fast_math_and_nan_correct_comparisons():
+  x = Tensor(np.arange(6, dtype=np.float32), device="LLVM")
+  source = Device["LLVM"].render(compile_ast(((x < 2) | (x != 3)).where(x.maximum(1.0), x).schedule()[-1].ast))
+  assert "fcmp olt" in source and "fcmp une" in source and "@llvm.maximum.f32" in source
+  assert not re.search(r"\b(fast|reassoc|nnan|ninf|nsz|arcp|contract|afn)\b", source)
+
+
+def test_second_compile_is_a_cache_hit_and_the_cached_object_runs(tmp_path, monkeypatch):
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
+  device = Device["LLVM"]
+  x = Tensor(np.arange(40, dtype=np.float32), device="LLVM")
+  program = compile_ast((x * 1.25 + 0.5).schedule()[-1].ast)
+  source = device.render(program)
+  calls = []
+  compile_once = device.compiler.compile
+  monkeypatch.setattr(device.compiler, "compile", lambda s: calls.append(s) or compile_once(s))
+  binary = cached_compile(device.compiler, source)
+  assert cached_compile(device.compiler, source) == binary and len(calls) == 1
+  assert list(tmp_path.rglob("*.bin"))
+  out = np.zeros(40, dtype=np.float32)
+  device.runtime.load(binary, program)(out.view(np.uint8), np.arange(40, dtype=np.float32).view(np.uint8))
+  np.testing.assert_array_equal(out, np.arange(40, dtype=np.float32) * 1.25 + 0.5)
+
+
+def output_words(code: str, env: dict) -> list[str]:
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+  return done.stdout.split()
+
+
+def test_another_process_reuses_the_cached_object(tmp_path):
+  code = ("import numpy as np; from refgrad import Tensor; import refgrad_llvm; calls = [];"
+          "compile_once = refgrad_llvm.LLVMCompiler.compile;"
+          "refgrad_llvm.LLVMCompiler.compile = lambda self, s: calls.append(1) or compile_once(self, s);"
+          "x = Tensor(np.arange(64, dtype=np.float32), device='LLVM');"
+          "value = float(((x * 3 + 1) * x).sum().item()); print(len(calls), value)")
+  env = {**os.environ, "REFGRAD_CACHE": str(tmp_path)}
+  runs = [output_words(code, env) for _ in range(2)]
+  expected = float(((np.arange(64) * 3 + 1) * np.arange(64)).sum())
+  assert int(runs[0][0]) >= 1 and int(runs[1][0]) == 0
+  assert float(runs[0][1]) == float(runs[1][1]) == expected
+
+
+def test_missing_llvmlite_makes_llvm_unavailable_not_import_errors():
+  block = "import sys; sys.modules['llvmlite'] = None;"  # importing llvmlite now raises ImportError
+  code = block + "import refgrad; from refgrad import Device; print([s.unavailable_reason for s in Device.specs() " \
+                 "if s.name == 'LLVM'][0])"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert "llvmlite cannot be imported" in out.stdout
+  fail = subprocess.run([sys.executable, "-c", block + "from refgrad import Tensor; Tensor([1], device='LLVM')"],
+                        capture_output=True, text=True)
+  assert fail.returncode != 0 and "device LLVM is unavailable: llvmlite cannot be imported" in fail.stderr
+
+
+def test_values_on_llvm_match_numpy():
+  x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+  t = Tensor(x, device="LLVM")
+  np.testing.assert_array_equal((t * 2 - 1).numpy(), x * 2 - 1)
+  np.testing.assert_allclose((t @ t.T).numpy(), x @ x.T, rtol=1e-6)
+  big = np.arange(1000, dtype=np.float64)
+  assert Tensor(big, device="LLVM").sum().item() == big.sum()  # a reduce split over several accumulators
+
+
+def test_undefined_lanes_never_trap_or_disturb_their_neighbours():
+  a = np.array([7, -7, -128, 5, 100, -1] * 5, dtype=np.int8)
+  b = np.array([2, 0, -1, 0, -3, 9] * 5, dtype=np.int8)
+  defined = (b != 0) & ~((a == -128) & (b == -1))
+  got = Tensor(a, device="LLVM").idiv(Tensor(b, device="LLVM")).numpy()
+  np.testing.assert_array_equal(got[defined], np.trunc(a[defined] / b[defined]).astype(np.int8))
+  shifted = (Tensor(a, device="LLVM") << Tensor(b, device="LLVM")).numpy()
+  ok = (b >= 0) & (b < 8)
+  np.testing.assert_array_equal(shifted[ok], (a[ok].astype(np.uint8) << b[ok].astype(np.uint8)).astype(np.int8))
+  f = np.array([1.5, np.nan, np.inf, -1e30, 300.0, -2.5] * 5, dtype=np.float32)
+  cast = Tensor(f, device="LLVM").cast(dtypes.uint8).numpy()
+  fits = np.isfinite(f) & (np.trunc(f) >= 0) & (np.trunc(f) < 256)
+  np.testing.assert_array_equal(cast[fits], np.trunc(f[fits]).astype(np.uint8))
+
+
+def test_half_and_bfloat16_round_once_per_op():
+  # float16 subnormals: 1.5 and 0.5 units of the smallest one are ties, rounded to even (2 units, and 0)
+  tiny = Tensor(np.array([2.0 ** -24] * 2, np.float32), device="LLVM").cast(dtypes.float16)
+  assert (tiny * Tensor(np.array([1.5, 0.5], np.float32), device="LLVM").cast(dtypes.float16)).numpy().tolist() == \
+    [2.0 ** -23, 0.0]
+  # float64 -> bfloat16 must not round through float32 (ml_dtypes' double rounding gives 1.0)
+  b = Tensor(np.array([1 + 2 ** -8 + 2 ** -30]), device="LLVM").cast(dtypes.bfloat16).cast(dtypes.float64)
+  assert b.numpy().tolist() == [1 + 2 ** -7]
+  # int64 -> bfloat16 must not round through float64 (a false tie)
+  c = Tensor(np.array([2 ** 62 + 2 ** 54 + 1], np.int64), device="LLVM").cast(dtypes.bfloat16).cast(dtypes.float64)
+  assert c.numpy().tolist() == [float(2 ** 62 + 2 ** 55)]

@@ -1,0 +1,176 @@
+"""refgrad.nn layers, optimizers and state files, against torch (same weights, same inputs)."""
+import numpy as np
+import pytest
+import torch
+
+from refgrad import Tensor, nn
+from refgrad.nn import optim
+from refgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
+
+pytestmark = pytest.mark.usefixtures("refgrad_device")
+RNG = np.random.default_rng(0)
+
+
+def copy_into_torch(ours, theirs) -> None:
+  with torch.no_grad():
+    for name, t in get_state_dict(ours).items():
+      target = theirs
+      for part in name.split("."):
+        target = getattr(target, part)
+      target.copy_(torch.tensor(t.numpy()))
+
+
+def close(a: Tensor, b: torch.Tensor, rtol: float = 1e-5) -> None:
+  np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=rtol, atol=1e-5)
+
+
+LAYERS = {
+  "Linear": (lambda: nn.Linear(5, 3), lambda: torch.nn.Linear(5, 3), (4, 5)),
+  "Conv2d": (lambda: nn.Conv2d(3, 4, 3, stride=2, padding=1), lambda: torch.nn.Conv2d(3, 4, 3, 2, 1), (2, 3, 7, 7)),
+  "Conv1d": (lambda: nn.Conv1d(3, 4, 3, padding=1), lambda: torch.nn.Conv1d(3, 4, 3, padding=1), (2, 3, 9)),
+  "ConvTranspose2d": (lambda: nn.ConvTranspose2d(3, 2, 3, stride=2), lambda: torch.nn.ConvTranspose2d(3, 2, 3, 2),
+                      (1, 3, 4, 4)),
+  "LayerNorm": (lambda: nn.LayerNorm(6), lambda: torch.nn.LayerNorm(6), (3, 6)),
+  "GroupNorm": (lambda: nn.GroupNorm(2, 4), lambda: torch.nn.GroupNorm(2, 4), (2, 4, 3, 3)),
+  "InstanceNorm": (lambda: nn.InstanceNorm(3), lambda: torch.nn.InstanceNorm2d(3, affine=True), (2, 3, 4, 4)),
+  "RMSNorm": (lambda: nn.RMSNorm(6), lambda: torch.nn.RMSNorm(6, eps=1e-6), (3, 6)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layer_forward_matches_torch(name):
+  make_ours, make_theirs, shape = LAYERS[name]
+  ours, theirs = make_ours(), make_theirs()
+  copy_into_torch(ours, theirs)
+  x = RNG.standard_normal(shape).astype(np.float32)
+  close(ours(Tensor(x)), theirs(torch.tensor(x)), rtol=1e-4)
+
+
+def test_batchnorm_train_and_eval_match_torch():
+  ours, theirs = nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3)
+  x = RNG.standard_normal((4, 3, 5, 5)).astype(np.float32)
+  with Tensor.train():
+    close(ours(Tensor(x)), theirs(torch.tensor(x)), rtol=1e-4)
+  close(ours.running_mean, theirs.running_mean)
+  close(ours.running_var, theirs.running_var, rtol=1e-4)
+  theirs.eval()
+  close(ours(Tensor(x)), theirs(torch.tensor(x)), rtol=1e-4)
+
+
+def test_embedding_and_lstm_cell():
+  emb = nn.Embedding(10, 4)
+  idx = np.array([[1, 9], [0, 3]], dtype=np.int32)
+  np.testing.assert_array_equal(emb(Tensor(idx)).numpy(), emb.weight.numpy()[idx])
+  ours, theirs = nn.LSTMCell(3, 5), torch.nn.LSTMCell(3, 5)
+  copy_into_torch(ours, theirs)
+  x = RNG.standard_normal((2, 3)).astype(np.float32)
+  h, c = ours(Tensor(x))
+  th, tc = theirs(torch.tensor(x))
+  close(h, th, rtol=1e-4)
+  close(c, tc, rtol=1e-4)
+
+
+OPTIMIZERS = {
+  "SGD": (lambda p: optim.SGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
+  "SGD momentum nesterov wd": (lambda p: optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+                               lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+  "Adam": (lambda p: optim.Adam(p, lr=0.05), lambda p: torch.optim.Adam(p, lr=0.05)),
+  "AdamW": (lambda p: optim.AdamW(p, lr=0.05, weight_decay=0.1),
+            lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_steps_match_torch(name):
+  make_ours, make_theirs = OPTIMIZERS[name]
+  w0 = RNG.standard_normal((4, 3)).astype(np.float32)
+  x = RNG.standard_normal((6, 4)).astype(np.float32)
+  ours, theirs = Tensor(w0), torch.tensor(w0, requires_grad=True)
+  opt_ours, opt_theirs = make_ours([ours]), make_theirs([theirs])
+  assert ours.requires_grad is True  # None becomes True when handed to an optimizer
+  for _ in range(3):
+    opt_ours.zero_grad()
+    ((Tensor(x) @ ours).tanh() ** 2).mean().backward()
+    opt_ours.step()
+    opt_theirs.zero_grad()
+    ((torch.tensor(x) @ theirs).tanh() ** 2).mean().backward()
+    opt_theirs.step()
+  close(ours, theirs, rtol=1e-4)
+
+
+def test_lamb_and_lars_take_trust_ratio_steps():
+  """LAMB and LARS against a numpy transcription of their update rules."""
+  w0 = RNG.standard_normal((4, 3)).astype(np.float32)
+  g = np.full_like(w0, 0.5)
+  ours = Tensor(w0)
+  opt = optim.LAMB([ours], lr=0.1, weight_decay=0.01)
+  ours.grad = Tensor(g)
+  opt.step()
+  m, v = 0.1 * g, 0.001 * g * g
+  up = (m / 0.1) / (np.sqrt(v / 0.001) + 1e-6) + 0.01 * w0
+  trust = np.linalg.norm(w0) / np.linalg.norm(up)
+  np.testing.assert_allclose(ours.numpy(), w0 - 0.1 * trust * up, rtol=1e-5)
+  lars_w = Tensor(w0)
+  lars = optim.LARS([lars_w], lr=0.1, momentum=0.0, weight_decay=0.0, tcoef=0.001)
+  lars_w.grad = Tensor(g)
+  lars.step()
+  ratio = 0.001 * np.linalg.norm(w0) / np.linalg.norm(g)
+  np.testing.assert_allclose(lars_w.numpy(), w0 - 0.1 * ratio * g, rtol=1e-5)
+
+
+def test_one_optimizer_step_is_a_fixed_number_of_kernels():
+  model = nn.Linear(4, 3)
+  opt = optim.Adam(get_parameters(model), lr=0.01)
+  x = Tensor(RNG.standard_normal((5, 4)).astype(np.float32))
+  counts = []
+  for _ in range(3):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    updates = opt._updates()
+    counts.append(len(Tensor.schedule(*updates)))
+  assert counts[0] == counts[1] == counts[2] and counts[0] <= 4 * len(opt.params) + 6
+
+
+def test_state_dict_round_trip_and_strict_errors(tmp_path):
+  model = nn.Linear(3, 2)
+  path = tmp_path / "model.safetensors"
+  safe_save(get_state_dict(model), path)
+  other = nn.Linear(3, 2)
+  load_state_dict(other, safe_load(path))
+  np.testing.assert_array_equal(other.weight.numpy(), model.weight.numpy())
+  before = other.weight.numpy().copy()
+  with pytest.raises(KeyError, match="missing keys \\['bias'\\]"):
+    load_state_dict(other, {"weight": Tensor.zeros(2, 3)})
+  with pytest.raises(ValueError, match="'weight' has shape \\(3, 3\\).*expects \\(2, 3\\)"):
+    load_state_dict(other, {"weight": Tensor.zeros(3, 3), "bias": Tensor.zeros(2)})
+  np.testing.assert_array_equal(other.weight.numpy(), before)  # a failed load changes nothing
+
+
+def test_safetensors_files_interoperate_with_the_safetensors_package(tmp_path):
+  import safetensors.numpy as safetensors_numpy
+  arrays = {"a": RNG.standard_normal((2, 3)).astype(np.float32), "b": np.arange(5, dtype=np.int64),
+            "c": np.array([True, False])}
+  ours = tmp_path / "ours.safetensors"
+  safe_save({k: Tensor(v) for k, v in arrays.items()}, ours)
+  loaded = safetensors_numpy.load_file(str(ours))
+  for k, v in arrays.items():
+    np.testing.assert_array_equal(loaded[k], v)
+  theirs = tmp_path / "theirs.safetensors"
+  safetensors_numpy.save_file(arrays, str(theirs))
+  for k, v in safe_load(theirs).items():
+    np.testing.assert_array_equal(v.numpy(), arrays[k])
+
+
+def test_corrupt_and_truncated_safetensors_raise_clear_errors(tmp_path):
+  path = tmp_path / "t.safetensors"
+  safe_save({"weight": Tensor.ones(4, 4)}, path)
+  raw = path.read_bytes()
+  (tmp_path / "cut.safetensors").write_bytes(raw[:-8])
+  with pytest.raises(ValueError, match="'weight'.*truncated or corrupt"):
+    safe_load(tmp_path / "cut.safetensors")
+  (tmp_path / "bad.safetensors").write_bytes(raw[:8] + b"{not json" + raw[17:])
+  with pytest.raises(ValueError, match="corrupt safetensors header"):
+    safe_load(tmp_path / "bad.safetensors")
+  (tmp_path / "tiny.safetensors").write_bytes(b"abc")
+  with pytest.raises(ValueError, match="not a safetensors file"):
+    safe_load(tmp_path / "tiny.safetensors")

@@ -1,0 +1,191 @@
+"""Random numbers: Threefry-2x32 known answers, identical bits on every device for a seed, manual_seed resetting the
+stream, and distribution checks (mean, variance, Kolmogorov-Smirnov) for each sampler."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from refgrad import Device, Tensor, dtypes
+from refgrad.frontend.random import threefry2x32
+
+pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
+
+D = dtypes
+N = 20000
+ALPHA = 1e-4  # significance of each statistical test: fixed seeds make them deterministic, this keeps them robust
+
+
+def ks_pvalue(sample, cdf):
+  return stats.kstest(np.asarray(sample, np.float64).ravel(), cdf).pvalue
+
+
+def mean_tolerance(std, n=N):
+  return 5 * std / math.sqrt(n)  # 5 standard errors
+
+
+# Random123's known-answer vectors for threefry2x32_20: (counter, key) -> output
+KAT = [((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+       ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+       ((0x243F6A88, 0x85A308D3), (0x13198A2E, 0x03707344), (0xC4923A9C, 0x483DF7A0))]
+
+
+def test_threefry_known_answers():
+  ctr, key = (np.array([row[i] for row in KAT], np.uint32) for i in (0, 1))
+  x0, x1 = threefry2x32((Tensor(key[:, 0]), Tensor(key[:, 1])), Tensor(ctr[:, 0]), Tensor(ctr[:, 1]))
+  assert list(zip(x0.tolist(), x1.tolist())) == [want for _, _, want in KAT]
+
+
+def exact_draws(device=None):
+  """Draws made of integer ops and exact float ops (bitcast, subtract 1, scale): bit-identical on every device."""
+  Tensor.manual_seed(1234)
+  kw = {"device": device}
+  return [Tensor.rand(7, 5, **kw), Tensor.rand(33, dtype=D.float64, **kw), Tensor.rand(9, dtype=D.float16, **kw),
+          Tensor.randint(50, low=-7, high=1000, **kw), Tensor.rand(3, dtype=D.bfloat16, **kw)]
+
+
+def test_same_seed_same_bits_on_every_device(refgrad_device):
+  for got, want in zip(exact_draws(), exact_draws("PYTHON")):
+    assert got.device == refgrad_device and got.dtype == want.dtype and got.shape == want.shape
+    assert got.numpy().tobytes() == want.numpy().tobytes(), f"{refgrad_device} differs from PYTHON"
+
+
+def test_same_seed_same_normals_on_every_device():
+  """randn goes through log, sqrt and cos, whose results may differ by their ULP bounds (docs/SPEC.md) between
+  devices; the random bits underneath are the same, so the normals agree to a few ULP (Box-Muller: log and sin
+  2 ULP each, sqrt halves the log's error, products and cos's pi/2 - x rounding add ~2)."""
+  Tensor.manual_seed(99)
+  here = Tensor.randn(4, 6).numpy()
+  Tensor.manual_seed(99)
+  ref = Tensor.randn(4, 6, device="PYTHON").numpy()
+  from conftest import check
+  check(Tensor(here), ref, D.float32, ulp=8, atol=8 * 2.0 ** -24)
+
+
+def test_manual_seed_resets_and_stream_advances():
+  Tensor.manual_seed(7)
+  a, b = Tensor.rand(100).numpy(), Tensor.rand(100).numpy()
+  assert not np.array_equal(a, b)  # the stream moves on
+  Tensor.manual_seed(7)
+  assert np.array_equal(Tensor.rand(100).numpy(), a)
+  Tensor.manual_seed(8)
+  assert not np.array_equal(Tensor.rand(100).numpy(), a)
+  Tensor.manual_seed(7)  # one draw of 200 continues exactly where two draws of 100 would
+  assert np.array_equal(Tensor.rand(200).numpy(), np.concatenate([a, b]))
+
+
+def test_counter_carries_into_the_high_word():
+  from refgrad.frontend import random
+  Tensor.manual_seed(5)
+  random.STATE.counter = (1 << 32) - 2  # the 4 counters straddle 2**32
+  got = Tensor.rand(4).numpy()
+  random.STATE.counter = 0
+  low = Tensor(np.array([(1 << 32) - 2, (1 << 32) - 1, 0, 1], np.uint32))
+  high = Tensor(np.array([0, 0, 1, 1], np.uint32))
+  x0, _ = threefry2x32((5, 0), low, high)
+  want = ((x0 >> 9) | 0x3F800000).bitcast(D.float32) - 1.0
+  assert np.array_equal(got, want.numpy())
+
+
+@pytest.mark.parametrize("dtype", [D.float32, D.float64, D.float16, D.bfloat16], ids=lambda d: d.name)
+def test_rand_uniform_distribution(dtype):
+  Tensor.manual_seed(11)
+  u = Tensor.rand(N, dtype=dtype)
+  assert u.dtype == dtype and u.shape == (N,)
+  v = u.numpy().astype(np.float64)
+  assert v.min() >= 0 and v.max() < 1
+  assert abs(v.mean() - 0.5) < mean_tolerance(math.sqrt(1 / 12))
+  assert abs(v.var() - 1 / 12) < 0.01
+  if dtype.itemsize >= 4:  # halves are too coarse for a continuous KS test
+    assert ks_pvalue(v, "uniform") > ALPHA
+
+
+def test_randn_distribution():
+  Tensor.manual_seed(12)
+  z = Tensor.randn(N).numpy().astype(np.float64)
+  assert abs(z.mean()) < mean_tolerance(1.0) and abs(z.var() - 1) < 0.05
+  assert ks_pvalue(z, "norm") > ALPHA
+  z64 = Tensor.randn(N, dtype=D.float64).numpy()
+  assert z64.dtype == np.float64 and ks_pvalue(z64, "norm") > ALPHA
+
+
+def test_normal_uniform_parameters():
+  Tensor.manual_seed(13)
+  x = Tensor.normal(N, mean=-3.0, std=0.5).numpy()
+  assert ks_pvalue(x, stats.norm(-3.0, 0.5).cdf) > ALPHA
+  y = Tensor.uniform(N, low=2.0, high=5.0).numpy()
+  assert y.min() >= 2.0 and y.max() < 5.0 and ks_pvalue(y, stats.uniform(2.0, 3.0).cdf) > ALPHA
+
+
+@pytest.mark.parametrize("low, high, dtype", [(0, 10, D.int32), (-5, 3, D.int8), (0, 2, D.uint8),
+                                              (-(2 ** 40), 2 ** 40, D.int64)], ids=str)
+def test_randint(low, high, dtype):
+  Tensor.manual_seed(14)
+  r = Tensor.randint(N, low=low, high=high, dtype=dtype)
+  assert r.dtype == dtype
+  v = r.numpy().astype(np.int64)
+  assert v.min() >= low and v.max() < high
+  if high - low <= 16:  # chi-square test of equal frequencies
+    counts = np.bincount(v - low, minlength=high - low)
+    assert stats.chisquare(counts).pvalue > ALPHA
+  else:
+    assert ks_pvalue((v - low) / (high - low), "uniform") > ALPHA
+
+
+def test_initializers():
+  Tensor.manual_seed(15)
+  s = Tensor.scaled_uniform(64, 50).numpy()
+  assert np.abs(s).max() <= 64 * 50 ** -0.5 / 64 ** 0.5 * 64 ** 0.5 and abs(s.std() - (3200 ** -0.5) / 3 ** 0.5) < 2e-3
+  g = Tensor.glorot_uniform(64, 50).numpy()
+  bound = math.sqrt(6 / 114)
+  assert np.abs(g).max() <= bound and abs(g.std() - bound / math.sqrt(3)) < 0.01
+  ku = Tensor.kaiming_uniform(100, 40, a=0.0).numpy()
+  bound = math.sqrt(3) * math.sqrt(2) / math.sqrt(40)
+  assert np.abs(ku).max() <= bound and ks_pvalue(ku, stats.uniform(-bound, 2 * bound).cdf) > ALPHA
+  kn = Tensor.kaiming_normal(100, 40, a=0.0).numpy()
+  assert ks_pvalue(kn, stats.norm(0, math.sqrt(2) / math.sqrt(40)).cdf) > ALPHA
+
+
+def test_shapes_like_and_kwargs():
+  Tensor.manual_seed(16)
+  assert Tensor.rand().shape == () and Tensor.rand(0, 3).numpy().shape == (0, 3)
+  assert Tensor.rand((2, 3)).shape == (2, 3)
+  base = Tensor.zeros(3, 4, dtype=D.float16)
+  assert base.rand_like().dtype == D.float16 and base.rand_like().shape == (3, 4)
+  assert Tensor.zeros(2, dtype=D.int32).rand_like().dtype == D.float32
+  assert base.randn_like(dtype=D.float64).dtype == D.float64
+  assert Tensor.rand(2, requires_grad=True).requires_grad is True
+  assert Tensor.rand(2).device == Device.DEFAULT
+
+
+def test_multinomial_with_replacement():
+  Tensor.manual_seed(17)
+  w = np.array([1.0, 0.0, 3.0, 4.0], np.float32)
+  s = Tensor(w).multinomial(N, replacement=True)
+  assert s.dtype == D.int32 and s.shape == (N,)
+  counts = np.bincount(s.numpy(), minlength=4)
+  assert counts[1] == 0
+  expected = w / w.sum() * N
+  assert stats.chisquare(counts[[0, 2, 3]], expected[[0, 2, 3]]).pvalue > ALPHA
+  rows = Tensor(np.array([[0.0, 1.0], [1.0, 0.0]], np.float32)).multinomial(5, replacement=True).numpy()
+  assert rows.tolist() == [[1] * 5, [0] * 5]
+
+
+def test_multinomial_without_replacement():
+  Tensor.manual_seed(18)
+  w = np.array([[5.0, 1.0, 0.0, 2.0, 2.0]] * 3, np.float32)
+  s = Tensor(w).multinomial(4).numpy()
+  assert s.shape == (3, 4)
+  for row in s:
+    assert sorted(row.tolist()) == [0, 1, 3, 4]  # distinct, and the zero-weight category never appears
+  firsts = Tensor(np.repeat(w[:1], 400, 0)).multinomial(1).numpy()[:, 0]
+  counts = np.bincount(firsts, minlength=5)
+  assert counts[2] == 0 and stats.chisquare(counts[[0, 1, 3, 4]], np.array([5, 1, 2, 2]) / 10 * 400).pvalue > ALPHA
+
+
+def test_same_size_draws_reuse_one_kernel():
+  Tensor.manual_seed(19)
+  first = Tensor.rand(16).schedule()[-1].ast
+  Tensor.manual_seed(20)
+  Tensor.rand(3)
+  assert Tensor.rand(16).schedule()[-1].ast is first  # seed and offset are data, not constants
