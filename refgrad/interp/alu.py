@@ -35,7 +35,7 @@ SIN_EXACT_RANGE: float = 1e4
 
 
 # ---- checking a call
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def check_alu_types(op: Ops, dtype: DType, src_dtypes: tuple[DType, ...]) -> DType:
   """Validate an ALU op's typing once; return its operand dtype. TypeError names what is wrong."""
   if op not in OP_KINDS:
