@@ -157,8 +157,10 @@ def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities) -> tuple[UOp, 
     grouped = _GroupedReduce(item, size, first_range, caps.interleaved_groups)
     value = value.substitute({red: grouped(red) for red in top_reduces(value)})
   check_grid(grid, caps)
-  local = (size,) + (1,) * (len(grid) - 1) if size else plain_local_shape(tuple(grid), min(caps.max_local_size,
-                                                                                          PREFERRED_GROUP))
+  if size:
+    local = (size,) + (1,) * (len(grid) - 1)
+  else:
+    local = plain_local_shape(tuple(grid), min(caps.max_local_size, PREFERRED_GROUP))
   new_store = UOp(Ops.STORE, dtypes.void, (out_param, out_index, value) + ((gate,) if gate is not None else ()))
   return simplify(UOp(Ops.SINK, dtypes.void, (new_store,))), tuple(grid), local
 
