@@ -7,19 +7,14 @@ Reaches at least 90% training accuracy within 60 steps on every device.
 """
 from __future__ import annotations
 
-import argparse
-import time
-
 import numpy as np
 
-from refgrad import Device, Tensor, nn
-from refgrad.nn.optim import Adam
-from refgrad.nn.state import get_parameters
+from refgrad import Tensor, nn
 
 try:
-  from examples.mlp import progress
+  from examples.training import fit, main
 except ImportError:  # run as a script from the examples folder
-  from mlp import progress  # type: ignore[no-redef]
+  from training import fit, main  # type: ignore[no-redef]
 
 SIDE = 14
 
@@ -52,38 +47,9 @@ class CNN:
 
 
 def train(steps: int = 60, device: str | None = None, seed: int = 0, quiet: bool = False) -> dict[str, float]:
-  if device:
-    Device.DEFAULT = device
-  Tensor.manual_seed(seed)
-  x_np, y_np = shapes(seed=seed)
-  x, y = Tensor(x_np), Tensor(y_np)
-  model = CNN()
-  opt = Adam(get_parameters(model), lr=0.01)
-  start, loss_value = time.perf_counter(), float("nan")
-  with Tensor.train():
-    for step in range(1, steps + 1):
-      opt.zero_grad()
-      loss = model(x).sparse_categorical_crossentropy(y)
-      loss.backward()
-      opt.step()
-      loss_value = loss.item()
-      if not quiet:
-        progress(step, steps, loss_value)
-  elapsed = time.perf_counter() - start
-  accuracy = float((model(x).argmax(1).numpy() == y_np).mean())
-  return {"loss": loss_value, "accuracy": accuracy, "steps_per_second": steps / elapsed}
-
-
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--steps", type=int, default=60)
-  parser.add_argument("--device", default=None)
-  parser.add_argument("--seed", type=int, default=0)
-  args = parser.parse_args()
-  result = train(args.steps, args.device, args.seed)
-  print(f"device {Device.DEFAULT}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.1%}, "
-        f"{result['steps_per_second']:.1f} steps/s")
+  """Train and return {'loss', 'accuracy', 'steps_per_second'}."""
+  return fit(CNN, shapes(seed=seed), steps, device, seed, quiet)
 
 
 if __name__ == "__main__":
-  main()
+  main(__doc__.splitlines()[0], 60, train)

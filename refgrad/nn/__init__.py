@@ -129,6 +129,14 @@ class LayerNorm2d(LayerNorm):
     return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
+def _channel_affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+  """Scale and shift along dim 1 (channels) of an (N, C, ...) tensor."""
+  if weight is None:
+    return x
+  shape = (1, -1) + (1,) * (x.ndim - 2)
+  return x * weight.reshape(shape) + bias.reshape(shape)
+
+
 class GroupNorm:
   def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
     self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
@@ -137,10 +145,7 @@ class GroupNorm:
 
   def __call__(self, x: Tensor) -> Tensor:
     out = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
-    if self.weight is None:
-      return out
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    return out * self.weight.reshape(shape) + self.bias.reshape(shape)
+    return _channel_affine(out, self.weight, self.bias)
 
 
 class InstanceNorm:
@@ -151,10 +156,7 @@ class InstanceNorm:
 
   def __call__(self, x: Tensor) -> Tensor:
     out = x.reshape(x.shape[0], x.shape[1], -1).layernorm(eps=self.eps).reshape(x.shape)
-    if self.weight is None:
-      return out
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    return out * self.weight.reshape(shape) + self.bias.reshape(shape)
+    return _channel_affine(out, self.weight, self.bias)
 
 
 class RMSNorm:

@@ -1,0 +1,61 @@
+"""What both examples share: the training loop, its progress bar, and the command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from refgrad import Device, Tensor
+from refgrad.nn.optim import Adam
+from refgrad.nn.state import get_parameters
+
+
+def progress(step: int, total: int, loss: float, width: int = 30) -> None:
+  """A progress bar on stderr, redrawn in place (about 50 updates per run)."""
+  if step != total and step % max(1, total // 50):
+    return
+  done = int(width * step / total)
+  sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] step {step}/{total} loss {loss:.4f}")
+  if step == total:
+    sys.stderr.write("\n")
+  sys.stderr.flush()
+
+
+def fit(make_model: Callable[[], Any], data: tuple[np.ndarray, np.ndarray], steps: int, device: str | None,
+        seed: int, quiet: bool) -> dict[str, float]:
+  """Full-batch Adam on (inputs, int labels); returns {'loss', 'accuracy', 'steps_per_second'}."""
+  if device:
+    Device.DEFAULT = device
+  Tensor.manual_seed(seed)
+  x_np, y_np = data
+  x, y = Tensor(x_np), Tensor(y_np)
+  model = make_model()
+  opt = Adam(get_parameters(model), lr=0.01)
+  start, loss_value = time.perf_counter(), float("nan")
+  with Tensor.train():
+    for step in range(1, steps + 1):
+      opt.zero_grad()
+      loss = model(x).sparse_categorical_crossentropy(y)
+      loss.backward()
+      opt.step()
+      loss_value = loss.item()
+      if not quiet:
+        progress(step, steps, loss_value)
+  elapsed = time.perf_counter() - start
+  accuracy = float((model(x).argmax(1).numpy() == y_np).mean())
+  return {"loss": loss_value, "accuracy": accuracy, "steps_per_second": steps / elapsed}
+
+
+def main(description: str, default_steps: int, train: Callable[..., dict[str, float]]) -> None:
+  parser = argparse.ArgumentParser(description=description)
+  parser.add_argument("--steps", type=int, default=default_steps)
+  parser.add_argument("--device", default=None)
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args()
+  result = train(args.steps, args.device, args.seed)
+  print(f"device {Device.DEFAULT}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.1%}, "
+        f"{result['steps_per_second']:.1f} steps/s")
