@@ -7,24 +7,14 @@ numpy array (PYTHON: one run).
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual name
+from timing import best_time
 
 from refgrad import Device, Tensor
-
-
-def best_time(fn: Callable[[], object], repeat: int) -> float:
-  fn()
-  times = []
-  for _ in range(repeat):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return min(times)
 
 
 def workloads() -> list[tuple[str, list[np.ndarray], Callable, Callable, float]]:

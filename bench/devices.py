@@ -15,19 +15,11 @@ import numpy as np
 
 os.environ.setdefault("POCL_KERNEL_CACHE", "0")  # PoCL's own kernel cache would make every "cold" build warm
 
+from timing import best_time  # noqa: E402  (bench/ is on sys.path when a script runs)
+
 from refgrad import Device, Tensor  # noqa: E402
 from refgrad.codegen.linearize import compile_ast  # noqa: E402
 from refgrad.device import cached_compile  # noqa: E402
-
-
-def best_time(fn: Callable[[], object], repeat: int = 5) -> float:
-  fn()
-  times = []
-  for _ in range(repeat):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return min(times)
 
 
 def workloads(device: str) -> list[tuple[str, Callable, Callable, float]]:

@@ -6,27 +6,17 @@ peak memory below 4x the size of inputs plus outputs.
 """
 from __future__ import annotations
 
-import time
 import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
+from timing import best_time
 
 from refgrad import Tensor
 
 N = 1 << 22  # 4M values
 SIDE = 2048
 MM = 256
-
-
-def best_time(fn: Callable[[], object], repeat: int = 5) -> float:
-  fn()  # warm up (kernel compile caches)
-  times = []
-  for _ in range(repeat):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return min(times)
 
 
 def peak_bytes(fn: Callable[[], object]) -> int:
