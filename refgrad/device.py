@@ -63,6 +63,23 @@ class Runner(Protocol):
   def __call__(self, *handles: Any) -> None: ...
 
 
+class HostAllocator:
+  """Buffers in host memory as numpy byte arrays, for CPU backends whose kernels take raw addresses
+  (`handle.ctypes.data`). Shared by CLANG and LLVM; third-party CPU backends can use it too."""
+
+  def alloc(self, nbytes: int) -> np.ndarray:
+    return np.zeros(max(nbytes, 1), dtype=np.uint8)
+
+  def free(self, handle: np.ndarray) -> None:
+    pass
+
+  def copyin(self, handle: np.ndarray, src: memoryview) -> None:
+    handle[:len(src)] = np.frombuffer(src, dtype=np.uint8)
+
+  def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
+    np.frombuffer(dest, dtype=np.uint8)[:] = handle[:len(dest)]
+
+
 @dataclass
 class DeviceImpl:
   """A working device. Compiled devices give renderer+compiler+runtime; PYTHON gives `interpret`."""

@@ -10,7 +10,6 @@ arrays, barriers and gated stores.
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -156,8 +155,8 @@ class _Render:
   def render_segment(self, start: int, stop: int) -> None:
     uops, i = self.program.uops, start
     while i < stop:
-      end = self.loop_end.get(i)
-      if end is not None and self.unrollable(i, end):
+      end = self.program.loop_ends.get(i)
+      if end is not None and self.program.splittable_reduce(i, self.d.reduce_lanes):
         self.render_unrolled_reduce(i, end)
         i = end + 1
         continue
@@ -165,22 +164,6 @@ class _Render:
       i += 1
 
   # ---- reductions with several accumulators
-  @functools.cached_property
-  def loop_end(self) -> dict[int, int]:
-    ends, open_loops = {}, []
-    for i, u in enumerate(self.program.uops):
-      if u.op is Ops.RANGE:
-        open_loops.append(i)
-      elif u.op is Ops.ENDRANGE:
-        ends[open_loops.pop()] = i
-    return ends
-
-  def unrollable(self, start: int, end: int) -> bool:
-    """An innermost loop that feeds one accumulator, long enough to split."""
-    body = self.program.uops[start + 1:end]
-    return (self.d.reduce_lanes > 1 and self.program.uops[start].arg[1] >= 2 * self.d.reduce_lanes and
-            not any(u.op is Ops.RANGE for u in body) and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
-
   def render_unrolled_reduce(self, start: int, end: int) -> None:
     """The order of a reduction is free (SPEC.md), so run `lanes` independent accumulators, which a compiler
     can keep in one vector register, and combine them at the end. Lane 0 also runs the leftover iterations."""

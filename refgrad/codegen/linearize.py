@@ -37,6 +37,25 @@ class Program:
     """Every buffer parameter, in order, including any the simplified program no longer reads."""
     return tuple(sorted((u for u in self.key.toposort if u.op is Ops.PARAM), key=lambda u: u.arg[0]))
 
+  @functools.cached_property
+  def loop_ends(self) -> dict[int, int]:
+    """Position of each RANGE -> position of its ENDRANGE."""
+    ends, open_loops = {}, []
+    for i, u in enumerate(self.uops):
+      if u.op is Ops.RANGE:
+        open_loops.append(i)
+      elif u.op is Ops.ENDRANGE:
+        ends[open_loops.pop()] = i
+    return ends
+
+  def splittable_reduce(self, start: int, lanes: int) -> bool:
+    """The loop at `start` is innermost, feeds exactly one accumulator and runs at least 2*lanes times, so a
+    renderer may run it as `lanes` independent accumulators (the order of a reduction is free: SPEC.md)."""
+    end = self.loop_ends[start]
+    body = self.uops[start + 1:end]
+    return (lanes > 1 and self.uops[start].arg[1] >= 2 * lanes and not any(u.op is Ops.RANGE for u in body)
+            and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
+
   def listing(self) -> str:
     """A numbered, readable text form: what the PYTHON device 'renders'."""
     number = {u: i for i, u in enumerate(self.uops)}

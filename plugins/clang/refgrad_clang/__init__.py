@@ -15,7 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from refgrad.codegen.cstyle import CDialect, CStyleRenderer
-from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator
 from refgrad.hookspecs import hookimpl
 
 FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
@@ -56,22 +56,6 @@ class ClangCompiler:
                            f"compiler stderr:\n{result.stderr.strip()}")
       with open(out, "rb") as f:
         return f.read()
-
-
-class HostAllocator:
-  """Buffers in host memory as numpy byte arrays (ctypes gets their addresses)."""
-
-  def alloc(self, nbytes: int) -> np.ndarray:
-    return np.zeros(max(nbytes, 1), dtype=np.uint8)
-
-  def free(self, handle: np.ndarray) -> None:
-    pass
-
-  def copyin(self, handle: np.ndarray, src: memoryview) -> None:
-    handle[:len(src)] = np.frombuffer(src, dtype=np.uint8)
-
-  def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
-    np.frombuffer(dest, dtype=np.uint8)[:] = handle[:len(dest)]
 
 
 class SharedLibraryRuntime:

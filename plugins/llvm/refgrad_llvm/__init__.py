@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator
 from refgrad.hookspecs import hookimpl
 from refgrad_llvm.render import LLVMRenderer
 
@@ -129,22 +129,6 @@ class JITRuntime:
       function(*(h.ctypes.data for h in handles))
     run.library = library  # the kernel's code lives as long as the runner does
     return run
-
-
-class HostAllocator:
-  """Buffers in host memory as numpy byte arrays (kernels get their addresses)."""
-
-  def alloc(self, nbytes: int) -> np.ndarray:
-    return np.zeros(max(nbytes, 1), dtype=np.uint8)
-
-  def free(self, handle: np.ndarray) -> None:
-    pass
-
-  def copyin(self, handle: np.ndarray, src: memoryview) -> None:
-    handle[:len(src)] = np.frombuffer(src, dtype=np.uint8)
-
-  def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
-    np.frombuffer(dest, dtype=np.uint8)[:] = handle[:len(dest)]
 
 
 def make_device() -> DeviceImpl:

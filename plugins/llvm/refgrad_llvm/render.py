@@ -13,7 +13,6 @@ registers), every other value is one SSA name. The tables below say how each op 
 """
 from __future__ import annotations
 
-import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,30 +175,14 @@ class _Kernel:
   def render_segment(self, start: int, stop: int) -> None:
     i = start
     while i < stop:
-      end = self.loop_end.get(i)
-      if end is not None and self.unrollable(i, end):
+      end = self.program.loop_ends.get(i)
+      if end is not None and self.program.splittable_reduce(i, REDUCE_LANES):
         self.render_unrolled_reduce(i, end)
         i = end + 1
         continue
       self.prefix = f"v{i}"
       self.render_uop(self.program.uops[i])
       i += 1
-
-  @functools.cached_property
-  def loop_end(self) -> dict[int, int]:
-    ends, open_loops = {}, []
-    for i, u in enumerate(self.program.uops):
-      if u.op is Ops.RANGE:
-        open_loops.append(i)
-      elif u.op is Ops.ENDRANGE:
-        ends[open_loops.pop()] = i
-    return ends
-
-  def unrollable(self, start: int, end: int) -> bool:
-    """An innermost loop that feeds one accumulator, long enough to split."""
-    body = self.program.uops[start + 1:end]
-    return (self.program.uops[start].arg[1] >= 2 * REDUCE_LANES and not any(u.op is Ops.RANGE for u in body)
-            and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
 
   def render_unrolled_reduce(self, start: int, end: int) -> None:
     """Run REDUCE_LANES independent accumulators (the SLP vectorizer packs them into one vector register) and
