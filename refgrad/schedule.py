@@ -8,6 +8,7 @@ copy, so it is realized first, in its own kernel.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from refgrad.device import Buffer
@@ -26,11 +27,30 @@ class ScheduleItem:
     return self.ast.op is Ops.COPY
 
 
+# Graph nodes that have been computed, and the buffer holding each one's value. A tensor that must keep its
+# autograd history keeps its graph node after realize(); this table lets every later schedule (values, gradients)
+# read the buffer instead of recomputing the node. Keys are weak: an entry, and its buffer, lives exactly as long
+# as some graph still refers to the node.
+_REALIZED: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+
 def realized_buffer(node: UOp) -> Buffer | None:
-  """The buffer behind a realized tensor node (BUFFER, or a RESHAPE of one to the full size)."""
+  """The buffer behind a realized tensor node (BUFFER, a RESHAPE of one to the full size, or a computed node)."""
   if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
     node = node.src[0]
-  return node.arg if node.op is Ops.BUFFER else None
+  return node.arg if node.op is Ops.BUFFER else _REALIZED.get(node)
+
+
+def computed_buffer(node: UOp) -> Buffer | None:
+  """The buffer a graph node (not a BUFFER leaf) was computed into by an earlier realize, if it still exists."""
+  return _REALIZED.get(node)
+
+
+def remember_realized(buffers: dict[UOp, Buffer]) -> None:
+  """Record the buffers a schedule that has run computed, for later schedules and gradients to reuse."""
+  for node, buf in buffers.items():
+    if node.op is not Ops.BUFFER and not (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER):
+      _REALIZED[node] = buf
 
 
 def buffer_node(buf: Buffer, shape: tuple[int, ...]) -> UOp:
@@ -68,13 +88,13 @@ class _KernelBuilder:
   def _build(self, node: UOp, top: bool) -> UOp:
     if node.op is Ops.BUFFER:
       return self.param(node.arg)
-    if node in self.scheduler.done or node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
+    if node in self.scheduler.done or node in _REALIZED or node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
       return self.input_from(node)
     if node.op is Ops.REDUCE_AXIS:
       if not top:
         return self.input_from(node)
       return node.replace(src=(self.build(node.src[0], False),))
-    if node.op is Ops.DETACH:  # only autograd sees it: the value passes through
+    if node.op in (Ops.DETACH, Ops.CUSTOM_GRAD):  # only autograd sees them: the value passes through
       return self.build(node.src[0], top)
     if node.op in (Ops.CONST, Ops.DEVICE):
       return node
@@ -115,7 +135,8 @@ class Scheduler:
 
 
 def create_schedule(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:
-  """The kernels that realize `nodes`, in dependency order, and the buffer each node ends up in."""
+  """The kernels that realize `nodes`, in dependency order, and the buffer each node (and each intermediate the
+  schedule computes into a buffer of its own) ends up in."""
   scheduler = Scheduler()
   results = {n: scheduler.realize(n) for n in nodes}
-  return scheduler.items, results
+  return scheduler.items, {**scheduler.done, **results}

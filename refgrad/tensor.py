@@ -21,7 +21,7 @@ from refgrad.frontend.nn_functional import NNFunctionalMixin
 from refgrad.frontend.random import RandomMixin
 from refgrad.frontend.reduce import ReduceMixin
 from refgrad.realize import run_schedule
-from refgrad.schedule import ScheduleItem, buffer_node, create_schedule
+from refgrad.schedule import ScheduleItem, buffer_node, create_schedule, realized_buffer, remember_realized
 from refgrad.uop import Ops, UOp, prod
 
 Scalar = int | float | bool
@@ -387,14 +387,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, NNFunctionalMixin, Ra
     tensors = (self, *others)
     items, buffers = create_schedule([t.uop for t in tensors])
     run_schedule(items)  # if this raises, no tensor has been changed
+    remember_realized(buffers)
     for t in tensors:
-      t.uop = buffer_node(buffers[t.uop], t.shape)
+      if not t._keeps_history():
+        t.uop = buffer_node(buffers[t.uop] if t.uop in buffers else realized_buffer(t.uop), t.shape)
     return self
 
   def _buffer(self) -> Buffer:
     self.realize()
-    node = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
-    return node.arg
+    return realized_buffer(self.uop)
 
   def numpy(self) -> np.ndarray:
     """The values as a numpy array (realizes).

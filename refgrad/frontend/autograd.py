@@ -10,6 +10,8 @@ import weakref
 from typing import Any
 
 from refgrad.gradient import compute_gradients
+from refgrad.schedule import computed_buffer, realized_buffer
+from refgrad.uop import Ops, UOp
 
 # tensors with requires_grad=True, so backward() can find the leaves of a graph
 _WANT_GRAD: weakref.WeakSet = weakref.WeakSet()
@@ -82,17 +84,40 @@ class AutogradMixin:
     if type(self).no_grad:
       raise RuntimeError("gradients are disabled here (Tensor.no_grad is True, e.g. inside Tensor.inference_mode())")
     seed = self._seed(gradient)
-    found = compute_gradients(self, seed, [t.uop for t in targets])
+    nodes = self._target_nodes(targets)
+    found = compute_gradients(self, seed, [n for ns in nodes for n in ns])
     out = []
-    for t in targets:
-      if t.uop in found:
-        out.append(found[t.uop])
+    for t, ns in zip(targets, nodes):
+      parts = [found[n] for n in ns if n in found]
+      if parts:
+        out.append(sum(parts[1:], parts[0]))
       elif materialize_grads:
         out.append(t.zeros_like())
       else:
         raise RuntimeError(f"a target tensor of shape {t.shape} is not part of this tensor's graph: the output does "
                            "not depend on it (pass materialize_grads=True to get zeros instead)")
     return out
+
+  def _target_nodes(self, targets: tuple[Any, ...]) -> list[list[UOp]]:
+    """For each target, the nodes of this graph that stand for it: its own node and, if it was realized after this
+    graph was built from it (realize gave it a buffer node of its own), the graph node computed into that buffer."""
+    by_buffer: dict[Any, list[UOp]] = {}
+    for node in self.uop.toposort:
+      if (buf := computed_buffer(node)) is not None:
+        by_buffer.setdefault(buf, []).append(node)
+    nodes = []
+    for t in targets:
+      buf = realized_buffer(t.uop) if t.uop.op in (Ops.BUFFER, Ops.RESHAPE) else None
+      nodes.append([t.uop] + [n for n in by_buffer.get(buf, []) if n is not t.uop])
+    return nodes
+
+  def _keeps_history(self) -> bool:
+    """Whether realize() must leave this tensor its graph node: only while the graph leads (not through a detach)
+    to another tensor that wants gradients. Otherwise the buffer replaces the graph, which is then freed."""
+    if type(self).no_grad:
+      return False
+    wanted = {t.uop for t in list(_WANT_GRAD) if t.requires_grad and t is not self}
+    return bool(wanted) and _reaches(self.uop, wanted)
 
   def _seed(self, gradient: Any) -> Any:
     from refgrad.tensor import ShapeError
@@ -106,14 +131,29 @@ class AutogradMixin:
     return gradient
 
   def backward(self, gradient: Any = None) -> Any:
-    """Accumulate d(self)/d(t) into t.grad for every tensor t in the graph with requires_grad=True."""
-    leaves = [t for t in list(_WANT_GRAD) if t.requires_grad]
+    """Accumulate d(self)/d(t) into t.grad for every tensor t in the graph with requires_grad=True. As in torch,
+    the stored gradients carry no graph of their own (they are detached)."""
+    candidates = [t for t in list(_WANT_GRAD) if t.requires_grad]
     in_graph = set(self.uop.toposort)
-    leaves = [t for t in leaves if t.uop in in_graph]
+    leaves = [t for t, ns in zip(candidates, self._target_nodes(tuple(candidates))) if any(n in in_graph for n in ns)]
     if not leaves:
       return self
     grads = self.gradient(*leaves, gradient=gradient, materialize_grads=True)
     for t, g in zip(leaves, grads):
-      g = g.cast(t.dtype) if g.dtype != t.dtype else g
+      g = (g.cast(t.dtype) if g.dtype != t.dtype else g).detach()
       t.grad = g if t.grad is None else t.grad + g
     return self
+
+
+def _reaches(root: UOp, targets: set[UOp]) -> bool:
+  """Whether some node of `targets` is reachable from root without passing a DETACH."""
+  stack, seen = [root], set()
+  while stack:
+    node = stack.pop()
+    if node in targets:
+      return True
+    if node in seen or node.op is Ops.DETACH:
+      continue
+    seen.add(node)
+    stack.extend(node.src)
+  return False
