@@ -39,7 +39,8 @@ I_NEG, T_NEG = idx([-1, 0, -2], dtypes.int8)
 I_COL, T_COL = idx([[2], [0]], dtypes.int64)
 I_0D, T_0D = idx(1, dtypes.uint8)
 
-# name: (refgrad index, torch index); torch applies int indices before advanced ones, like refgrad
+# name: (refgrad index, torch index); an int apart from the advanced indices places the index dims as numpy does,
+# not as torch does, so those cases are in test_indexing_numpy.py
 GET = {
   "list": ([1, 0, 1], [1, 0, 1]),
   "list_two_dims": (([1, 0, 1], slice(None), [0, 3, 2]), ([1, 0, 1], slice(None), [0, 3, 2])),
@@ -48,7 +49,7 @@ GET = {
   "broadcast_lists": (([[0], [1]], [[0, 2]]), ([[0], [1]], [[0, 2]])),
   "tensor_and_slice": ((slice(None), I01, slice(1, 3)), (slice(None), T01, slice(1, 3))),
   "separated_by_slice": ((I01, slice(None), I01), (T01, slice(None), T01)),
-  "int_then_list": ((0, slice(None), [0, 1]), (0, slice(None), [0, 1])),
+  "int_then_list": ((0, [0, 1], slice(None)), (0, [0, 1], slice(None))),
   "list_int_list": (([0, 1], 0, [1, 2]), ([0, 1], 0, [1, 2])),
   "none_separates": ((slice(None), None, [0, 1], [1, 2]), (slice(None), None, [0, 1], [1, 2])),
   "none_between_lists": (([0, 1], None, [1, 2]), ([0, 1], None, [1, 2])),

@@ -25,6 +25,10 @@ class IndexDTypeError(TypeError, RuntimeError):
   """An index or mask tensor of the wrong dtype. Catchable as TypeError, or as RuntimeError like torch's."""
 
 
+class ReduceModeError(ValueError, RuntimeError):
+  """An unknown reduce mode for scatter or scatter_reduce. Catchable as ValueError, or as RuntimeError like torch's."""
+
+
 def _tensor_type() -> type:
   from refgrad.tensor import Tensor
   return Tensor
@@ -137,8 +141,25 @@ class Advanced:
   valid: Any
 
 
+# torch reads a short list as a tuple of indices when it holds one of these (numpy's pre-1.23 rule); x[[0, [1]]] is
+# x[0, [1]], while x[[0, 1]] stays one list index
+_TUPLE_LIKE = (list, tuple, np.ndarray, slice, type(None), type(Ellipsis))
+_TUPLE_LIKE_MAX_LEN = 32
+
+
+def _index_items(index: Any) -> list[Any]:
+  """The items of an index, read as torch reads them: a tuple, or a short list holding sequences, slices, None,
+  ... or tensors, is a list of items; anything else is one item."""
+  if isinstance(index, tuple):
+    return list(index)
+  if isinstance(index, list) and len(index) < _TUPLE_LIKE_MAX_LEN and \
+     any(isinstance(i, (*_TUPLE_LIKE, _tensor_type())) for i in index):
+    return list(index)
+  return [index]
+
+
 def _normalize_item(item: Any) -> Any:
-  """None, Ellipsis, slices and ints stay; lists and arrays become numpy arrays; tensors stay tensors."""
+  """None, Ellipsis, slices and ints stay; lists, bools and arrays become numpy arrays; tensors stay tensors."""
   if item is None or item is Ellipsis or isinstance(item, slice):
     return item
   if _is_int(item):
@@ -149,29 +170,36 @@ def _normalize_item(item: Any) -> Any:
     if not dtypes.is_int(item.dtype):
       raise IndexError(f"tensors used as indices must be int or bool tensors, got {item.dtype.name}")
     return item
-  if isinstance(item, (list, tuple, np.ndarray)):
-    array = np.asarray(item)
-    array = array.astype(np.int64) if array.size == 0 and array.dtype != bool else array
-    if array.dtype != bool and array.dtype.kind not in "iu":
-      raise IndexError(f"lists used as indices must hold ints or bools, got {array.dtype} in {item!r}")
-    return array
-  if isinstance(item, (bool, np.bool_)):
-    return np.asarray(item)
+  if isinstance(item, (list, tuple, np.ndarray, bool, np.bool_)):
+    return _index_array(item)
   if isinstance(item, (float, np.floating)):
     raise IndexError(f"only ints, slices, None, ..., lists and int or bool tensors are valid indices, got {item!r}")
   raise TypeError(f"invalid index {item!r} of type {type(item).__name__}")
 
 
-def _check_mask(item: Any) -> Any:
-  if isinstance(item, np.ndarray) and item.dtype == bool and item.ndim == 0:
-    raise IndexError("0-d bool indices (True, False, a 0-d mask) are not supported; use None to add a dim")
-  return item
+def _index_array(item: Any) -> np.ndarray:
+  try:
+    array = np.asarray(item)
+  except (ValueError, TypeError):  # ragged, or holding tensors or other objects numpy cannot read as numbers
+    raise IndexError(f"lists used as indices must be rectangular and hold only ints or bools, got {item!r}") from None
+  array = array.astype(np.int64) if array.size == 0 and array.dtype != bool else array
+  if array.dtype != bool and array.dtype.kind not in "iu":
+    raise IndexError(f"lists used as indices must hold ints or bools, got {array.dtype} in {item!r}")
+  return array
+
+
+def _is_mask(item: Any) -> bool:
+  return isinstance(item, np.ndarray) and item.dtype == bool
+
+
+def _is_advanced(item: Any) -> bool:
+  return item is not None and item is not Ellipsis and not isinstance(item, (slice, int))
 
 
 def _dims_used(item: Any) -> int:
   if item is None or item is Ellipsis:
     return 0
-  return item.ndim if isinstance(item, np.ndarray) and item.dtype == bool else 1
+  return item.ndim if _is_mask(item) else 1
 
 
 def _expand_ellipsis(items: list[Any], ndim: int) -> list[Any]:
@@ -185,11 +213,28 @@ def _expand_ellipsis(items: list[Any], ndim: int) -> list[Any]:
   return items[:ellipses[0]] + fill + items[ellipses[0] + 1:] if ellipses else items + fill
 
 
-def parse_index(t: Any, index: Any) -> tuple[BasicPlan, list[tuple[int, Advanced]]]:
-  """The basic plan (advanced dims kept whole) and the advanced indices with the dim of the plan's result they
-  index."""
-  items = [_check_mask(_normalize_item(i)) for i in (index if isinstance(index, tuple) else (index,))]
-  items = _expand_ellipsis(items, t.ndim)
+def _consecutive(items: list[Any]) -> bool:
+  """numpy's rule for where the broadcast index dims go: in place of the indexed dims when the advanced items are
+  next to each other, else first. items is the index as written, so an Ellipsis separates even where it stands for
+  no dims; ints count as advanced items once there is any other. torch differs on both points: it drops ints first
+  and expands the Ellipsis first, so it keeps the index dims of x[0, :, [1, 2]] and of x[:, [1], ..., [2]] (on 3 dims)
+  in place, where numpy, and refgrad, put them first."""
+  positions = [k for k, i in enumerate(items) if _is_advanced(i) or isinstance(i, int)]
+  return positions == list(range(positions[0], positions[0] + len(positions))) if positions else True
+
+
+@dataclass(frozen=True)
+class ParsedIndex:
+  """An index as a basic plan (advanced dims kept whole) and the advanced indices with the dim of the plan's result
+  each indexes; `consecutive` says whether the index dims stay in place (numpy's rule)."""
+  plan: BasicPlan
+  advanced: list[tuple[int, Advanced]]
+  consecutive: bool
+
+
+def parse_index(t: Any, index: Any) -> ParsedIndex:
+  written = [_normalize_item(i) for i in _index_items(index)]
+  items = _expand_ellipsis(written, t.ndim)
   basic, advanced, dim, out_dim = [], [], 0, 0
   for item in items:
     if item is None or isinstance(item, slice):
@@ -198,12 +243,16 @@ def parse_index(t: Any, index: Any) -> tuple[BasicPlan, list[tuple[int, Advanced
     elif isinstance(item, int):
       basic.append(_check_int(item, t.shape[dim], dim))
       dim += 1
+    elif _is_mask(item) and item.ndim == 0:  # x[True] is x[None][[0]], x[False] is x[None][[]]
+      basic.append(None)
+      advanced.append((out_dim, _prepare(np.zeros(int(item), np.int64), 1, dim, t)))
+      out_dim += 1
     else:
       for part in _mask_parts(item, t.shape, dim):
         advanced.append((out_dim, _prepare(part, t.shape[dim], dim, t)))
         basic.append(slice(None))
         dim, out_dim = dim + 1, out_dim + 1
-  return basic_plan(t.shape, basic), advanced
+  return ParsedIndex(basic_plan(t.shape, basic), advanced, _consecutive(written))
 
 
 def _check_int(i: int, size: int, dim: int) -> int:
@@ -246,19 +295,19 @@ def wrap_index(index: Any, n: int, negative_wraps: bool) -> tuple[Any, Any]:
 @dataclass(frozen=True)
 class AdvancedPlan:
   """Advanced indices on some dims of y, broadcast together to `batch`. The result has the batch dims in place of
-  the indexed dims when those are adjacent, else first (numpy's and torch's rule)."""
+  the indexed dims when the index's advanced items are consecutive, else first (numpy's rule)."""
   dims: list[int]
   rest: list[int]
   batch: Shape
   linear: Any  # one int index into the indexed dims flattened, of shape batch
   valid: Any   # bool of shape batch, or None when every index is known to be in range
   size: int    # the number of positions the linear index chooses from
+  consecutive: bool
 
   def result_order(self) -> list[int]:
     """Permutation from (batch dims, rest dims) to the result's dims."""
     nb = len(self.batch)
-    adjacent = self.dims == list(range(self.dims[0], self.dims[0] + len(self.dims)))
-    before = sum(1 for d in self.rest if d < self.dims[0]) if adjacent else 0
+    before = sum(1 for d in self.rest if d < self.dims[0]) if self.consecutive else 0
     rest = [nb + i for i in range(len(self.rest))]
     return rest[:before] + list(range(nb)) + rest[before:]
 
@@ -280,8 +329,9 @@ class AdvancedPlan:
     return lin.eq(lin.arange(self.size, dtype=lin.dtype, device=lin.device))
 
 
-def advanced_plan(y: Any, advanced: list[tuple[int, Advanced]]) -> AdvancedPlan:
+def advanced_plan(y: Any, parsed: ParsedIndex) -> AdvancedPlan:
   from refgrad.tensor import ShapeError, broadcast_shape
+  advanced = parsed.advanced
   dims = [d for d, _ in advanced]
   try:
     batch = broadcast_shape(*(a.index.shape for _, a in advanced))
@@ -302,7 +352,7 @@ def advanced_plan(y: Any, advanced: list[tuple[int, Advanced]]) -> AdvancedPlan:
       valid = a.valid if valid is None else valid & a.valid
   rest = [d for d in range(y.ndim) if d not in dims]
   return AdvancedPlan(dims, rest, batch, linear.cast(dtypes.int64 if wide else dtypes.int32)._broadcast_to(batch),
-                      valid, size)
+                      None if valid is None else valid._broadcast_to(batch), size, parsed.consecutive)
 
 
 def pick(values: Any, hit: Any, axes: Any) -> Any:
@@ -348,17 +398,18 @@ def advanced_set(y: Any, plan: AdvancedPlan, value: Any) -> tuple[Any, Any]:
 
 # ---- t[index] and t[index] = v
 def get_index(t: Any, index: Any) -> Any:
-  plan, advanced = parse_index(t, index)
-  y = plan.apply(t)
-  return advanced_get(y, advanced_plan(y, advanced)) if advanced else y
+  parsed = parse_index(t, index)
+  y = parsed.plan.apply(t)
+  return advanced_get(y, advanced_plan(y, parsed)) if parsed.advanced else y
 
 
 def set_index(t: Any, index: Any, value: Any) -> Any:
   """The value t has after t[index] = value."""
   _check_writable(t)
-  plan, advanced = parse_index(t, index)
+  parsed = parse_index(t, index)
+  plan = parsed.plan
   y = plan.apply(t)
-  adv = advanced_plan(y, advanced) if advanced else None
+  adv = advanced_plan(y, parsed) if parsed.advanced else None
   v = _value_tensor(t, value, adv.result_shape(y) if adv else y.shape)
   if adv:
     new_y, written_y = advanced_set(y, adv, v)
@@ -419,9 +470,12 @@ def scatter_layout(t: Any, dim: int, index: Any, src: Any, what: str) -> tuple[i
   tensor = _tensor_type()
   index = _int_index(index, what)
   if isinstance(src, tensor):
-    if src.ndim != t.ndim or index.ndim != t.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
-      raise _shape_error(f"{what}: index {index.shape} and src {src.shape} need the {t.ndim} dims of self "
-                         f"{t.shape}, and index must be no larger than src in every dim")
+    if src.ndim != t.ndim or index.ndim != t.ndim:
+      raise _shape_error(f"{what}: index {index.shape} and src {src.shape} must have as many dims as self {t.shape}")
+    too_big = [k for k, (i, s) in enumerate(zip(index.shape, src.shape)) if i > s]
+    if too_big:
+      raise _shape_error(f"{what}: index {index.shape} must be no larger than src {src.shape} in every dim, but is "
+                         f"larger in dim {too_big[0]}")
     src = src.cast(t.dtype).to(t.device).shrink(tuple((0, s) for s in index.shape))
   elif isinstance(src, (bool, int, float)):
     src = t._const(src)
@@ -541,7 +595,9 @@ class IndexingMixin:
 
   def __getitem__(self, index: Any) -> Any:
     """Numpy/torch indexing: ints, slices (any step), None, ..., lists and int tensors (advanced indexing, which
-    broadcast together; out-of-range values in tensors select 0), bool masks.
+    broadcast together; out-of-range values in tensors select 0), bool masks and 0-d bools. The index dims go first
+    when the advanced indices (counting ints) are apart, as in numpy; a list holding lists is read as a tuple of
+    indices, as in torch.
 
     >>> t = Tensor([[1, 2, 3], [4, 5, 6]])
     >>> t[1, ::-1].tolist()
@@ -550,6 +606,8 @@ class IndexingMixin:
     [3, 4, 6]
     >>> t[:, Tensor([[0], [2]])].shape
     (2, 2, 1)
+    >>> Tensor.zeros(2, 3, 4)[0, :, [1, 2]].shape
+    (2, 3)
     """
     return get_index(self, index)
 
@@ -594,7 +652,8 @@ class IndexingMixin:
     [1, 7, 1]
     """
     if reduce is not None and reduce not in SCATTER_MODES:
-      raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+      raise ReduceModeError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    _norm(dim, self.ndim)  # checked here too because a 0-d self is scattered along dim 0 of a 1-d one
     if self.ndim == 0:
       return _zero_d(self, lambda x, i, s: x.scatter(0, i, s, reduce), index, src)
     d, layout = scatter_layout(self, dim, index, src, "scatter")
@@ -611,9 +670,10 @@ class IndexingMixin:
     [1.0, 3.0]
     """
     if reduce not in SCATTER_REDUCE:
-      raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCE)}, got {reduce!r}")
+      raise ReduceModeError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCE)}, got {reduce!r}")
     if not isinstance(src, _tensor_type()):
       raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
+    _norm(dim, self.ndim)  # checked here too because a 0-d self is scattered along dim 0 of a 1-d one
     if self.ndim == 0:
       return _zero_d(self, lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self), index, src)
     d, layout = scatter_layout(self, dim, index, src, "scatter_reduce")
