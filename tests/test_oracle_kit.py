@@ -90,3 +90,39 @@ def test_reduction_bounds_are_rigorous_not_arbitrary():
   x = np.random.default_rng(3).standard_normal(100_000).astype(np.float32) * 1e3
   report = check_against_reference(lambda t: t.sum(), x, device=CORRECT[-1])
   assert report.ok and report.checked == 1
+
+
+def test_demo_on_the_reference_compares_its_two_interpreters(capsys):
+  assert main(["demo", "--device", "PYTHON"]) == 0
+  out = capsys.readouterr().out
+  assert "graph evaluator" in out and out.count("bit-exact") == 6
+  assert out.strip().splitlines()[-1].startswith(("Next: refgrad check --device", "No compiled backend"))
+
+
+def test_demo_reports_when_the_interpreters_disagree(capsys, monkeypatch):
+  import refgrad.interp.graph as graph
+  honest = graph.evaluate_graph
+
+  def off_by_one(root):
+    values, undefined = honest(root)
+    return values + np.ones((), values.dtype), undefined
+  monkeypatch.setattr(graph, "evaluate_graph", off_by_one)
+  assert main(["demo", "--device", "PYTHON"]) == 1
+  assert capsys.readouterr().out.count("FAIL") == 6
+
+
+def test_demo_catches_a_broken_device(capsys):
+  assert main(["demo", "--device", "BROKEN_PAD"]) == 1
+  assert "FAIL" in capsys.readouterr().out
+
+
+def test_demo_runs_every_available_device(capsys):
+  """Without --device the demo runs on every available device: the correct ones agree, and the broken ones
+  registered by this module make it fail."""
+  assert main(["demo"]) == 1
+  sections = {block.split()[0].rstrip(","): block for block in capsys.readouterr().out.split("\n\n")}
+  for device in Device.available():
+    assert device in sections, f"the demo skipped {device}"
+    if device in CORRECT:
+      assert "FAIL" not in sections[device], sections[device]
+  assert "FAIL" in sections["BROKEN_PAD"]
