@@ -119,20 +119,42 @@ class PatternMatcher:
 
   def rewrite(self, node: UOp, ctx: Any = None) -> UOp | None:
     """The first rule's replacement for node, or None if no rule changes it."""
+    return self.rewrite_with_rule(node, ctx)[0]
+
+  def rewrite_with_rule(self, node: UOp, ctx: Any = None) -> tuple[UOp | None, Callable[..., UOp | None] | None]:
+    """The first rule's replacement for node and the rule's function, or (None, None) if no rule changes it."""
     for pat, fn, wants_ctx in self._by_op.get(node.op, self._by_op.get(None, ())):
       for bindings in pat.match(node, {}):
         result = fn(ctx=ctx, **bindings) if wants_ctx else fn(**bindings)
         if result is not None and result is not node:
-          return result
-    return None
+          return result, fn
+    return None, None
+
+
+class RewriteLoopError(RuntimeError):
+  """Rules that keep rewriting one node without reaching a fixed point (A -> B -> A, or ever-growing results)."""
+
+
+# Successive rewrites of one node before graph_rewrite gives up: real rule sets need a handful.
+MAX_REWRITE_CHAIN = 1000
+
+
+def rule_name(fn: Callable[..., Any]) -> str:
+  """Where a rule's function is defined, so an error can point at it."""
+  code = getattr(fn, "__code__", None)
+  where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+  return f"{getattr(fn, '__qualname__', repr(fn))}{where}"
 
 
 def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
-  """Rewrite every node bottom-up until no rule applies anywhere; each distinct node is rewritten once."""
+  """Rewrite every node bottom-up until no rule applies anywhere; each distinct node is rewritten once.
+
+  Raises RewriteLoopError, naming the rules, if one node is rewritten MAX_REWRITE_CHAIN times in a row."""
   done: dict[UOp, UOp] = {}
-  stack: list[tuple[UOp, UOp | None]] = [(root, None)]
+  # entries: (node, the replacement being rewritten or None, the rules that led to node)
+  stack: list[tuple[UOp, UOp | None, tuple]] = [(root, None, ())]
   while stack:
-    node, replacement = stack[-1]
+    node, replacement, chain = stack[-1]
     if node in done:
       stack.pop()
       continue
@@ -142,11 +164,11 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
       continue
     pending = [s for s in node.src if s not in done]
     if pending:
-      stack.extend((s, None) for s in reversed(pending))
+      stack.extend((s, None, ()) for s in reversed(pending))
       continue
     new_src = tuple(done[s] for s in node.src)
     rebuilt = node if new_src == node.src else node.replace(src=new_src)
-    result = matcher.rewrite(rebuilt, ctx)
+    result, rule = matcher.rewrite_with_rule(rebuilt, ctx)
     if result is None:
       done[node] = rebuilt
       if rebuilt is not node:
@@ -156,6 +178,10 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
       done[node] = done[result]
       stack.pop()
     else:
-      stack[-1] = (node, result)
-      stack.append((result, None))
+      if len(chain) >= MAX_REWRITE_CHAIN:
+        names = sorted({rule_name(fn) for fn in chain[-20:]})
+        raise RewriteLoopError(f"graph_rewrite: a {node.op} node was rewritten {len(chain)} times in a row without "
+                               f"reaching a fixed point; the rules involved: {'; '.join(names)}")
+      stack[-1] = (node, result, chain)
+      stack.append((result, None, chain + (rule,)))
   return done[root]

@@ -1,6 +1,8 @@
 """The rewrite engine: UPat matching, PatternMatcher dispatch, graph_rewrite to a fixed point."""
+import pytest
+
 from refgrad.dtype import dtypes
-from refgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from refgrad.rewrite import PatternMatcher, RewriteLoopError, UPat, graph_rewrite
 from refgrad.uop import Ops, UOp
 
 i32 = dtypes.int32
@@ -80,3 +82,27 @@ def test_substitute_and_toposort():
 def test_printed_form_is_readable():
   text = repr(var("x") + 1)
   assert "ADD:int32(%0, %1)" in text and "SPECIAL" in text
+
+
+def add_to_mul(x, c):
+  return x.alu(Ops.MUL, c)
+
+
+def mul_to_add(x, c):
+  return x.alu(Ops.ADD, c)
+
+
+def test_rules_that_undo_each_other_raise_naming_both():
+  """A -> B and B -> A would spin forever: graph_rewrite stops and names the rules."""
+  loop = PatternMatcher([
+    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), add_to_mul),
+    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c"))), mul_to_add),
+  ])
+  with pytest.raises(RewriteLoopError, match="add_to_mul.*mul_to_add"):
+    graph_rewrite(var("x") + 3, loop)
+
+
+def test_a_rule_whose_results_grow_forever_raises():
+  grow = PatternMatcher([(UPat.cvar("c"), lambda c: UOp.const(c.dtype, c.arg + 1))])
+  with pytest.raises(RewriteLoopError, match="test_rewrite.py"):
+    graph_rewrite(UOp.const(i32, 0), grow)
