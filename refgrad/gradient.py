@@ -5,10 +5,15 @@
 `compute_gradients` walks the graph backwards from the output, asks the rule matcher for each node and sums
 the contributions. Rules are written with Tensor methods, so they build lazy graphs like any other code and
 are scheduled and fused with everything else.
+
+`CUSTOM_RULES` is the second table: named rules for `Ops.CUSTOM_GRAD` nodes, which the frontend puts around
+functions whose composite form differentiates badly (0 * inf in an untaken `where` branch, or the wrong side of a
+kink); see `custom_gradient` and the "Gradients" section of docs/SPEC.md.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from refgrad.dtype import dtypes
@@ -16,6 +21,7 @@ from refgrad.rewrite import PatternMatcher, UPat
 from refgrad.uop import GroupOp, Ops, UOp
 
 LN_2 = math.log(2)
+TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 
 
 def _t(g: Any, u: UOp) -> Any:
@@ -40,7 +46,16 @@ def _reduce_grad(ctx: Any, node: UOp) -> tuple:
   if op is Ops.MAX:  # every maximum shares the gradient equally
     hits = src.eq(out).cast(ctx.dtype)
     return (ctx.expand(src.shape) * hits / hits._reduce(Ops.ADD, axes, keepdim=True).expand(src.shape),)
-  return (ctx.expand(src.shape) * out / src,)  # MUL: the product of the others (inf/NaN where src is 0)
+  return (ctx.expand(src.shape) * _product_of_others(src, out, axes),)
+
+
+def _product_of_others(src: Any, out: Any, axes: tuple[int, ...]) -> Any:
+  """d prod(x) / d x_i, the product of the other elements, as torch computes it: out / x_i while no element is 0;
+  with exactly one 0, the product of the nonzero elements at the 0 and 0 elsewhere; with more, 0 everywhere."""
+  is_zero = src.eq(0)
+  zeros = is_zero.cast(dtypes.int32)._reduce(Ops.ADD, axes, keepdim=True).expand(src.shape)
+  nonzero_product = is_zero.where(1.0, src)._reduce(Ops.MUL, axes, keepdim=True).expand(src.shape)
+  return zeros.eq(0).where(out / src, (zeros.eq(1) & is_zero).where(nonzero_product, 0.0))
 
 
 def _permute_grad(ctx: Any, node: UOp) -> tuple:
@@ -82,13 +97,17 @@ GRADIENT_RULES = PatternMatcher([
   (UPat(Ops.EXP2, name="node"), lambda ctx, node: (ctx * _t(ctx, node) * LN_2,)),
   (UPat(Ops.LOG2, name="node"), lambda ctx, node: (ctx / (_t(ctx, node.src[0]) * LN_2),)),
   (UPat(Ops.SIN, name="node"), lambda ctx, node: (ctx * (math.pi / 2 - _t(ctx, node.src[0])).sin(),)),
-  (UPat(Ops.FDIV, name="node"), lambda ctx, node: (
-    ctx / _t(ctx, node.src[1]), -ctx * _t(ctx, node.src[0]) / (_t(ctx, node.src[1]) * _t(ctx, node.src[1])))),
+  (UPat(Ops.FDIV, name="node"), lambda ctx, node: (  # -a / b^2 as (a / b) / b: b * b would under- or overflow
+    ctx / _t(ctx, node.src[1]), -ctx * (_t(ctx, node) / _t(ctx, node.src[1])))),
   (UPat(Ops.MAX, name="node"), _max_grad),
   (UPat(Ops.WHERE, name="node"), lambda ctx, node: (
     None, _t(ctx, node.src[0]).where(ctx, 0.0), _t(ctx, node.src[0]).where(0.0, ctx))),
   (UPat(Ops.CAST, name="node"), _cast_grad),
-  (UPat((Ops.TRUNC, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
+  (UPat(Ops.MOD, name="node"), lambda ctx, node: (  # fmod(a, b) = a - trunc(a / b) * b
+    ctx, -ctx * (_t(ctx, node.src[0]) / _t(ctx, node.src[1])).trunc())),
+  (UPat(Ops.CUSTOM_GRAD, name="node"), lambda ctx, node: (
+    None, *CUSTOM_RULES[node.arg[0]](ctx, _t(ctx, node), [_t(ctx, s) for s in node.src[1:]], *node.arg[1:]))),
+  (UPat((Ops.TRUNC, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
          Ops.BITCAST, Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.DETACH), name="node"), _no_grad),
   (UPat(Ops.RESHAPE, name="node"), lambda ctx, node: (ctx.reshape(node.src[0].shape),)),
   (UPat(Ops.PERMUTE, name="node"), _permute_grad),
@@ -100,6 +119,114 @@ GRADIENT_RULES = PatternMatcher([
   (UPat((Ops.CONTIGUOUS, Ops.ASSIGN), name="node"), lambda ctx, node: (ctx,) + (None,) * (len(node.src) - 1)),
   (UPat(Ops.COPY, name="node"), lambda ctx, node: (ctx.to(node.src[0].device),)),
 ])
+
+
+# ---- named rules for Ops.CUSTOM_GRAD: rule(ctx, out, inputs, *params) -> the gradient of each input
+def custom_gradient(value: Any, rule: tuple, *inputs: Any) -> Any:
+  """`value` (a Tensor), differentiated with respect to `inputs` by the named rule CUSTOM_RULES[rule[0]] (with
+  parameters rule[1:]) instead of through the ops that computed it. For functions whose composite form has a
+  derivative that is 0 * inf somewhere, or that picks the wrong side of a kink. Adds nothing to the forward pass."""
+  return value._from(UOp(Ops.CUSTOM_GRAD, value.dtype, (value.uop, *(t.uop for t in inputs)), rule))
+
+
+def _pow_rule(ctx: Any, out: Any, xs: list) -> tuple:
+  """torch's pow backward: exponent 0 gives no gradient to the base, and a base of 0 with exponent >= 0 none to the
+  exponent (so 0**0, 0**y and x**0 are all finite)."""
+  x, y = xs
+  dx = y.eq(0).where(0.0, ctx * (y * x.pow(y - 1)))  # y * x**(y-1) first: ctx * y may be subnormal
+  dy = (x.eq(0) & y.ge(0)).where(0.0, ctx * out * x.log())
+  return dx, dy
+
+
+def _clamp_rule(ctx: Any, out: Any, xs: list, has_min: bool, has_max: bool) -> tuple:
+  """torch.clamp's: x gets the gradient inside the bounds, bounds included; a bound gets it where x is beyond it,
+  and when min > max, max takes it all (as the value is max)."""
+  x, lo, hi = xs[0], xs[1] if has_min else None, xs[-1] if has_max else None
+  inside = x.ge(lo) & x.le(hi) if has_min and has_max else x.ge(lo) if has_min else x.le(hi)
+  grads = [inside.where(ctx, 0.0)]
+  if has_min:
+    grads.append((x.lt(lo) & lo.lt(hi) if has_max else x.lt(lo)).where(ctx, 0.0))
+  if has_max:
+    grads.append((x.gt(hi) | hi.lt(lo) if has_min else x.gt(hi)).where(ctx, 0.0))
+  return tuple(grads)
+
+
+def _binary_crossentropy_rule(ctx: Any, out: Any, xs: list) -> tuple:
+  """torch's: the logs are clamped at -100 in the loss, and (1 - p) p at 1e-12 in the gradient, so p = 0 or 1
+  gives a finite gradient."""
+  p, y = xs
+  return ctx * (p - y) / ((1 - p) * p).maximum(1e-12), ctx * ((1 - p).log() - p.log())
+
+
+def _cat_rule(ctx: Any, out: Any, xs: list, dim: int) -> tuple:
+  """Each input's slice of the output's gradient along dim; a 1-d empty input (which cat skips) gets an empty one."""
+  grads, start = [], 0
+  for x in xs:
+    if x.numel() == 0:
+      grads.append(x.zeros_like())
+      continue
+    size = x.shape[dim]
+    grads.append(ctx.shrink(tuple((start, start + size) if k == dim else None for k in range(ctx.ndim))))
+    start += size
+  return tuple(grads)
+
+
+def _softmax_rule(ctx: Any, out: Any, xs: list, axis: int) -> tuple:
+  return (out * (ctx - (ctx * out).sum(axis, keepdim=True)),)
+
+
+def _log_softmax_rule(ctx: Any, out: Any, xs: list, axis: int) -> tuple:
+  return (ctx - out.exp() * ctx.sum(axis, keepdim=True),)
+
+
+def _logsumexp_rule(ctx: Any, out: Any, xs: list) -> tuple:
+  """out keeps the reduced dims (size 1): the gradient is softmax(x), as exp(x - out)."""
+  x = xs[0]
+  return (ctx.expand(x.shape) * (x - out.expand(x.shape)).exp(),)
+
+
+# Unary rules are written on x = inputs[0] and out; comparisons are written as torch writes them, so that NaN
+# inputs take the same side.
+CUSTOM_RULES: dict[str, Callable[..., tuple]] = {
+  "sigmoid": lambda ctx, out, xs: (ctx * out * (1 - out),),
+  "tanh": lambda ctx, out, xs: (ctx * (1 - out * out),),
+  "erf": lambda ctx, out, xs: (ctx * (-(xs[0] * xs[0])).exp() * TWO_OVER_SQRT_PI,),
+  "expm1": lambda ctx, out, xs: (ctx * xs[0].exp(),),
+  "log1p": lambda ctx, out, xs: (ctx / (xs[0] + 1),),
+  # std = sqrt(var): torch gives no gradient where std is 0 (rather than inf * 0)
+  "std": lambda ctx, out, xs: (out.eq(0).where(0.0, ctx / (out * 2)),),
+  # relu'(0) = 0, from the output as torch's threshold_backward
+  "relu": lambda ctx, out, xs: (out.le(0).where(0.0, ctx),),
+  # hardtanh, relu6 and hardsigmoid: 0 at both bounds (torch's hardtanh_backward), unlike clamp
+  "hardtanh": lambda ctx, out, xs, lo, hi: ((xs[0].le(lo) | xs[0].ge(hi)).where(0.0, ctx),),
+  # torch's hardswish_backward: 0 up to -3, x / 3 + 1/2 strictly between -3 and 3, 1 from 3 on
+  "hardswish": lambda ctx, out, xs: (xs[0].le(-3).where(0.0, xs[0].lt(3).where(ctx * (xs[0] / 3 + 0.5), ctx)),),
+  # elu, celu, selu: alpha * input_scale * exp(x * input_scale) for x <= 0 (so elu'(0) = alpha, as torch)
+  "elu": lambda ctx, out, xs, alpha, scale: (
+    xs[0].le(0).where(ctx * (alpha * scale) * (xs[0] * scale).exp(), ctx),),
+  # sigmoid(beta x) is torch's exp(beta x) / (exp(beta x) + 1) without its overflow to inf / inf
+  "softplus": lambda ctx, out, xs, beta, threshold: (
+    (xs[0] * beta).gt(threshold).where(ctx, ctx * (xs[0] * beta).sigmoid()),),
+  "logsigmoid": lambda ctx, out, xs: (ctx * (-xs[0]).sigmoid(),),
+  # trig, hyperbolic and their inverses: torch's formulas, on x (the composite forms choose between branches
+  # with where, and an unused branch's infinite derivative would turn its zero gradient into NaN)
+  "atan": lambda ctx, out, xs: (ctx / (xs[0] * xs[0] + 1),),
+  "asin": lambda ctx, out, xs: (ctx * (1 - xs[0] * xs[0]).rsqrt(),),
+  "acos": lambda ctx, out, xs: (-ctx * (1 - xs[0] * xs[0]).rsqrt(),),
+  "cos": lambda ctx, out, xs: (-ctx * xs[0].sin(),),
+  "sinh": lambda ctx, out, xs: (ctx * xs[0].cosh(),),
+  "cosh": lambda ctx, out, xs: (ctx * xs[0].sinh(),),
+  "asinh": lambda ctx, out, xs: (ctx * (xs[0] * xs[0] + 1).rsqrt(),),
+  "acosh": lambda ctx, out, xs: (ctx * (xs[0] * xs[0] - 1).rsqrt(),),
+  "atanh": lambda ctx, out, xs: (ctx / (1 - xs[0] * xs[0]),),
+  "pow": _pow_rule,
+  "clamp": _clamp_rule,
+  "binary_crossentropy": _binary_crossentropy_rule,
+  "cat": _cat_rule,
+  "softmax": _softmax_rule,
+  "log_softmax": _log_softmax_rule,
+  "logsumexp": _logsumexp_rule,
+}
 
 
 def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
@@ -114,7 +241,8 @@ def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
 def compute_gradients(root: Any, seed: Any, targets: list[UOp]) -> dict[UOp, Any]:
   """Gradients (Tensors) of `root` (a Tensor) with respect to each target node, starting from `seed`.
 
-  Targets the output does not depend on are absent from the result."""
+  A target the output reaches only through piecewise-constant ops (sign, comparisons, floor, integer casts) gets
+  zeros, as in torch; targets the output does not depend on, or only through detach(), are absent."""
   wanted = set(targets)
   needed = _on_path(root.uop, wanted)
   grads: dict[UOp, Any] = {root.uop: seed}
@@ -130,4 +258,16 @@ def compute_gradients(root: Any, seed: Any, targets: list[UOp]) -> dict[UOp, Any
       if g is None or src not in needed:
         continue
       grads[src] = g if src not in grads else grads[src] + g
-  return {t: grads[t] for t in targets if t in grads}
+  live = reachable_without_detach(root.uop)
+  return {t: grads[t] if t in grads else _t(seed, t).zeros_like() for t in targets if t in grads or t in live}
+
+
+def reachable_without_detach(root: UOp) -> set[UOp]:
+  """The nodes of root's graph that gradients can reach: every node not behind a DETACH."""
+  seen, stack = set(), [root]
+  while stack:
+    node = stack.pop()
+    if node not in seen and node.op is not Ops.DETACH:
+      seen.add(node)
+      stack.extend(node.src)
+  return seen

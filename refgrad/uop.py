@@ -26,6 +26,8 @@ class Ops(Enum):
   # tensor graph: movement, reduce, realization points
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
   REDUCE_AXIS = auto(); CONTIGUOUS = auto(); COPY = auto(); ASSIGN = auto(); DETACH = auto()  # noqa: E702
+  # autograd only: the value of src[0], with a gradient from a named rule in gradient.py (arg: the rule's key)
+  CUSTOM_GRAD = auto()
   # kernel programs
   PARAM = auto(); SPECIAL = auto(); RANGE = auto(); REDUCE = auto(); LOAD = auto(); STORE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACCUMULATE = auto(); ENDRANGE = auto(); SINK = auto()  # noqa: E702
@@ -261,6 +263,7 @@ SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.REDUCE_AXIS: _reduce_shape,
   Ops.CONTIGUOUS: lambda u: u.src[0].shape,
   Ops.DETACH: lambda u: u.src[0].shape,
+  Ops.CUSTOM_GRAD: lambda u: u.src[0].shape,
   Ops.COPY: lambda u: u.src[0].shape,
   Ops.ASSIGN: lambda u: u.src[0].shape,
   Ops.CAST: lambda u: u.src[0].shape,

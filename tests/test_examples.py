@@ -40,12 +40,13 @@ def loss_curve(device: str, steps: int = 8) -> list[float]:
     model, x, y = mlp.MLP(), Tensor(x_np), Tensor(y_np)
     opt = Adam(get_parameters(model), lr=0.01)
     curve = []
-    for _ in range(steps):
-      opt.zero_grad()
-      loss = model(x).sparse_categorical_crossentropy(y)
-      loss.backward()
-      opt.step()
-      curve.append(loss.item())
+    with Tensor.train():
+      for _ in range(steps):
+        opt.zero_grad()
+        loss = model(x).sparse_categorical_crossentropy(y)
+        loss.backward()
+        opt.step()
+        curve.append(loss.item())
     return curve
   finally:
     Device.DEFAULT = previous

@@ -91,7 +91,8 @@ def test_optimizer_steps_match_torch(name):
   for _ in range(3):
     opt_ours.zero_grad()
     ((Tensor(x) @ ours).tanh() ** 2).mean().backward()
-    opt_ours.step()
+    with Tensor.train():
+      opt_ours.step()
     opt_theirs.zero_grad()
     ((torch.tensor(x) @ theirs).tanh() ** 2).mean().backward()
     opt_theirs.step()
@@ -105,7 +106,8 @@ def test_lamb_and_lars_take_trust_ratio_steps():
   ours = Tensor(w0)
   opt = optim.LAMB([ours], lr=0.1, weight_decay=0.01)
   ours.grad = Tensor(g)
-  opt.step()
+  with Tensor.train():
+    opt.step()
   m, v = 0.1 * g, 0.001 * g * g
   up = (m / 0.1) / (np.sqrt(v / 0.001) + 1e-6) + 0.01 * w0
   trust = np.linalg.norm(w0) / np.linalg.norm(up)
@@ -113,7 +115,8 @@ def test_lamb_and_lars_take_trust_ratio_steps():
   lars_w = Tensor(w0)
   lars = optim.LARS([lars_w], lr=0.1, momentum=0.0, weight_decay=0.0, tcoef=0.001)
   lars_w.grad = Tensor(g)
-  lars.step()
+  with Tensor.train():
+    lars.step()
   ratio = 0.001 * np.linalg.norm(w0) / np.linalg.norm(g)
   np.testing.assert_allclose(lars_w.numpy(), w0 - 0.1 * ratio * g, rtol=1e-5)
 

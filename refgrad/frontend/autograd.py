@@ -9,7 +9,7 @@ import contextlib
 import weakref
 from typing import Any
 
-from refgrad.gradient import compute_gradients
+from refgrad.gradient import compute_gradients, reachable_without_detach
 from refgrad.schedule import computed_buffer, realized_buffer
 from refgrad.uop import Ops, UOp
 
@@ -117,7 +117,7 @@ class AutogradMixin:
     if type(self).no_grad:
       return False
     wanted = {t.uop for t in list(_WANT_GRAD) if t.requires_grad and t is not self}
-    return bool(wanted) and _reaches(self.uop, wanted)
+    return bool(wanted) and not wanted.isdisjoint(reachable_without_detach(self.uop))
 
   def _seed(self, gradient: Any) -> Any:
     from refgrad.tensor import ShapeError
@@ -144,16 +144,3 @@ class AutogradMixin:
       t.grad = g if t.grad is None else t.grad + g
     return self
 
-
-def _reaches(root: UOp, targets: set[UOp]) -> bool:
-  """Whether some node of `targets` is reachable from root without passing a DETACH."""
-  stack, seen = [root], set()
-  while stack:
-    node = stack.pop()
-    if node in targets:
-      return True
-    if node in seen or node.op is Ops.DETACH:
-      continue
-    seen.add(node)
-    stack.extend(node.src)
-  return False

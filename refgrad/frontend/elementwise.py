@@ -11,6 +11,7 @@ from typing import Any
 
 from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, scalar_dtype_with, to_dtype
 from refgrad.frontend import special
+from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp
 
 LOG2_E = math.log2(math.e)
@@ -27,6 +28,11 @@ def _half_in_float32(fn: Any) -> Any:
       return fn(self.cast(dtypes.float32)).cast(self.dtype)
     return fn(self)
   return wrapper
+
+
+class BitwiseDTypeError(TypeError, NotImplementedError):
+  """A bitwise op or shift on a dtype it does not take (floats; bool for shifts). A TypeError, and like torch's
+  error a NotImplementedError, so a RuntimeError too."""
 
 
 class ElementwiseMixin:
@@ -146,7 +152,7 @@ class ElementwiseMixin:
     if dtypes.is_int(x.dtype) or x.dtype == dtypes.bool:
       out = x.dtype
       return x.cast(dtypes.float32).pow(y.cast(dtypes.float32)).round().cast(out)
-    return _float_pow(x, y)
+    return custom_gradient(_float_pow(x, y), ("pow",), x, y)
 
   def _int_power(self, n: int) -> Any:
     result, base = self.ones_like(), self
@@ -200,7 +206,12 @@ class ElementwiseMixin:
     if min_ is None and max_ is None:
       raise RuntimeError("clamp: at least one of 'min_' or 'max_' must not be None")
     out = self if min_ is None else self.maximum(min_)
-    return out if max_ is None else out.minimum(max_)
+    out = out if max_ is None else out.minimum(max_)
+    if not dtypes.is_float(out.dtype):
+      return out
+    inputs = [self] + [self._to_tensor(b) for b in (min_, max_) if b is not None]
+    inputs = [t.cast(out.dtype)._broadcast_to(out.shape) for t in inputs]  # the rule sees one shape and dtype
+    return custom_gradient(out, ("clamp", min_ is not None, max_ is not None), *inputs)
 
   def clip(self, min_: Any = None, max_: Any = None) -> Any:
     """Alias of clamp.
@@ -249,7 +260,8 @@ class ElementwiseMixin:
 
   @_half_in_float32
   def cos(self) -> Any:
-    return (math.pi / 2 - self._float()).sin()
+    x = self._float()
+    return custom_gradient((math.pi / 2 - x).sin(), ("cos",), x)
 
   @_half_in_float32
   def tan(self) -> Any:
@@ -271,7 +283,7 @@ class ElementwiseMixin:
     0.785398
     """
     x = self._float()
-    return special.with_sign_of(x, special.atan_of_magnitude(x.abs()))
+    return custom_gradient(special.with_sign_of(x, special.atan_of_magnitude(x.abs())), ("atan",), x)
 
   @_half_in_float32
   def asin(self) -> Any:
@@ -281,7 +293,7 @@ class ElementwiseMixin:
     0.523599
     """
     x = self._float()
-    return (x / ((1.0 - x) * (1.0 + x)).sqrt()).atan()
+    return custom_gradient((x / ((1.0 - x) * (1.0 + x)).sqrt()).atan(), ("asin",), x)
 
   @_half_in_float32
   def acos(self) -> Any:
@@ -291,7 +303,7 @@ class ElementwiseMixin:
     1.047198
     """
     x = self._float()
-    return ((1.0 - x) / (1.0 + x)).sqrt().atan() * 2.0
+    return custom_gradient(((1.0 - x) / (1.0 + x)).sqrt().atan() * 2.0, ("acos",), x)
 
   @_half_in_float32
   def sinh(self) -> Any:
@@ -305,7 +317,7 @@ class ElementwiseMixin:
     t = special.expm1(a)
     half_exp = _half_exp(a)
     large = half_exp - 0.25 / half_exp
-    return special.with_sign_of(x, a.lt(1.0).where((t + t / (t + 1.0)) * 0.5, large))
+    return custom_gradient(special.with_sign_of(x, a.lt(1.0).where((t + t / (t + 1.0)) * 0.5, large)), ("sinh",), x)
 
   @_half_in_float32
   def cosh(self) -> Any:
@@ -314,8 +326,9 @@ class ElementwiseMixin:
     >>> Tensor([0.0]).cosh().tolist()
     [1.0]
     """
-    half_exp = _half_exp(self._float().abs())
-    return half_exp + 0.25 / half_exp
+    x = self._float()
+    half_exp = _half_exp(x.abs())
+    return custom_gradient(half_exp + 0.25 / half_exp, ("cosh",), x)
 
   @_half_in_float32
   def asinh(self) -> Any:
@@ -328,7 +341,7 @@ class ElementwiseMixin:
     a = x.abs()
     small = special.log1p(a + a * a / (1.0 + (1.0 + a * a).sqrt()))
     large = a.log() + (1.0 + (1.0 + (a * a).reciprocal()).sqrt()).log()
-    return special.with_sign_of(x, a.lt(2.0).where(small, large))
+    return custom_gradient(special.with_sign_of(x, a.lt(2.0).where(small, large)), ("asinh",), x)
 
   @_half_in_float32
   def acosh(self) -> Any:
@@ -342,7 +355,7 @@ class ElementwiseMixin:
     t = x - 1.0
     small = special.log1p(t + (t * 2.0 + t * t).sqrt())
     large = x.log() + (1.0 + (1.0 - (x * x).reciprocal()).sqrt()).log()
-    return x.lt(1.0).where(math.nan, x.lt(2.0).where(small, large))
+    return custom_gradient(x.lt(1.0).where(math.nan, x.lt(2.0).where(small, large)), ("acosh",), x)
 
   @_half_in_float32
   def atanh(self) -> Any:
@@ -353,7 +366,7 @@ class ElementwiseMixin:
     """
     x = self._float()
     a = x.abs()
-    return special.with_sign_of(x, special.log1p(a * 2.0 / (1.0 - a)) * 0.5)
+    return custom_gradient(special.with_sign_of(x, special.log1p(a * 2.0 / (1.0 - a)) * 0.5), ("atanh",), x)
 
   @_half_in_float32
   def erf(self) -> Any:
@@ -363,7 +376,7 @@ class ElementwiseMixin:
     [0.0, 1.0, -1.0]
     """
     x = self._float()
-    return special.with_sign_of(x, special.erf_of_magnitude(x.abs()))
+    return custom_gradient(special.with_sign_of(x, special.erf_of_magnitude(x.abs())), ("erf",), x)
 
   @_half_in_float32
   def tanh(self) -> Any:
@@ -374,15 +387,17 @@ class ElementwiseMixin:
     """
     x = self._float()
     t = special.expm1(x.abs() * -2.0)
-    return special.with_sign_of(x, -t / (t + 2.0))
+    return custom_gradient(special.with_sign_of(x, -t / (t + 2.0)), ("tanh",), x)
 
   @_half_in_float32
   def sigmoid(self) -> Any:
-    return (1.0 + (-self._float()).exp()).reciprocal()
+    x = self._float()
+    return custom_gradient((1.0 + (-x).exp()).reciprocal(), ("sigmoid",), x)
 
   def relu(self) -> Any:
-    """max(x, 0) like torch.relu: NaN stays NaN and -0.0 stays -0.0."""
-    return self.lt(0).where(self._const(0), self)
+    """max(x, 0) like torch.relu: NaN stays NaN, -0.0 stays -0.0, and the gradient at 0 is 0."""
+    out = self.lt(0).where(self._const(0), self)
+    return custom_gradient(out, ("relu",), self) if dtypes.is_float(self.dtype) else out
 
   def trunc(self) -> Any:
     return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
@@ -497,7 +512,7 @@ class ElementwiseMixin:
   def _bitwise(self, op: Ops, y: Any, reverse: bool = False) -> Any:
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
-      raise TypeError(f"bitwise {op.name.lower()} is not supported for float dtype {x.dtype.name}")
+      raise BitwiseDTypeError(f"bitwise {op.name.lower()} is not supported for float dtype {x.dtype.name}")
     return x._alu(op, y)
 
   def bitwise_and(self, y: Any, reverse: bool = False) -> Any:
@@ -514,18 +529,19 @@ class ElementwiseMixin:
 
   def bitwise_not(self) -> Any:
     if dtypes.is_float(self.dtype):
-      raise TypeError(f"bitwise not is not supported for float dtype {self.dtype.name}")
+      raise BitwiseDTypeError(f"bitwise not is not supported for float dtype {self.dtype.name}")
     return self._alu(Ops.XOR, self._const(True if self.dtype == dtypes.bool else -1))
 
   def _shift(self, op: Ops, y: Any, reverse: bool = False) -> Any:
     """Shift by a Python int (keeps the dtype) or an int tensor (promotes like other binary ops)."""
     if self.dtype == dtypes.bool:
-      raise TypeError("shifts need integer tensors, got bool")
+      raise BitwiseDTypeError("shifts need integer tensors, got bool")
     if isinstance(y, (bool, float)) or (isinstance(y, type(self)) and not dtypes.is_int(y.dtype)):
-      raise TypeError(f"shift amount must be an integer, got {y.dtype.name if isinstance(y, type(self)) else y!r}")
+      raise BitwiseDTypeError(f"shift amount must be an integer, got "
+                              f"{y.dtype.name if isinstance(y, type(self)) else y!r}")
     x, amount = self._broadcasted(y, reverse)
     if not dtypes.is_int(x.dtype):
-      raise TypeError(f"shifts need integer tensors, got {x.dtype.name}")
+      raise BitwiseDTypeError(f"shifts need integer tensors, got {x.dtype.name}")
     return x._alu(op, amount)
 
   def lshift(self, y: Any, reverse: bool = False) -> Any:

@@ -13,7 +13,12 @@ import numpy as np
 
 from refgrad.dtype import dtypes, least_upper_dtype
 from refgrad.frontend.indexing import IndexingMixin
+from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp, prod
+
+
+class InvalidArgumentError(RuntimeError, ValueError):
+  """An argument value torch rejects with RuntimeError (meshgrid's indexing); also a ValueError."""
 
 
 def _shape_error():
@@ -117,7 +122,10 @@ class MovementMixin(IndexingMixin):
     >>> Tensor([[1, 2, 3]]).permute(1, 0).tolist()
     [[1], [2], [3]]
     """
-    order = tuple(_norm(d, self.ndim) for d in _args(order))
+    order = _args(order)
+    if len(order) != self.ndim:
+      raise _shape_error()(f"permute: {order} names {len(order)} dims, but the tensor has shape {self.shape}")
+    order = tuple(_norm(d, self.ndim) for d in order)
     if sorted(order) != list(range(self.ndim)):
       raise _shape_error()(f"permute: {order} is not a permutation of the dims of a {self.ndim}-d tensor")
     return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
@@ -199,7 +207,9 @@ class MovementMixin(IndexingMixin):
     """
     if dim is None:
       return self.reshape(tuple(s for s in self.shape if s != 1))
-    dims = {_norm(d, self.ndim) for d in _ints(dim, "squeeze: dims")}
+    dims = [_norm(d, self.ndim) for d in _ints(dim, "squeeze: dims")]
+    if len(set(dims)) != len(dims):
+      raise RuntimeError(f"squeeze: dim {dim} appears multiple times in the list of dims")
     if self.ndim == 0:
       return self
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims or s != 1))
@@ -219,9 +229,9 @@ class MovementMixin(IndexingMixin):
     >>> Tensor([[[1, 2], [3, 4]]]).flatten(1).tolist()
     [[1, 2, 3, 4]]
     """
+    start, end = _norm(start_dim, self.ndim), _norm(end_dim, self.ndim)
     if self.ndim == 0:
       return self.reshape(1)
-    start, end = _norm(start_dim, self.ndim), _norm(end_dim, self.ndim)
     if start > end:
       raise _shape_error()(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     return self.reshape(self.shape[:start] + (prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
@@ -322,9 +332,9 @@ class MovementMixin(IndexingMixin):
     >>> [t.tolist() for t in Tensor([1, 2, 3]).split([1, 2])]
     [[1], [2, 3]]
     """
-    d = _norm(dim, self.ndim)
     if self.ndim == 0:
       raise _shape_error()("split: cannot split a 0-d tensor")
+    d = _norm(dim, self.ndim)
     n = self.shape[d]
     pieces = _split_sizes(sizes, n, d)
     starts = [sum(pieces[:i]) for i in range(len(pieces))]
@@ -367,7 +377,11 @@ class MovementMixin(IndexingMixin):
         raise RuntimeError(f"cat: all tensors must be on one device, got {first.device} and {t.device}")
     out_dtype = least_upper_dtype(*(t.dtype for t in kept))
     parts = [t.cast(out_dtype) for t in kept if t.shape[d]] or [kept[0].cast(out_dtype)]
-    return _join(parts, d)
+    out = _join(parts, d)
+    if all(t.numel() for t in tensors):
+      return out
+    # empty inputs add nothing to the value, but autograd must still reach them (torch gives them empty gradients)
+    return custom_gradient(out, ("cat", d), *(t.cast(out_dtype) for t in tensors))
 
   def stack(self, *args: Any, dim: int = 0) -> Any:
     """Join equally shaped tensors along a new dim. Also callable as Tensor.stack([a, b, ...], dim=...).
@@ -391,7 +405,7 @@ class MovementMixin(IndexingMixin):
     [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
     """
     if indexing not in ("ij", "xy"):
-      raise ValueError(f'meshgrid: indexing must be "ij" or "xy", got {indexing!r}')
+      raise InvalidArgumentError(f'meshgrid: indexing must be "ij" or "xy", got {indexing!r}')
     tensors = _tensor_list(self, args, "meshgrid")
     for i, t in enumerate(tensors):
       if t.ndim > 1:
@@ -406,8 +420,9 @@ class MovementMixin(IndexingMixin):
     return tuple(t.reshape(_on_dim(len(flat), axis, -1, 1)).expand(shape) for t, axis in zip(flat, axes))
 
   def rearrange(self, formula: str, **sizes: int) -> Any:
-    """einops-style reshape and permute: "b (h w) c -> b h w c" with sizes for split axes, "..." for the dims
-    not named, "1" or "()" for a dim of size 1.
+    """einops-style reshape and permute: "b (h w) c -> b h w c" with sizes for split axes, "..." (or "…") for
+    the dims not named, "1" or "()" for a dim of size 1. A malformed formula raises RearrangeError (a ValueError and
+    an AssertionError).
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).rearrange("a b -> b a").tolist()
     [[1, 4], [2, 5], [3, 6]]
@@ -563,6 +578,16 @@ def _repeat_counts(repeats: Any, n: int) -> list[int]:
 
 
 # ---- rearrange: parse "a (b c) ... -> ..." into reshape, permute, reshape
+class RearrangeError(ValueError, AssertionError, RuntimeError):
+  """A malformed rearrange pattern: a ValueError, an AssertionError like tinygrad's asserts, and a RuntimeError like
+  einops' EinopsError."""
+
+
+def _is_axis_name(token: str) -> bool:
+  """einops' rule: a Python identifier that neither starts nor ends with '_'."""
+  return token.isidentifier() and not token.startswith("_") and not token.endswith("_")
+
+
 def _parse_side(side: str, formula: str) -> list[Sequence[str]]:
   """'b (h w) 1 ...' -> [['b'], ['h', 'w'], [], ('...',)]: each axis as the names merged into it; a standalone
   ellipsis is the tuple ('...',) (it stands for several axes), one inside parentheses is merged like a name."""
@@ -575,19 +600,20 @@ def _parse_side(side: str, formula: str) -> list[Sequence[str]]:
       axes.append(group)
       group = None
     elif token in ("(", ")"):
-      raise ValueError(f"rearrange: unbalanced or nested parentheses in {formula!r}")
+      raise RearrangeError(f"rearrange: unbalanced or nested parentheses in {formula!r}")
     elif token == "1":
       if group is None:
         axes.append([])
-    elif token == "..." or (token.isidentifier() and not token.startswith("_")):
+    elif token == "..." or _is_axis_name(token):
       if group is not None:
         group.append(token)
       else:
         axes.append(("...",) if token == "..." else [token])
     else:
-      raise ValueError(f"rearrange: invalid axis name {token!r} in {formula!r}")
+      raise RearrangeError(f"rearrange: invalid axis name {token!r} in {formula!r} (names are identifiers that "
+                           "neither start nor end with '_')")
   if group is not None:
-    raise ValueError(f"rearrange: unbalanced parentheses in {formula!r}")
+    raise RearrangeError(f"rearrange: unbalanced parentheses in {formula!r}")
   return axes
 
 
@@ -595,7 +621,7 @@ def _expand_ellipsis(lhs: list, rhs: list, ndim: int, formula: str) -> tuple[lis
   """Replace "..." by one name per dim it stands for: separate axes where it stands alone, one merged axis where
   it sits inside parentheses (only allowed on the right)."""
   if any("..." in g and not isinstance(g, tuple) for g in lhs):
-    raise ValueError(f"rearrange: '...' cannot be inside parentheses on the left of {formula!r}")
+    raise RearrangeError(f"rearrange: '...' cannot be inside parentheses on the left of {formula!r}")
   if ("...",) not in lhs:
     return lhs, rhs
   names = [f"...{i}" for i in range(max(ndim - len(lhs) + 1, 0))]
@@ -612,17 +638,21 @@ def _plan_rearrange(formula: str, shape: tuple[int, ...], sizes: dict[str, int])
   """(shape with every named axis split out, permutation to the right side's order, final shape)."""
   if not isinstance(formula, str):
     raise TypeError(f"rearrange: formula must be a str, got {type(formula).__name__}")
+  formula = formula.replace("\u2026", "...")  # einops accepts the unicode ellipsis too
   if formula.count("->") != 1:
-    raise ValueError(f"rearrange: need exactly one '->' in {formula!r}")
+    raise RearrangeError(f"rearrange: need exactly one '->' in {formula!r}, found {formula.count('->')}")
   lhs, rhs = (_parse_side(s, formula) for s in formula.split("->"))
-  for side in (lhs, rhs):
+  for side, where in ((lhs, "left"), (rhs, "right")):
     names = [n for g in side for n in g]
-    if len(set(names)) != len(names):
-      raise ValueError(f"rearrange: a name appears twice on one side of {formula!r}")
-  if sorted(n for g in lhs for n in g) != sorted(n for g in rhs for n in g):
-    raise ValueError(f"rearrange: the two sides of {formula!r} must name the same axes")
-  if unused := set(sizes) - {n for g in lhs for n in g}:
-    raise ValueError(f"rearrange: sizes given for axes {sorted(unused)} that {formula!r} does not use")
+    if repeated := sorted({n for n in names if names.count(n) > 1}):
+      raise RearrangeError(f"rearrange: {repeated} repeated on the {where} side of {formula!r}")
+  left, right = ({n for g in side for n in g} for side in (lhs, rhs))
+  if left != right:
+    only = [f"{sorted(a - b)} only on the {where}" for a, b, where in ((left, right, "left"), (right, left, "right"))
+            if a - b]
+    raise RearrangeError(f"rearrange: the two sides of {formula!r} must name the same axes: {' and '.join(only)}")
+  if unused := set(sizes) - left:
+    raise RearrangeError(f"rearrange: sizes given for axes {sorted(unused)} that {formula!r} does not use")
   lhs, rhs = _expand_ellipsis(lhs, rhs, len(shape), formula)
   if len(lhs) != len(shape):
     raise _shape_error()(f"rearrange: the left side of {formula!r} has {len(lhs)} axes but the tensor has shape "

@@ -14,6 +14,7 @@ import numpy as np
 
 from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from refgrad.frontend import special
+from refgrad.gradient import custom_gradient
 from refgrad.uop import prod
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -212,7 +213,8 @@ class NNFunctionalMixin:
 
   def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Any:
     """Resize the last len(size) dims: "linear" (n-linear), "nearest" or "nearest-exact", with torch's source
-    coordinates (computed in float32 like torch for every dtype but float64).
+    coordinates (computed in float32 like torch for every dtype but float64). Integer tensors keep their dtype:
+    "linear" then works like torch's uint8 kernel (fixed-point weights, each dim rounded half up, last dim first).
 
     >>> Tensor([[[1.0, 3.0]]]).interpolate((4,)).tolist()
     [[[1.0, 1.5, 2.5, 3.0]]]
@@ -224,9 +226,10 @@ class NNFunctionalMixin:
       raise ValueError(f"align_corners can only be set with mode 'linear', got mode {mode!r}")
     if len(size) > self.ndim or not all(isinstance(s, int) and s > 0 for s in size):
       raise ValueError(f"interpolate: size {size} must be positive ints, at most one per dim of shape {self.shape}")
-    x = self
-    for axis, out in zip(range(self.ndim - len(size), self.ndim), size):
-      x = INTERPOLATE_INDEX[mode](x, axis, out, align_corners)
+    x, passes = self, list(zip(range(self.ndim - len(size), self.ndim), size))
+    integer = mode == "linear" and dtypes.is_int(self.dtype)  # torch's uint8 rule: last dim first, each pass rounded
+    for axis, out in (reversed(passes) if integer else passes):
+      x = (_interpolate_linear_int if integer else INTERPOLATE_INDEX[mode])(x, axis, out, align_corners)
     return x
 
   # ---- normalization
@@ -287,7 +290,7 @@ class NNFunctionalMixin:
     if x._empty_along(axis):
       return x
     e = (x - x.max(axis, keepdim=True)).exp()
-    return e / e.sum(axis, keepdim=True)
+    return custom_gradient(e / e.sum(axis, keepdim=True), ("softmax", axis), x)
 
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Any:
     """x - max - log(sum(exp(x - max))) along axis, optionally computed in dtype.
@@ -299,7 +302,7 @@ class NNFunctionalMixin:
     if x._empty_along(axis):
       return x
     shifted = x - x.max(axis, keepdim=True)
-    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+    return custom_gradient(shifted - shifted.exp().sum(axis, keepdim=True).log(), ("log_softmax", axis), x)
 
   def _empty_along(self, axis: int) -> bool:
     from refgrad.tensor import normalize_dim
@@ -311,7 +314,7 @@ class NNFunctionalMixin:
     >>> Tensor([-1.0, 3.0, 9.0]).relu6().tolist()
     [0.0, 3.0, 6.0]
     """
-    return self.relu().minimum(6)
+    return custom_gradient(self.relu().minimum(6), ("hardtanh", 0.0, 6.0), self)
 
   def leakyrelu(self, neg_slope: float = 0.01) -> Any:
     """x for x >= 0, neg_slope * x below.
@@ -319,7 +322,7 @@ class NNFunctionalMixin:
     >>> Tensor([-2.0, 3.0]).leakyrelu(0.5).tolist()
     [-1.0, 3.0]
     """
-    return self.lt(0).where(self * neg_slope, self)
+    return self.gt(0).where(self, self * neg_slope)  # the slope at 0 is neg_slope, as in torch
 
   def elu(self, alpha: float = 1.0) -> Any:
     """x for x > 0, alpha * (exp(x) - 1) below (via expm1, accurate near 0).
@@ -328,7 +331,7 @@ class NNFunctionalMixin:
     [0.0, 2.0]
     """
     x = self._float()
-    return x.gt(0).where(x, special.expm1(x) * alpha)
+    return custom_gradient(x.gt(0).where(x, special.expm1(x) * alpha), ("elu", alpha, 1.0), x)
 
   def celu(self, alpha: float = 1.0) -> Any:
     """x for x > 0, alpha * (exp(x / alpha) - 1) below.
@@ -337,7 +340,7 @@ class NNFunctionalMixin:
     [0.0, 2.0]
     """
     x = self._float()
-    return x.gt(0).where(x, special.expm1(x / alpha) * alpha)
+    return custom_gradient(x.gt(0).where(x, special.expm1(x / alpha) * alpha), ("elu", alpha, 1 / alpha), x)
 
   def selu(self) -> Any:
     """scale * elu(x, alpha) with the self-normalizing constants.
@@ -353,7 +356,8 @@ class NNFunctionalMixin:
     >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
     [0.0, 0.5, 1.0]
     """
-    return (self._float() * alpha + beta).clamp(0, 1)
+    z = self._float() * alpha + beta
+    return custom_gradient(z.clamp(0, 1), ("hardtanh", 0.0, 1.0), z)
 
   def silu(self) -> Any:
     """x * sigmoid(x).
@@ -378,7 +382,7 @@ class NNFunctionalMixin:
     [-0.0, 0.0, 4.0]
     """
     x = self._float()
-    return x * (x + 3).relu6() / 6
+    return custom_gradient(x * (x + 3).relu6() / 6, ("hardswish",), x)
 
   def gelu(self, approximate: str = "tanh") -> Any:
     """GELU. tinygrad's default is the tanh approximation (torch's gelu(approximate="tanh")); approximate="none"
@@ -418,7 +422,8 @@ class NNFunctionalMixin:
     """
     x = self._float()
     scaled = x * beta
-    return scaled.gt(threshold).where(x, special.log1p(scaled.exp()) / beta)
+    return custom_gradient(scaled.gt(threshold).where(x, special.log1p(scaled.exp()) / beta),
+                           ("softplus", beta, threshold), x)
 
   def logsigmoid(self) -> Any:
     """log(sigmoid(x)) = -softplus(-x), stable for large |x|.
@@ -426,7 +431,8 @@ class NNFunctionalMixin:
     >>> Tensor([-100.0]).logsigmoid().tolist()
     [-100.0]
     """
-    return -(-self._float()).softplus()
+    x = self._float()
+    return custom_gradient(-(-x).softplus(), ("logsigmoid",), x)
 
   def softsign(self) -> Any:
     """x / (1 + |x|).
@@ -443,7 +449,7 @@ class NNFunctionalMixin:
     >>> Tensor([-3.0, 0.5, 2.0]).hardtanh().tolist()
     [-1.0, 0.5, 1.0]
     """
-    return self.clamp(min_val, max_val)
+    return custom_gradient(self.clamp(min_val, max_val), ("hardtanh", min_val, max_val), self)
 
   # ---- losses
   def _do_reduction(self, reduction: str) -> Any:
@@ -460,7 +466,7 @@ class NNFunctionalMixin:
     _check_same_shape(self, Y, "binary_crossentropy")
     p = self._float()
     loss = -(Y * p.log().maximum(-100.0) + (1 - Y) * (1 - p).log().maximum(-100.0))
-    return loss._do_reduction(reduction)
+    return custom_gradient(loss, ("binary_crossentropy",), p, Y.cast(p.dtype))._do_reduction(reduction)
 
   def binary_crossentropy_logits(self, Y: Any, reduction: str = "mean", pos_weight: Any = None) -> Any:  # noqa: N803
     """binary_crossentropy(sigmoid(self), Y) computed stably from logits; pos_weight scales the positive term.
@@ -470,7 +476,8 @@ class NNFunctionalMixin:
     """
     _check_same_shape(self, Y, "binary_crossentropy_logits")
     x = self._float()
-    log_sig_neg = special.log1p((-x.abs()).exp()) + (-x).relu()  # -log(sigmoid(x))
+    # -log(sigmoid(x)) = softplus(-x); its rule knows the derivative at x = 0, where |x| and relu(-x) have kinks
+    log_sig_neg = custom_gradient(special.log1p((-x.abs()).exp()) + (-x).relu(), ("softplus", 1.0, math.inf), -x)
     weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * Y
     return ((1 - Y) * x + weight * log_sig_neg)._do_reduction(reduction)
 
@@ -561,6 +568,10 @@ class NNFunctionalMixin:
 
 
 # ---- einsum
+class EinsumError(RuntimeError, ValueError):
+  """A malformed einsum formula or the wrong number of operands: torch's RuntimeError, also a ValueError."""
+
+
 ELLIPSIS_LETTERS = [chr(0x3B1 + i) for i in range(24)]  # stand-ins for the dims of "..." (user letters are ASCII)
 
 
@@ -573,8 +584,10 @@ def _einsum(formula: str, xs: tuple, acc_dtype: DType | str | None) -> Any:
   if arrow:
     out = _einsum_letters(rhs, ellipsis, formula)
     unknown = [c for c in out if not any(c in t for t in terms)]
-    if unknown or len(set(out)) != len(out):
-      raise ValueError(f"einsum(): output subscripts {rhs!r} must be distinct and appear in the inputs of {formula!r}")
+    repeated = sorted({c for c in out if out.count(c) > 1})
+    if unknown or repeated:
+      raise EinsumError(f"einsum(): output subscripts {rhs!r} of {formula!r} must be distinct and appear in the "
+                        f"inputs (not in the inputs: {unknown}, repeated: {repeated})")
   else:
     counts = {c: sum(t.count(c) for t in terms) for t in terms for c in t}
     out = ellipsis + sorted(c for c, k in counts.items() if k == 1 and c not in ellipsis)
@@ -591,14 +604,14 @@ def _einsum(formula: str, xs: tuple, acc_dtype: DType | str | None) -> Any:
 def _einsum_letters(term: str, ellipsis: list[str], formula: str) -> list[str]:
   pre, dots, post = term.partition("...")
   if not all(c.isascii() and c.isalpha() for c in pre + post) or "." in post:
-    raise ValueError(f"einsum(): invalid subscripts {term!r} in {formula!r}: use letters and at most one '...'")
+    raise EinsumError(f"einsum(): invalid subscripts {term!r} in {formula!r}: use letters and at most one '...'")
   return list(pre) + (ellipsis if dots else []) + list(post)
 
 
 def _einsum_terms(inputs: list[str], xs: tuple, formula: str) -> list[list[str]]:
   """Each operand's letters, with "..." spelled out as stand-in letters aligned from the right."""
   if len(inputs) != len(xs):
-    raise ValueError(f"einsum(): {formula!r} names {len(inputs)} operands, but {len(xs)} were given")
+    raise EinsumError(f"einsum(): {formula!r} names {len(inputs)} operands, but {len(xs)} were given")
   widest = max((x.ndim - len(t.replace("...", "")) for t, x in zip(inputs, xs) if "..." in t), default=0)
   terms = []
   for k, (term, x) in enumerate(zip(inputs, xs)):
@@ -606,7 +619,7 @@ def _einsum_terms(inputs: list[str], xs: tuple, formula: str) -> list[list[str]]
     covered = x.ndim - named if "..." in term else 0
     letters = _einsum_letters(term, ELLIPSIS_LETTERS[widest - covered:widest] if covered >= 0 else [], formula)
     if len(letters) != x.ndim:
-      raise ValueError(f"einsum(): subscripts {term!r} name {named} dims, but operand {k} has shape {x.shape}")
+      raise EinsumError(f"einsum(): subscripts {term!r} name {named} dims, but operand {k} has shape {x.shape}")
     terms.append(letters)
   return terms
 
@@ -740,6 +753,33 @@ def _interpolate_linear(x: Any, axis: int, m: int, align_corners: bool) -> Any:
   xf = x.cast(compute)
   out = _take(xf, axis, low) * (1 - w_high) + _take(xf, axis, high) * w_high
   return out.cast(least_upper_float(x.dtype))
+
+
+def _fixed_point_weights(n: int, m: int, align_corners: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+  """torch's integer linear weights: low and high source indices, and their float64 weights as integers with
+  `bits` fractional bits, the most that keep the largest weight below 2**15 (int16)."""
+  i = np.arange(m, dtype=np.float64)
+  if align_corners:
+    src = i * ((n - 1) / (m - 1) if m > 1 else 0.0)
+  else:
+    src = np.maximum((i + 0.5) * (n / m) - 0.5, 0.0)
+  low = np.minimum(src.astype(np.int64), n - 1)
+  frac = np.clip(src - low, 0.0, 1.0)
+  weights = np.stack([1.0 - frac, frac])
+  bits = max(b for b in range(16) if int(0.5 + weights.max() * 2 ** b) < 2 ** 15)
+  return low, np.minimum(low + 1, n - 1), np.floor(weights * 2 ** bits + 0.5).astype(np.int64), bits
+
+
+def _interpolate_linear_int(x: Any, axis: int, m: int, align_corners: bool) -> Any:
+  """One linear pass in integer arithmetic, rounded half up and clamped to x's dtype (torch's uint8 kernel)."""
+  from refgrad.tensor import Tensor
+  low, high, weights, bits = _fixed_point_weights(x.shape[axis], m, align_corners)
+  shape = [1] * x.ndim
+  shape[axis] = m
+  w_low, w_high = (Tensor(w.reshape(shape), device=x.device) for w in weights)
+  wide = x.cast(dtypes.int64)
+  acc = _take(wide, axis, low) * w_low + _take(wide, axis, high) * w_high + (1 << (bits - 1))
+  return (acc >> bits).clip(dtypes.min(x.dtype), dtypes.max(x.dtype)).cast(x.dtype)
 
 
 def _nearest(offset: float) -> Callable[[Any, int, int, bool], Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from refgrad.frontend import special
+from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp, prod
 
 # The dtype a sum accumulates in (tinygrad's rule): small ints widen, half and bfloat16 sum in float32.
@@ -113,7 +114,8 @@ class ReduceMixin:
     >>> Tensor([1.0, 3.0]).std().item()
     1.4142135381698608
     """
-    return self.var(axis, keepdim, correction).sqrt()
+    var = self.var(axis, keepdim, correction)
+    return custom_gradient(var.sqrt(), ("std",), var)
 
   def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Any, Any]:
     """(var, mean) in one call.
@@ -162,7 +164,7 @@ class ReduceMixin:
       return x.exp().sum(axis, keepdim).log()
     top = x.max(axis, keepdim=True)
     top = top.isinf().where(0.0, top)
-    out = (x - top).exp().sum(axis, keepdim=True).log() + top
+    out = custom_gradient((x - top).exp().sum(axis, keepdim=True).log() + top, ("logsumexp",), x)
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in _axes(axis, x.ndim)))
 
   # ---- scans
@@ -310,9 +312,9 @@ SCANS: dict[str, Scan] = {
 
 def _scan(x: Any, axis: int, scan: Scan) -> Any:
   from refgrad.tensor import normalize_dim
+  ax = normalize_dim(axis, x.ndim)  # IndexError for a bad axis, 0-d tensors included (they take 0 and -1)
   if x.ndim == 0:
     return x
-  ax = normalize_dim(axis, x.ndim)
   if x.shape[ax] == 0:
     return x
   moved = x.transpose(ax, -1)

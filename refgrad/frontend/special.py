@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from refgrad.dtype import dtypes
+from refgrad.gradient import custom_gradient
 from refgrad.uop import UOp
 
 # atan(u) = u + u**3 * P(u**2) on |u| <= tan(pi/8); fit error 5e-10 (float32), 3e-17 (float64) relative to atan
@@ -92,14 +93,14 @@ def expm1(x: Any) -> Any:
   u = x.exp()
   um1 = u - 1.0
   near_zero = u.eq(1.0).where(x, um1 * (x / u.log()))
-  return x.abs().lt(LN_2).where(near_zero, um1)
+  return custom_gradient(x.abs().lt(LN_2).where(near_zero, um1), ("expm1",), x)
 
 
 def log1p(x: Any) -> Any:
   """log(1 + x) without cancellation near 0 (Kahan's trick: 1 + x is rounded, x / (u - 1) corrects for it)."""
   u = x + 1.0
   out = u.log() * (x / (u - 1.0))
-  return u.eq(1.0).where(x, u.eq(math.inf).where(u, out))
+  return custom_gradient(u.eq(1.0).where(x, u.eq(math.inf).where(u, out)), ("log1p",), x)
 
 
 def atan_of_magnitude(a: Any) -> Any:

@@ -82,6 +82,7 @@ EVALUATORS: dict[Ops, Callable[[UOp, list[Value]], Value]] = {
   Ops.REDUCE_AXIS: _reduce,
   Ops.CONTIGUOUS: lambda u, srcs: srcs[0],
   Ops.DETACH: lambda u, srcs: srcs[0],
+  Ops.CUSTOM_GRAD: lambda u, srcs: srcs[0],
   Ops.COPY: lambda u, srcs: srcs[0],
 }
 

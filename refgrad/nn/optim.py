@@ -1,8 +1,27 @@
 """Optimizers. `step()` builds every parameter's update lazily and realizes them all in one schedule, so a
-step costs a small fixed number of kernels per parameter (the update and each state buffer)."""
+step costs a small fixed number of kernels per parameter (the update and each state buffer).
+
+Updates of half-precision (float16, bfloat16) parameters are computed in float32, with float32 gradients and
+state, and cast to the parameter's dtype once at the end (torch's float32 "master" math).
+"""
 from __future__ import annotations
 
+from refgrad.dtype import DType, dtypes, least_upper_dtype
 from refgrad.tensor import Tensor
+
+
+def _master_dtype(p: Tensor) -> DType:
+  """The dtype an update of p is computed in: float32, or float64 for float64 parameters."""
+  return least_upper_dtype(p.dtype, dtypes.float32)
+
+
+def _zeros(p: Tensor) -> Tensor:
+  return Tensor.zeros(*p.shape, dtype=_master_dtype(p), device=p.device, requires_grad=False)
+
+
+def _master(p: Tensor) -> tuple[Tensor, Tensor]:
+  """The parameter and its gradient in the master dtype."""
+  return p.detach().cast(_master_dtype(p)), p.grad.cast(_master_dtype(p))
 
 
 class Optimizer:
@@ -21,7 +40,10 @@ class Optimizer:
       p.grad = None
 
   def step(self) -> None:
-    """Apply one update to every parameter; everything is realized together."""
+    """Apply one update to every parameter; everything is realized together. Needs training mode."""
+    if not Tensor.training:
+      raise RuntimeError("Optimizer.step() needs training mode, but Tensor.training is False: "
+                         "run the training step inside `with Tensor.train():`")
     for p in self.params:
       if p.grad is None:
         raise RuntimeError(f"a parameter of shape {p.shape} has no gradient: call backward() before step()")
@@ -31,7 +53,8 @@ class Optimizer:
       p.replace(new)
 
   def _updates(self) -> list[Tensor]:
-    """New values: the parameters first, then any state buffers (already replaced in place by subclasses)."""
+    """New values: the parameters first (in their own dtype), then any state buffers (already replaced in place
+    by subclasses)."""
     raise NotImplementedError
 
 
@@ -42,26 +65,25 @@ class LARS(Optimizer):
                nesterov: bool = False, classic: bool = True, tcoef: float = 0.001):
     super().__init__(params, lr)
     self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
-    self.b = [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device, requires_grad=False) for p in self.params] \
-      if momentum else []
+    self.b = [_zeros(p) for p in self.params] if momentum else []
 
   def _updates(self) -> list[Tensor]:
     news, states = [], []
     for i, p in enumerate(self.params):
-      g = p.grad
+      w, g = _master(p)
       if self.tcoef:
-        r1, r2 = p.detach().square().sum().sqrt(), g.square().sum().sqrt()
+        r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
         ratio = (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
       else:
         ratio = 1.0
-      g = (g + self.wd * p.detach()) * ratio
+      g = (g + self.wd * w) * ratio
       if not self.classic:
         g = g * self.lr
       if self.momentum:
         b = self.momentum * self.b[i] + g
         states.append(self.b[i].replace(b))
         g = g + self.momentum * b if self.nesterov else b
-      news.append(p.detach() - (g * self.lr if self.classic else g))
+      news.append((w - (g * self.lr if self.classic else g)).cast(p.dtype))
     return news + states
 
 
@@ -78,27 +100,26 @@ class LAMB(Optimizer):
                weight_decay: float = 0.0, adam: bool = False):
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
-    zeros = lambda p: Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device, requires_grad=False)  # noqa: E731
-    self.m, self.v = [zeros(p) for p in self.params], [zeros(p) for p in self.params]
+    self.m, self.v = [_zeros(p) for p in self.params], [_zeros(p) for p in self.params]
     # b1**t and b2**t live in buffers, so every step runs the same kernels (a constant would change the source)
-    device = self.params[0].device
-    self.b1_t = Tensor.full((), 1.0, device=device, requires_grad=False).contiguous().realize()
-    self.b2_t = Tensor.full((), 1.0, device=device, requires_grad=False).contiguous().realize()
+    device, dtype = self.params[0].device, least_upper_dtype(*(_master_dtype(p) for p in self.params))
+    self.b1_t = Tensor.full((), 1.0, dtype=dtype, device=device, requires_grad=False).contiguous().realize()
+    self.b2_t = Tensor.full((), 1.0, dtype=dtype, device=device, requires_grad=False).contiguous().realize()
 
   def _updates(self) -> list[Tensor]:
     b1_t, b2_t = self.b1_t.replace(self.b1_t * self.b1), self.b2_t.replace(self.b2_t * self.b2)
     news, states = [], [b1_t, b2_t]
     for i, p in enumerate(self.params):
-      g = p.grad
+      w, g = _master(p)
       m = self.b1 * self.m[i] + (1 - self.b1) * g
       v = self.b2 * self.v[i] + (1 - self.b2) * g * g
       states += [self.m[i].replace(m), self.v[i].replace(v)]
       m_hat, v_hat = m / (1 - b1_t.to(p.device)), v / (1 - b2_t.to(p.device))
-      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * p.detach()
+      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w
       if not self.adam:
-        r1, r2 = p.detach().square().sum().sqrt(), up.square().sum().sqrt()
+        r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
         up = up * (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      news.append(p.detach() - self.lr * up)
+      news.append((w - self.lr * up).cast(p.dtype))
     return news + states
 
 

@@ -1,0 +1,333 @@
+"""Gradients at the points where formulas break, with torch's autograd as the oracle (issue 11).
+
+Every differentiable Tensor method is evaluated at edge points: signed zeros, the smallest normal and subnormal,
++-1e-30, the kinks and clamp bounds (+-1, +-3, 6), and magnitudes where exp over- or underflows in float32 or
+float64 (+-20, +-88, +-300, +-1e4). Elementwise methods see every edge point at once (binary ones every pair, so
+both operand orders); reductions, scans and losses draw rows of edge points from hypothesis, which also makes
+ties for max/min. Wherever torch's value or gradient is a number, refgrad's must be close to it, and never NaN.
+
+Differences from torch that are deliberate are documented in docs/SPEC.md ("Gradients") and tested here as such.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812 -- the usual torch alias
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refgrad import Tensor
+
+pytestmark = pytest.mark.usefixtures("refgrad_device")
+
+DTYPES = {"float32": np.float32, "float64": np.float64}
+# float64: refgrad's transcendentals are within a few ulp. float32: lanes where torch's own float32 result is off
+# are only checked for NaN; elsewhere a result may still cancel (1 - tanh(6)^2 is 0.5% of an ulp of tanh(6)).
+RTOL = {"float32": 5e-3, "float64": 1e-9}
+MAGNITUDES = (1e-30, 1.0, 3.0, 6.0, 20.0, 88.0, 300.0, 1e4)
+
+
+def edge_points(dt: type) -> list[float]:
+  info = np.finfo(dt)
+  tiny, subnormal = float(info.tiny), float(info.smallest_subnormal)
+  return [0.0, -0.0] + [s * m for m in (subnormal, tiny, *MAGNITUDES) for s in (1.0, -1.0)]
+
+
+def check_against_torch(ours: np.ndarray, theirs: np.ndarray, exact: np.ndarray, what: str, rtol: float,
+                        atol: float) -> None:
+  """Where torch gives a number, refgrad gives no NaN; where torch's result is finite and agrees with the float64
+  result `exact` (so is not itself lost to rounding), refgrad's is close to it."""
+  nan = np.isnan(ours) & ~np.isnan(theirs)
+  assert not nan.any(), f"{what}: NaN where torch gives {theirs[nan]} (at flat index {np.flatnonzero(nan)})"
+
+  def close(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # inf - inf: those lanes are not compared anyway
+      return np.abs(a - b) <= atol + rtol * np.abs(b)
+  reliable = np.isfinite(theirs) & close(theirs, exact)
+  bad = reliable & ~close(ours, exact)
+  assert not bad.any(), f"{what}: refgrad {ours[bad]}, torch {exact[bad]} (at flat index {np.flatnonzero(bad)})"
+
+
+def torch_results(torch_fn, arrays: list[np.ndarray], weights: np.ndarray) -> list[np.ndarray]:
+  """torch's value and the gradient of sum(value * weights) for each input, as float64 numpy arrays."""
+  inputs = [torch.tensor(a, requires_grad=True) for a in arrays]
+  out = torch_fn(*inputs)
+  (out * torch.tensor(weights.astype(arrays[0].dtype))).sum().backward()
+  grads = [t.grad.double().numpy() if t.grad is not None else np.zeros(a.shape) for a, t in zip(arrays, inputs)]
+  return [out.detach().double().numpy()] + grads
+
+
+def compare(rg_fn, torch_fn, arrays: list[np.ndarray], rtol: float, atol: float = 0.0) -> None:
+  """Value and gradient of sum(f(*arrays) * w) with fixed weights w, refgrad against torch in the same dtype and
+  against torch in float64 on the same inputs. Results below the smallest normal number may round differently
+  (subnormals), so they are only compared absolutely."""
+  atol = max(atol, float(np.finfo(arrays[0].dtype).tiny))
+  weights = np.random.default_rng(11).uniform(0.5, 1.5, torch_fn(*map(torch.tensor, arrays)).shape)
+  theirs = torch_results(torch_fn, arrays, weights)
+  exact = torch_results(torch_fn, [a.astype(np.float64) for a in arrays], weights.astype(arrays[0].dtype))
+  ours = [Tensor(a, requires_grad=True) for a in arrays]
+  out = rg_fn(*ours)
+  assert tuple(out.shape) == theirs[0].shape
+  (out * Tensor(weights.astype(arrays[0].dtype))).sum().backward()
+  results = [out] + [t.grad if t.grad is not None else t.zeros_like() for t in ours]
+  for i, (got, want, want64) in enumerate(zip(results, theirs, exact)):
+    what = "value" if i == 0 else f"gradient of input {i - 1}"
+    check_against_torch(got.numpy().astype(np.float64), want, want64, what, rtol, atol)
+
+
+# ---------------------------------------------------------------- elementwise: every edge point at once
+UNARY = {
+  "neg": (lambda x: -x, lambda x: -x),
+  "reciprocal": (lambda x: x.reciprocal(), torch.reciprocal),
+  "sqrt": (lambda x: x.sqrt(), torch.sqrt),
+  "rsqrt": (lambda x: x.rsqrt(), torch.rsqrt),
+  "exp": (lambda x: x.exp(), torch.exp),
+  "exp2": (lambda x: x.exp2(), torch.exp2),
+  "log": (lambda x: x.log(), torch.log),
+  "log2": (lambda x: x.log2(), torch.log2),
+  "sin": (lambda x: x.sin(), torch.sin),
+  "cos": (lambda x: x.cos(), torch.cos),
+  "tan": (lambda x: x.tan(), torch.tan),
+  "asin": (lambda x: x.asin(), torch.asin),
+  "acos": (lambda x: x.acos(), torch.acos),
+  "atan": (lambda x: x.atan(), torch.atan),
+  "sinh": (lambda x: x.sinh(), torch.sinh),
+  "cosh": (lambda x: x.cosh(), torch.cosh),
+  "tanh": (lambda x: x.tanh(), torch.tanh),
+  "asinh": (lambda x: x.asinh(), torch.asinh),
+  "acosh": (lambda x: x.acosh(), torch.acosh),
+  "atanh": (lambda x: x.atanh(), torch.atanh),
+  "erf": (lambda x: x.erf(), torch.erf),
+  "abs": (lambda x: x.abs(), torch.abs),
+  "square": (lambda x: x.square(), torch.square),
+  "sign": (lambda x: x.sign() * x, lambda x: x.sign() * x),
+  "trunc": (lambda x: x.trunc() + x, lambda x: x.trunc() + x),
+  "floor": (lambda x: x.floor() + x, lambda x: x.floor() + x),
+  "ceil": (lambda x: x.ceil() + x, lambda x: x.ceil() + x),
+  "round": (lambda x: x.round() + x, lambda x: x.round() + x),
+  "sigmoid": (lambda x: x.sigmoid(), torch.sigmoid),
+  "relu": (lambda x: x.relu(), torch.relu),
+  "relu6": (lambda x: x.relu6(), F.relu6),
+  "leakyrelu": (lambda x: x.leakyrelu(), F.leaky_relu),
+  "leakyrelu 0.2": (lambda x: x.leakyrelu(0.2), lambda x: F.leaky_relu(x, 0.2)),
+  "elu": (lambda x: x.elu(), F.elu),
+  "elu 0.7": (lambda x: x.elu(0.7), lambda x: F.elu(x, 0.7)),
+  "celu 0.5": (lambda x: x.celu(0.5), lambda x: F.celu(x, 0.5)),
+  "selu": (lambda x: x.selu(), F.selu),
+  "hardsigmoid": (lambda x: x.hardsigmoid(), F.hardsigmoid),
+  "silu": (lambda x: x.silu(), F.silu),
+  "swish": (lambda x: x.swish(), F.silu),
+  "hardswish": (lambda x: x.hardswish(), F.hardswish),
+  "gelu tanh": (lambda x: x.gelu(), lambda x: F.gelu(x, approximate="tanh")),
+  "gelu none": (lambda x: x.gelu("none"), F.gelu),
+  "quick_gelu": (lambda x: x.quick_gelu(), lambda x: x * torch.sigmoid(1.702 * x)),
+  "mish": (lambda x: x.mish(), F.mish),
+  "softplus": (lambda x: x.softplus(), F.softplus),
+  "softplus beta threshold": (lambda x: x.softplus(2.0, 5.0), lambda x: F.softplus(x, 2.0, 5.0)),
+  "logsigmoid": (lambda x: x.logsigmoid(), F.logsigmoid),
+  "softsign": (lambda x: x.softsign(), F.softsign),
+  "hardtanh": (lambda x: x.hardtanh(), F.hardtanh),
+  "hardtanh -3 6": (lambda x: x.hardtanh(-3, 6), lambda x: F.hardtanh(x, -3, 6)),
+  "clamp": (lambda x: x.clamp(-1, 1), lambda x: x.clamp(-1, 1)),
+  "clamp min": (lambda x: x.clamp(min_=0), lambda x: x.clamp(min=0)),
+  "clip max": (lambda x: x.clip(max_=3), lambda x: x.clip(max=3)),
+  "clamp min > max": (lambda x: x.clamp(1, -1), lambda x: x.clamp(1, -1)),
+  "pow int 2": (lambda x: x ** 2, lambda x: x ** 2),
+  "pow int 3": (lambda x: x ** 3, lambda x: x ** 3),
+  "pow int -1": (lambda x: x ** -1, lambda x: x ** -1),
+  "pow 0.0": (lambda x: x ** 0.0, lambda x: x ** 0.0),
+  "pow 0.5": (lambda x: x ** 0.5, lambda x: x ** 0.5),
+  "pow 3.0": (lambda x: x ** 3.0, lambda x: x ** 3.0),
+  "pow 8.0": (lambda x: x ** 8.0, lambda x: x ** 8.0),
+  "pow -2.0": (lambda x: x ** -2.0, lambda x: x ** -2.0),
+  "pow 2.5": (lambda x: x ** 2.5, lambda x: x ** 2.5),
+  "rpow 2.0": (lambda x: 2.0 ** x, lambda x: 2.0 ** x),
+  "rpow 0.5": (lambda x: 0.5 ** x, lambda x: 0.5 ** x),
+  "rpow 0.0": (lambda x: 0.0 ** x, lambda x: 0.0 ** x),
+  "rpow -2.0": (lambda x: (-2.0) ** x, lambda x: (-2.0) ** x),
+  "rpow 1.0": (lambda x: 1.0 ** x, lambda x: 1.0 ** x),
+  "add scalar": (lambda x: x + 1e-30, lambda x: x + 1e-30),
+  "rsub scalar": (lambda x: 3 - x, lambda x: 3 - x),
+  "rdiv scalar": (lambda x: 1.0 / x, lambda x: 1.0 / x),
+  "maximum scalar": (lambda x: x.maximum(1.0), lambda x: torch.maximum(x, torch.tensor(1.0, dtype=x.dtype))),
+  "minimum scalar": (lambda x: x.minimum(0.0), lambda x: torch.minimum(x, torch.tensor(0.0, dtype=x.dtype))),
+  "lerp": (lambda x: x.lerp(Tensor(2.0, dtype=x.dtype), 0.25), lambda x: torch.lerp(x, torch.tensor(2.0, dtype=x.dtype),
+                                                                                          0.25)),
+}
+
+
+# torch's float64 backward of hardsigmoid rounds 1/6 to float32 (and celu's 1/alpha: celu is tested with an alpha
+# whose reciprocal float32 holds exactly), so it is only good to about 1e-7 relative
+LOOSER_IN_FLOAT64 = {"hardsigmoid": 1e-7}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_at_every_edge_point(name, dtype):
+  rg, th = UNARY[name]
+  rtol = max(RTOL[dtype], LOOSER_IN_FLOAT64.get(name, 0.0)) if dtype == "float64" else RTOL[dtype]
+  compare(rg, th, [np.array(edge_points(DTYPES[dtype]), dtype=DTYPES[dtype])], rtol)
+
+
+BINARY = {
+  "add": (lambda x, y: x + y, lambda x, y: x + y),
+  "sub": (lambda x, y: x - y, lambda x, y: x - y),
+  "mul": (lambda x, y: x * y, lambda x, y: x * y),
+  "div": (lambda x, y: x / y, lambda x, y: x / y),
+  "pow": (lambda x, y: x ** y, lambda x, y: x ** y),
+  "maximum": (lambda x, y: x.maximum(y), torch.maximum),
+  "minimum": (lambda x, y: x.minimum(y), torch.minimum),
+  "mod": (lambda x, y: x % y, lambda x, y: x % y),
+  "clamp by tensors": (lambda x, y: x.clamp(y, 1.0), lambda x, y: x.clamp(y, torch.tensor(1.0, dtype=x.dtype))),
+  "lerp weight": (lambda x, y: Tensor(1.0, dtype=x.dtype).lerp(x, y),
+                  lambda x, y: torch.lerp(torch.tensor(1.0, dtype=x.dtype), x, y)),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_at_every_pair_of_edge_points(name, dtype):
+  points = np.array(edge_points(DTYPES[dtype]), dtype=DTYPES[dtype])
+  x, y = np.meshgrid(points, points, indexing="ij")  # every (x, y) pair, so both orders of every two points
+  rg, th = BINARY[name]
+  compare(rg, th, [x.copy(), y.copy()], RTOL[dtype])
+
+
+# ---------------------------------------------------------------- reductions, scans, losses: rows of edge points
+LABELS = np.array([0, 3, 1], dtype=np.int32)
+PROBS = np.array([[0.1, 0.2, 0.3, 0.4], [1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+ROWS = {
+  "sum": (lambda x: x.sum(1), lambda x: x.sum(1)),
+  "mean": (lambda x: x.mean(), lambda x: x.mean()),
+  "prod": (lambda x: x.prod(1), lambda x: x.prod(1)),
+  "max": (lambda x: x.max(1), lambda x: x.amax(1)),
+  "max all": (lambda x: x.max(), lambda x: x.max()),
+  "min": (lambda x: x.min(1), lambda x: x.amin(1)),
+  "min all": (lambda x: x.min(), lambda x: x.min()),
+  "logsumexp": (lambda x: x.logsumexp(1), lambda x: x.logsumexp(1)),
+  "logsumexp all": (lambda x: x.logsumexp(), lambda x: x.logsumexp((0, 1))),
+  "softmax": (lambda x: x.softmax(1), lambda x: x.softmax(1)),
+  "softmax axis 0": (lambda x: x.softmax(0), lambda x: x.softmax(0)),
+  "log_softmax": (lambda x: x.log_softmax(), lambda x: x.log_softmax(-1)),
+  "var": (lambda x: x.var(1), lambda x: x.var(1)),
+  "std": (lambda x: x.std(1), lambda x: x.std(1)),
+  "std all correction 0": (lambda x: x.std(correction=0), lambda x: x.std(correction=0)),
+  "cumsum": (lambda x: x.cumsum(1), lambda x: x.cumsum(1)),
+  "cumprod": (lambda x: x.cumprod(1), lambda x: x.cumprod(1)),
+  "logcumsumexp": (lambda x: x.logcumsumexp(1), lambda x: x.logcumsumexp(1)),
+  "matmul": (lambda x: x @ x.T, lambda x: x @ x.T),
+  "layernorm": (lambda x: x.layernorm(), lambda x: F.layer_norm(x, (4,))),
+  "cross_entropy": (lambda x: x.cross_entropy(Tensor(LABELS)),
+                    lambda x: F.cross_entropy(x, torch.tensor(LABELS, dtype=torch.int64))),
+  "cross_entropy probabilities smoothed": (
+    lambda x: x.cross_entropy(Tensor(PROBS.astype(x.dtype.np)), label_smoothing=0.1),
+    lambda x: F.cross_entropy(x, torch.tensor(PROBS, dtype=x.dtype), label_smoothing=0.1)),
+  "sparse_categorical_crossentropy": (
+    lambda x: x.sparse_categorical_crossentropy(Tensor(LABELS)),
+    lambda x: F.cross_entropy(x, torch.tensor(LABELS, dtype=torch.int64))),
+  "nll_loss": (lambda x: x.log_softmax().nll_loss(Tensor(LABELS)),
+               lambda x: F.nll_loss(x.log_softmax(-1), torch.tensor(LABELS, dtype=torch.int64))),
+  "binary_crossentropy": (
+    lambda x: x.sigmoid().binary_crossentropy(Tensor(PROBS.astype(x.dtype.np))),
+    lambda x: F.binary_cross_entropy(x.sigmoid(), torch.tensor(PROBS, dtype=x.dtype))),
+  "binary_crossentropy_logits": (
+    lambda x: x.binary_crossentropy_logits(Tensor(PROBS.astype(x.dtype.np))),
+    lambda x: F.binary_cross_entropy_with_logits(x, torch.tensor(PROBS, dtype=x.dtype))),
+}
+
+
+def edge_rows(dt: type) -> st.SearchStrategy:
+  """A 3x4 array of edge points; drawing from 20 values makes ties within a row common. Without subnormals: torch's
+  product gradients divide by the element, and a subnormal one rounds the upstream gradient away."""
+  points = [p for p in edge_points(dt) if p == 0 or abs(p) >= np.finfo(dt).tiny]
+  return st.lists(st.sampled_from(points), min_size=12, max_size=12).map(
+    lambda v: np.array(v, dtype=dt).reshape(3, 4))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ROWS)
+def test_rows_of_edge_points(name, dtype):
+  rg, th = ROWS[name]
+
+  @settings(max_examples=15, derandomize=True, deadline=None, database=None)
+  @given(edge_rows(DTYPES[dtype]))
+  def check(x):
+    # sums of terms 1e8 apart (1e4 squared next to 1) keep only an absolute accuracy, relative to the largest term
+    scale = float(np.abs(x.astype(np.float64)).max()) ** 2
+    compare(rg, th, [x], RTOL[dtype], atol=RTOL[dtype] * 1e-6 * scale)
+  check()
+
+
+# ---------------------------------------------------------------- issue 11's table, in float32, torch at run time
+REGRESSIONS = [
+  ("tanh", [0.0]), ("gelu tanh", [0.0, 350.0, -350.0]), ("sigmoid", [-300.0]), ("softplus", [-350.0, 350.0]),
+  ("pow 8.0", [0.0]), ("pow 0.0", [0.0]), ("relu", [0.0]), ("erf", [0.0]), ("rpow 2.0", [0.0]), ("pow 0.5", [1.0]),
+  ("elu", [0.0, 1e-30, -1e-30]), ("mish", [88.0, 300.0, -20.0]), ("logsigmoid", [20.0, -300.0]),
+  ("clamp", [-1.0, 1.0]),
+]
+
+
+@pytest.mark.parametrize("name, points", REGRESSIONS, ids=[r[0] for r in REGRESSIONS])
+def test_issue_11_gradient(name, points):
+  rg, th = UNARY[name]
+  x, tx = Tensor(points, requires_grad=True), torch.tensor(points, requires_grad=True)
+  rg(x).sum().backward()
+  th(tx).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=0)
+
+
+# ---------------------------------------------------------------- piecewise-constant ops: zero gradients
+FLAT = {
+  "sign": lambda x: x.sign(), "floor": lambda x: x.floor(), "ceil": lambda x: x.ceil(),
+  "round": lambda x: x.round(), "trunc": lambda x: x.trunc(), "lt": lambda x: x.lt(0.5).float(),
+  "eq": lambda x: x.eq(1.0).float(), "int cast": lambda x: x.int().float(), "argmax": lambda x: x.argmax().float(),
+  "floordiv": lambda x: x // 2.0,
+}
+
+
+@pytest.mark.parametrize("name", FLAT)
+def test_piecewise_constant_ops_give_zero_gradients(name):
+  x = Tensor([-1.5, 0.0, 0.5, 1.0, 2.5], requires_grad=True)
+  FLAT[name](x).sum().backward()
+  assert x.grad.tolist() == [0.0] * 5
+  (grad,) = FLAT[name](x).sum().gradient(x)  # no "not part of the graph" error either
+  assert grad.tolist() == [0.0] * 5
+
+
+def test_detached_input_is_still_not_part_of_the_graph():
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  with pytest.raises(RuntimeError, match="not part of"):
+    (x.detach() * 2).sum().gradient(x)
+
+
+# ---------------------------------------------------------------- custom-gradient nodes cost no forward kernels
+@pytest.mark.parametrize("name", ["tanh", "sigmoid", "gelu tanh", "mish", "softplus", "clamp", "pow 2.5", "elu"])
+def test_custom_gradients_add_no_kernels(name):
+  from refgrad.uop import Ops
+  x = Tensor(np.linspace(-3, 3, 8, dtype=np.float32))
+  out = UNARY[name][0](x)
+  assert any(u.op is Ops.CUSTOM_GRAD for u in out.uop.toposort)
+  stripped = out.uop.substitute({u: u.src[0] for u in out.uop.toposort if u.op is Ops.CUSTOM_GRAD})
+  assert len(out.schedule()) == len(Tensor(stripped).schedule()) == 1
+
+
+JOINS = {
+  "cat with empty parts": (lambda *ts: Tensor.cat(*ts), lambda *ts: torch.cat(ts), [(2, 3), (0, 3), (0,), (1, 3)]),
+  "cat of empty parts only": (lambda *ts: Tensor.cat(*ts, dim=1), lambda *ts: torch.cat(ts, 1), [(2, 0), (2, 0)]),
+  "stack of empty tensors": (lambda *ts: Tensor.stack(*ts, dim=1), lambda *ts: torch.stack(ts, 1), [(0, 2), (0, 2)]),
+}
+
+
+@pytest.mark.parametrize("name", JOINS)
+def test_zero_size_inputs_of_cat_and_stack_get_zero_size_gradients(name):
+  rg_fn, torch_fn, shapes = JOINS[name]
+  arrays = [np.arange(np.prod(s), dtype=np.float32).reshape(s) + 1 for s in shapes]
+  ours = [Tensor(a, requires_grad=True) for a in arrays]
+  theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+  out_t = torch_fn(*theirs)
+  weights = np.arange(out_t.numel(), dtype=np.float32).reshape(tuple(out_t.shape))
+  (rg_fn(*ours) * Tensor(weights)).sum().backward()
+  (out_t * torch.tensor(weights)).sum().backward()
+  for a, t in zip(ours, theirs):
+    assert a.grad is not None and a.grad.shape == tuple(t.grad.shape)
+    np.testing.assert_array_equal(a.grad.numpy(), t.grad.numpy())
