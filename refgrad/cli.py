@@ -4,8 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import traceback
 
 import numpy as np
+
+HARNESS_FAILED = 3  # `refgrad fuzz`'s exit status when refgrad itself failed (0: no finding, 1: findings, 2: usage)
 
 
 def _load_plugins(args: argparse.Namespace) -> None:
@@ -110,6 +113,7 @@ def cmd_check(args: argparse.Namespace) -> int:
   print(conformance.matrix_text(results))
   counts = conformance.summary(results)
   print(f"\n{device}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported")
+  print(conformance.unsupported_line(device))
   for r in results:
     if r.status == conformance.FAIL and args.verbose:
       print(f"\n--- {r.row} / {r.column}\n{r.detail}")
@@ -127,13 +131,18 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
   device = Device.canonicalize(args.device)
   Device[device]
   print(f"refgrad fuzz on {device} for {args.seconds:g} s with {args.jobs} job(s), seed {args.seed}", file=sys.stderr)
-  report = fuzz(device, args.seconds, args.seed, args.jobs, args.findings, args.plugin or [], args.timeout,
-                args.max_findings)
+  try:
+    report = fuzz(device, args.seconds, args.seed, args.jobs, args.findings, args.plugin or [], args.timeout,
+                  args.max_findings)
+  except Exception:  # by construction not a finding: refgrad's own harness failed
+    traceback.print_exc()
+    print(f"refgrad fuzz: refgrad's own fuzzing harness failed (above), not {device}: this is a bug in refgrad, "
+          "please report it", file=sys.stderr)
+    return HARNESS_FAILED
   for kind, path in report.findings:
     print(f"finding ({kind}): {path}")
   print(f"{report.programs} programs in {report.seconds:.1f} s: {report.rate:.1f} programs/s, "
-        f"{len(report.findings)} distinct finding(s)" + (f", {report.invalid} invalid programs skipped"
-                                                         if report.invalid else ""))
+        f"{len(report.findings)} distinct finding(s)")
   return 1 if report.findings else 0
 
 

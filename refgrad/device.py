@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -50,7 +52,9 @@ class Renderer(Protocol):
 
 
 class Compiler(Protocol):
-  cache_key: str  # compiler identity and flags: anything besides the source that changes the binary
+  # everything besides the source that changes the binary: compiler version, flags, the resolved target CPU and
+  # features (never "native"). Compile caches may be shared between machines: see docs/writing-a-backend.md
+  cache_key: str
   def compile(self, source: str) -> bytes: ...
 
 
@@ -80,6 +84,44 @@ class HostAllocator:
     np.frombuffer(dest, dtype=np.uint8)[:] = handle[:len(dest)]
 
 
+V = TypeVar("V")
+
+
+class LRU(Generic[V]):
+  """A mapping that keeps only its `maxsize` most recently used entries. An evicted value is just dropped: what
+  it holds (a loaded library, a built program) is released when no caller holds it any more."""
+
+  def __init__(self, maxsize: int):
+    self.maxsize = maxsize
+    self._entries: OrderedDict[Hashable, V] = OrderedDict()
+
+  def get(self, key: Hashable) -> V | None:
+    if (value := self._entries.get(key)) is not None:
+      self._entries.move_to_end(key)
+    return value
+
+  def put(self, key: Hashable, value: V) -> None:
+    self._entries[key] = value
+    self._entries.move_to_end(key)
+    while len(self._entries) > self.maxsize:
+      self._entries.popitem(last=False)
+
+  def __len__(self) -> int:
+    return len(self._entries)
+
+  def __contains__(self, key: Hashable) -> bool:
+    return key in self._entries
+
+
+# Loaded kernels kept per device. Measured (one process, all four devices): a loaded kernel costs about 8 KB on
+# PYTHON, 33 KB on CLANG, 130 KB on LLVM and 150 KB on OPENCL (1.7 MB if PoCL built it from source in this
+# process); unbounded, tests/test_elementwise.py alone loaded 1194 kernels per device and took the process from
+# 0.6 to 1.7 GB. Replaying the kernel sequence of tests/test_reduce.py, an LRU of 64 already misses only on first
+# use, and a training step of bench/train.py uses at most 46 kernels: 128 leaves room, and costs OPENCL at most
+# about 220 MB.
+RUNNER_CACHE_SIZE = 128
+
+
 @dataclass
 class DeviceImpl:
   """A working device. Compiled devices give renderer+compiler+runtime; PYTHON gives `interpret`."""
@@ -89,7 +131,7 @@ class DeviceImpl:
   compiler: Compiler | None = None
   runtime: Runtime | None = None
   interpret: Callable[[Any], Runner] | None = None
-  _runners: dict[Any, Runner] = field(default_factory=dict)
+  _runners: LRU[Runner] = field(default_factory=lambda: LRU(RUNNER_CACHE_SIZE))
 
   @property
   def caps(self) -> Capabilities:
@@ -99,10 +141,12 @@ class DeviceImpl:
     return self.renderer.render(program) if self.renderer is not None else program.listing()
 
   def get_runner(self, program: Any) -> Runner:
-    """Compile a program once per device; programs are keyed by their (hash-consed) kernel graph."""
+    """Load a program once per device while it stays among the RUNNER_CACHE_SIZE most recently used; programs
+    are keyed by their (hash-consed) kernel graph. An evicted one is loaded again from the compile cache."""
     runner = self._runners.get(program.key)
     if runner is None:
-      runner = self._runners[program.key] = self._build_runner(program)
+      runner = self._build_runner(program)
+      self._runners.put(program.key, runner)
     return runner
 
   def synchronize(self) -> None:
@@ -212,8 +256,14 @@ class DeviceRegistry:
 Device = DeviceRegistry()
 
 
-# ---- the compile cache: content-addressed, verified, written atomically
+# ---- the compile cache: content-addressed, verified, written atomically, pruned least recently used first
 CACHE_MAGIC = b"refgrad-cache-1\n"
+# The test suite's kernels take about 310 MB here (11,400 entries of 27 KB on average over the four devices), so
+# the default keeps a warm suite warm with room to spare. REFGRAD_CACHE_MAX_MB overrides it.
+CACHE_MAX_MB = 1024
+PRUNE_TO = 0.8  # a prune goes down to this share of the limit, so the next one is many compiles away
+STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed writer; a younger one may be in flight
+_cache_estimate: int | None = None  # bytes in the cache: its size at this process's last scan + what it wrote since
 
 
 def cache_dir() -> Path:
@@ -249,15 +299,64 @@ def _write_entry(path: Path, payload: bytes) -> None:
     raise
 
 
+def cache_limit() -> int:
+  """The compile cache's size limit in bytes: REFGRAD_CACHE_MAX_MB megabytes, else CACHE_MAX_MB."""
+  return int(float(os.environ.get("REFGRAD_CACHE_MAX_MB") or CACHE_MAX_MB) * 2**20)
+
+
+def prune_cache(limit: int | None = None) -> int:
+  """If the cache holds more than `limit` bytes (default: cache_limit()), delete the least recently used entries
+  (oldest modification time: an entry's time is refreshed on every hit) until it holds PRUNE_TO of the limit.
+  Returns the bytes left. Safe while other processes use the cache: a reader that loses an entry recompiles it."""
+  entries = []
+  for path in cache_dir().glob("??/*"):
+    try:
+      stat = path.stat()
+    except OSError:  # another process deleted or renamed it meanwhile
+      continue
+    if path.name.startswith(".tmp-") and time.time() - stat.st_mtime < STALE_TMP_SECONDS:
+      continue
+    entries.append((stat.st_mtime_ns, stat.st_size, path))
+  total = sum(size for _, size, _ in entries)
+  limit = cache_limit() if limit is None else limit
+  if total > limit:
+    for _, size, path in sorted(entries, key=lambda e: e[0]):
+      if total <= PRUNE_TO * limit:
+        break
+      path.unlink(missing_ok=True)
+      total -= size
+  return total
+
+
+def _note_write(nbytes: int) -> None:
+  """Scan the cache folder only on this process's first write and when what it wrote since its last scan may
+  have taken the cache over its limit, never on every write. Writes of other processes show at the next scan."""
+  global _cache_estimate
+  if _cache_estimate is not None and _cache_estimate + nbytes <= cache_limit():
+    _cache_estimate += nbytes
+    return
+  _cache_estimate = prune_cache()
+
+
+def _touch(path: Path) -> None:
+  """Mark an entry as just used, so pruning keeps it."""
+  try:
+    os.utime(path)
+  except OSError:  # a read-only cache, or another process pruned the entry just now
+    pass
+
+
 def cached_compile(compiler: Compiler, source: str) -> bytes:
   """compiler.compile(source), run once per (compiler, source) across processes."""
   key = hashlib.sha256(f"{compiler.cache_key}\0{source}".encode()).hexdigest()
   path = cache_dir() / key[:2] / f"{key}.bin"
   if (payload := _read_entry(path)) is not None:
+    _touch(path)
     return payload
   payload = compiler.compile(source)
   try:
     _write_entry(path, payload)
+    _note_write(len(CACHE_MAGIC) + 32 + len(payload))
   except OSError:
     pass  # a read-only or full cache folder only costs speed
   return payload

@@ -10,8 +10,9 @@ A device has four parts (see refgrad/device.py for their exact methods):
   ``copyout(memoryview, handle)``;
 - a **renderer**: ``render(program) -> str`` (source text) and ``caps`` (a ``Capabilities`` record: the
   dtypes it supports, native transcendentals, local memory, maximum global size ...);
-- a **compiler**: ``compile(source) -> bytes`` and ``cache_key`` (what, besides the source, changes the
-  binary: compiler version, flags). refgrad caches binaries by content, so it runs once per source;
+- a **compiler**: ``compile(source) -> bytes`` and ``cache_key`` (everything, besides the source, that changes
+  the binary: compiler version, flags, the resolved target CPU and its features). refgrad caches binaries by
+  content, so it runs once per source, in a folder machines may share (docs/writing-a-backend.md);
 - a **runtime**: ``load(binary, program) -> runner``; ``runner(*handles, global_size=..., local_size=...,
   vals=...)`` launches the kernel.
 """

@@ -3,7 +3,9 @@
 Every primitive op x every dtype the device claims x the edge values of that dtype (all pairs for binary ops),
 every cast and bitcast between claimed dtypes, the three reductions, and a fixed corpus of Tensor programs
 (elementwise, reductions, matmul, conv, indexing, random). Each case runs through check_against_reference,
-so the verdicts follow docs/SPEC.md exactly. The result is an op x dtype matrix.
+so the verdicts follow docs/SPEC.md exactly. The result is an op x dtype matrix. Cases of a dtype the device
+does not declare (not in its Capabilities.dtypes) are not run but listed, as unsupported, so a device that
+stops claiming a dtype shows it in the matrix and the summary.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ class Case:
   row: str
   column: str
   run: Callable[[str], Any]  # device -> ReferenceReport (raises ReferenceMismatch)
+  dtypes: tuple[DType, ...] = ()  # the dtypes it computes with: a device must declare them all to run it
 
 
 # ---- primitive-op cases: kernels built straight from UOps over edge-value inputs
@@ -69,18 +72,21 @@ def _operands(op: Ops, dtype: DType) -> list[np.ndarray]:
   return pair
 
 
+def out_dtype(op: Ops, dtype: DType) -> DType:
+  return dtypes.bool if op in GroupOp.Comparison else dtype
+
+
 def _alu_case(op: Ops, dtype: DType) -> Case:
   def run(device: str):
-    out_dtype = dtypes.bool if op in GroupOp.Comparison else dtype
-    build = lambda *ts: ts[0]._from(UOp(op, out_dtype, tuple(t.uop for t in ts)))  # noqa: E731
+    build = lambda *ts: ts[0]._from(UOp(op, out_dtype(op, dtype), tuple(t.uop for t in ts)))  # noqa: E731
     return check_against_reference(build, *_operands(op, dtype), device=device)
-  return Case(op.name, dtype.name, run)
+  return Case(op.name, dtype.name, run, (dtype, out_dtype(op, dtype)))
 
 
 def _cast_case(op: Ops, src: DType, dst: DType) -> Case:
   def run(device: str):
     return check_against_reference(lambda t: t._from(UOp(op, dst, (t.uop,))), _edge_array(src), device=device)
-  return Case(f"{op.name}->{dst.name}", src.name, run)
+  return Case(f"{op.name}->{dst.name}", src.name, run, (src, dst))
 
 
 REDUCE_VALUES: dict[Ops, Callable[[np.ndarray], np.ndarray]] = {
@@ -99,7 +105,7 @@ def _reduce_case(op: Ops, dtype: DType) -> Case:
     data = np.resize(values, 64).reshape(8, 8)
     build = lambda t: t._from(UOp(Ops.REDUCE_AXIS, dtype, (t.uop,), (op, (1,))))  # noqa: E731
     return check_against_reference(build, data, device=device)
-  return Case(f"REDUCE {op.name}", dtype.name, run)
+  return Case(f"REDUCE {op.name}", dtype.name, run, (dtype,))
 
 
 # ---- the Tensor program corpus
@@ -140,8 +146,8 @@ def _program_case(name: str, fn: Callable[..., Any], inputs: list[np.ndarray]) -
   return Case(name, "program", lambda device: check_against_reference(fn, *inputs, device=device))
 
 
-def all_cases(claimed: frozenset[DType]) -> list[Case]:
-  kinds = [d for d in DTYPES_BY_PRIORITY if d in claimed]
+def all_cases() -> list[Case]:
+  kinds = DTYPES_BY_PRIORITY
   cases = [_alu_case(op, d) for op in OP_KINDS for d in kinds if d.kind in OP_KINDS[op]]
   cases += [_cast_case(Ops.CAST, s, d) for s in kinds for d in kinds if s != d]
   cases += [_cast_case(Ops.BITCAST, s, d) for s in kinds for d in kinds
@@ -152,6 +158,9 @@ def all_cases(claimed: frozenset[DType]) -> list[Case]:
 
 
 def run_case(case: Case, device: str) -> CaseResult:
+  undeclared = [d.name for d in case.dtypes if d not in Device[device].caps.dtypes]
+  if undeclared:
+    return CaseResult(case.row, case.column, UNSUPPORTED, detail=f"{', '.join(undeclared)} not in Capabilities.dtypes")
   try:
     report = case.run(device)
   except ReferenceMismatch as e:
@@ -165,8 +174,7 @@ def run_case(case: Case, device: str) -> CaseResult:
 
 def run_conformance(device: str, progress: Callable[[int, int, Case], None] | None = None) -> list[CaseResult]:
   device = Device.canonicalize(device)
-  claimed = Device[device].caps.dtypes
-  cases = all_cases(claimed)
+  cases = all_cases()
   results = []
   for i, case in enumerate(cases):
     if progress:
@@ -189,11 +197,24 @@ def matrix_text(results: list[CaseResult]) -> str:
   width = max(len(r) for r in rows) if rows else 8
   lines = [" " * width + " " + " ".join(f"{c[:7]:>7s}" for c in columns)]
   lines += [f"{row:{width}s} " + " ".join(f"{cell(by_key.get((row, c))):>7s}" for c in columns) for row in rows]
+  lines.append("(ok: agrees with the reference, Nu: worst lane N ulp apart, -: unsupported, not run)")
   programs = [r for r in results if r.column == "program"]
   if programs:
     lines.append("\nTensor programs:")
     lines += [f"  {cell(r):>5s}  {r.row}" for r in programs]
   return "\n".join(lines)
+
+
+def unsupported_dtypes(device: str) -> list[DType]:
+  """The dtypes `device` does not declare (not in its Capabilities.dtypes), in the matrix's column order."""
+  return [d for d in DTYPES_BY_PRIORITY if d not in Device[device].caps.dtypes]
+
+
+def unsupported_line(device: str) -> str:
+  """'unsupported on OPENCL: float64 (not in Capabilities.dtypes)', or that every dtype is supported."""
+  names = ", ".join(d.name for d in unsupported_dtypes(device))
+  return f"unsupported on {device}: {names} (not in Capabilities.dtypes)" if names else \
+    f"unsupported on {device}: no dtype (Capabilities.dtypes has them all)"
 
 
 def summary(results: list[CaseResult]) -> dict[str, int]:
@@ -202,7 +223,9 @@ def summary(results: list[CaseResult]) -> dict[str, int]:
 
 def write_json(path: str, device: str, results: list[CaseResult]) -> None:
   with open(path, "w") as f:
-    json.dump({"device": device, "summary": summary(results), "cases": [asdict(r) for r in results]}, f, indent=1)
+    json.dump({"device": device, "summary": summary(results),
+               "unsupported_dtypes": [d.name for d in unsupported_dtypes(device)],
+               "cases": [asdict(r) for r in results]}, f, indent=1)
 
 
 def write_html(path: str, device: str, results: list[CaseResult]) -> None:
@@ -229,7 +252,7 @@ def write_html(path: str, device: str, results: list[CaseResult]) -> None:
 pre{{background:#f6f6f6;padding:8px;overflow:auto}}</style></head><body>
 <h1>refgrad check: {html.escape(device)}</h1>
 <p>{counts[PASS]} passed, {counts[FAIL]} failed, {counts[UNSUPPORTED]} unsupported. Cells show the worst ULP distance
-where the spec allows one; hover a failing cell for the explanation.</p>
+where the spec allows one; hover a failing cell for the explanation. {html.escape(unsupported_line(device))}.</p>
 <table><tr><th></th>{head}</tr>{''.join(body)}</table>
 <h2>Tensor programs</h2><table>{programs}</table>
 <h2>Failures</h2>{failures or "<p>none</p>"}</body></html>"""

@@ -4,6 +4,10 @@ Each program runs in a worker process, with a timeout, so a segfault or a hang o
 becomes a finding and the campaign goes on with a fresh worker. hypothesis generates the programs (random
 Tensor programs and random primitive-op kernels) and shrinks every failure to a small one, which is written
 as a standalone pytest file; identical minimal programs are written once.
+
+Only failures of the device under test are findings. An exception of refgrad's own harness (the program
+strategies, the reference run, the comparison, the report) is a bug of refgrad: it stops the campaign and
+propagates (`refgrad fuzz` prints its traceback and exits with status 3), never counted, never ignored.
 """
 from __future__ import annotations
 
@@ -25,6 +29,10 @@ from refgrad.testing.strategies import alu_kernels, tensor_programs
 FINDING_KINDS = ("mismatch", "error", "crash", "hang")
 
 
+class HarnessError(Exception):
+  """refgrad's own fuzzing harness failed in a worker (not the device under test); the message is its traceback."""
+
+
 def load_plugin_file(path: str) -> Any:
   """Import a plugin from a .py file and register it, once per file (for backends that are not installed)."""
   from refgrad import plugins
@@ -40,17 +48,16 @@ def load_plugin_file(path: str) -> Any:
 
 # ---- the worker: runs one program at a time, in its own process
 def run_one(program: Any, device: str) -> tuple[str, str]:
-  """('ok'|'invalid'|'mismatch'|'error', detail) for one program, in this process."""
-  from refgrad.testing.reference import ReferenceMismatch, check_against_reference
-  try:
-    program.build("PYTHON").realize()
-  except Exception as e:  # the generator made something the reference rejects: not a device bug
-    return "invalid", f"{type(e).__name__}: {e}"
+  """('ok'|'mismatch'|'error', detail) for one program, in this process. An exception that the device under
+  test did not raise is refgrad's own and propagates."""
+  from refgrad.testing.reference import ReferenceMismatch, check_against_reference, raised_by_device
   try:
     check_against_reference(program.run, *program.inputs, device=device)
   except ReferenceMismatch as e:
     return "mismatch", str(e)
-  except Exception:
+  except Exception as e:
+    if not raised_by_device(e):
+      raise
     return "error", traceback.format_exc(limit=6)
   return "ok", ""
 
@@ -62,7 +69,11 @@ def _worker_main(conn: Any, device: str, plugin_files: list[str]) -> None:
     program = conn.recv()
     if program is None:
       return
-    conn.send(run_one(program, device))
+    try:
+      verdict = run_one(program, device)
+    except Exception:
+      verdict = ("harness", traceback.format_exc())
+    conn.send(verdict)
 
 
 class Worker:
@@ -109,7 +120,6 @@ class FindingError(Exception):
 @dataclass
 class CampaignResult:
   programs: int = 0
-  invalid: int = 0
   findings: list[tuple[str, str, Any]] = field(default_factory=list)  # (kind, detail, program)
 
 
@@ -117,19 +127,31 @@ def programs_strategy() -> st.SearchStrategy[Any]:
   return st.one_of(tensor_programs(), alu_kernels())
 
 
+def only_findings(error: BaseException) -> bool:
+  """True if hypothesis raised nothing but FindingErrors: one, several distinct ones (an exception group), or
+  one that stopped reproducing when replayed (a FlakyFailure, e.g. a hang that came in time the second time)."""
+  if isinstance(error, FindingError):
+    return True
+  inner = getattr(error, "exceptions", None)
+  return bool(inner) and all(only_findings(e) for e in inner)
+
+
 def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[str], timeout: float,
              max_findings: int | None = None, batch: int = 40) -> CampaignResult:
   worker = Worker(device, plugin_files, timeout)
   deadline = time.monotonic() + seconds
   result = CampaignResult()
+  harness_failure = ""
 
   def check(program: Any) -> None:
-    if time.monotonic() > deadline:
-      return  # time is up: let hypothesis finish quickly
+    nonlocal harness_failure
+    if time.monotonic() > deadline or harness_failure:
+      return  # time is up, or refgrad itself failed: let hypothesis finish quickly, without shrinking
     result.programs += 1
     kind, detail = worker.run(program)
-    result.invalid += kind == "invalid"
-    if kind in FINDING_KINDS:
+    if kind == "harness":
+      harness_failure = detail
+    elif kind in FINDING_KINDS:
       smallest[kind] = (kind, detail, program)  # shrinking only ever tries smaller candidates
       raise FindingError(kind, detail, program)
 
@@ -142,8 +164,11 @@ def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[st
                                      suppress_health_check=list(HealthCheck))(given(programs_strategy())(check)))
       try:
         test()
-      except Exception:  # FindingError, or hypothesis giving up on a failure that stopped reproducing (a timeout)
-        pass
+      except Exception as e:
+        if not only_findings(e):
+          raise
+      if harness_failure:
+        raise HarnessError(harness_failure)
       result.findings += smallest.values()
       run_seed += 1
   finally:
@@ -194,7 +219,6 @@ class FuzzReport:
   device: str
   seconds: float
   programs: int
-  invalid: int
   findings: list[tuple[str, Path]]  # (kind, file written), deduplicated
 
   @property
@@ -225,5 +249,4 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
       path = out / f"test_finding_{device.lower()}_{kind}_{key}.py"
       path.write_text(finding_source(kind, detail, program, device, plugin_files))
       written[key] = (kind, path)
-  return FuzzReport(device, time.monotonic() - started, sum(r.programs for r in results),
-                    sum(r.invalid for r in results), list(written.values()))
+  return FuzzReport(device, time.monotonic() - started, sum(r.programs for r in results), list(written.values()))

@@ -9,6 +9,7 @@ for reductions (whose order is free), undefined and unbounded lanes skipped and 
 """
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,9 +81,15 @@ def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray]) -> np
   return buffers[0].numpy()
 
 
+def raised_by_device(error: BaseException) -> bool:
+  """True if `error` came out of running a kernel on the device under test (its codegen, compiler or runtime),
+  False if it came out of the reference, the bounds, the comparison or the report: a bug of refgrad itself."""
+  return any(frame.f_code is _device_run.__code__ for frame, _ in traceback.walk_tb(error.__traceback__))
+
+
 def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, expected: np.ndarray,
             result: Comparison, inputs: tuple) -> str:
-  program = compile_ast(item.ast)
+  program = compile_ast(item.ast, Device[device].caps)  # as the device compiled it: GPU-shaped on OPENCL
   shape = item.ast.src[0].src[1].shape
   lines = [f"{device} differs from the reference in kernel {index} ({program.name}, output "
            f"{result.dtype.name}{list(shape)}): {result.mismatch_count} of {result.checked} checked lanes "

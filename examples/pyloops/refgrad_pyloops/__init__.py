@@ -7,6 +7,7 @@ scalars, so the semantics are right by construction and the example can focus on
 from __future__ import annotations
 
 import marshal
+import sys
 
 import numpy as np
 
@@ -86,8 +87,11 @@ class PyLoopsRenderer:
 
 
 class PythonCompiler:
-  """Source -> bytes: Python's own compiler, marshalled. refgrad caches the bytes by content."""
-  cache_key = "pyloops-marshal-v1"
+  """Source -> bytes: Python's own compiler, marshalled. refgrad caches the bytes by content, under a key that
+  names this Python: bytecode and the marshal format change between Python versions."""
+
+  def __init__(self):
+    self.cache_key = f"pyloops|{sys.version}|marshal {marshal.version}"
 
   def compile(self, source: str) -> bytes:
     return marshal.dumps(compile(source, "<pyloops kernel>", "exec"))

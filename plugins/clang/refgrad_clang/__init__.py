@@ -5,11 +5,15 @@ no fast-math, no FP contraction (no fused multiply-add), -fwrapv.
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
+import functools
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
+import weakref
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
@@ -20,6 +24,7 @@ from refgrad.hookspecs import hookimpl
 
 FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
          "-fno-math-errno", "-Wno-everything", "-x", "c", "-std=c11")
+LIBRARIES = ("-lm",)  # after the source on the command line
 
 
 class CompileError(RuntimeError):
@@ -39,17 +44,36 @@ def numbered(source: str) -> str:
   return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
 
 
+def target_flags(dry_run: str) -> str:
+  """The flags a compiler's dry run (`-###`) resolves -march=native into: clang's -target-cpu and -target-feature
+  pairs, else gcc's -march=CPU and -m<feature> flags; sorted, so the text is stable. Empty if there are none."""
+  tokens = dry_run.replace('"', " ").split()
+  clang = [f"{flag} {value}" for flag, value in zip(tokens, tokens[1:]) if flag in ("-target-cpu", "-target-feature")]
+  gcc = {token for token in tokens if token.startswith("-m") and token != "-march=native"}
+  return " ".join(sorted(clang) or sorted(gcc))
+
+
+@functools.cache
+def native_target(path: str) -> str:
+  """What -march=native means for this compiler on this machine, asked once per process. A binary built for one
+  CPU may use instructions another lacks, so the compile cache key must hold this, not the word "native"."""
+  dry_run = subprocess.run([path, "-march=native", "-###", "-x", "c", "-c", os.devnull], capture_output=True,
+                           text=True)
+  # a compiler that does not say: the key names this machine, so no other machine ever loads its binaries
+  return target_flags(dry_run.stderr) or f"unresolved -march=native on host {platform.node()}"
+
+
 class ClangCompiler:
   def __init__(self, path: str):
     self.path = path
     banner = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()
     self.version = banner[0] if banner else path
-    self.cache_key = f"clang|{self.version}|{' '.join(FLAGS)}"
+    self.cache_key = f"clang|{self.version}|{' '.join(FLAGS + LIBRARIES)}|{native_target(path)}"
 
   def compile(self, source: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="refgrad-clang-") as tmp:
       out = os.path.join(tmp, "kernel.so")
-      result = subprocess.run([self.path, *FLAGS, "-", "-o", out, "-lm"], input=source, capture_output=True,
+      result = subprocess.run([self.path, *FLAGS, "-", "-o", out, *LIBRARIES], input=source, capture_output=True,
                               text=True)
       if result.returncode != 0:
         raise CompileError(f"{os.path.basename(self.path)} failed to compile this program:\n{numbered(source)}\n\n"
@@ -76,6 +100,8 @@ class SharedLibraryRuntime:
     def run(*handles: np.ndarray) -> None:
       function(*(h.ctypes.data for h in handles))
     run.library = library  # keep the library loaded as long as the runner lives
+    # and no longer: ctypes never unloads a library, so without this every kernel ever loaded stays mapped
+    weakref.finalize(run, _ctypes.dlclose, library._handle)
     return run
 
 

@@ -20,6 +20,7 @@ from refgrad.hookspecs import hookimpl
 from refgrad_llvm.render import LLVMRenderer
 
 OPT_LEVEL = 3
+RELOCATION, CODE_MODEL = "pic", "jitdefault"
 MIN_LLVMLITE = (0, 45)  # LLVM 20: opaque pointers, the new pass manager, no explicit initialization
 
 
@@ -67,14 +68,20 @@ def probe() -> str | None:
   return toolchain().problem
 
 
+def host_target() -> tuple[str, str, str]:
+  """This process's (triple, CPU name, CPU features string), as LLVM sees them."""
+  import llvmlite.binding as llvm
+  return llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
 def host_target_machine() -> Any:
   """A target machine for this CPU (its name and features), optimizing at OPT_LEVEL."""
   import llvmlite.binding as llvm
   llvm.initialize_native_target()
   llvm.initialize_native_asmprinter()
-  target = llvm.Target.from_triple(llvm.get_process_triple())
-  return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                      opt=OPT_LEVEL, reloc="pic", codemodel="jitdefault")
+  triple, cpu, features = host_target()
+  return llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=OPT_LEVEL,
+                                                               reloc=RELOCATION, codemodel=CODE_MODEL)
 
 
 class LLVMCompiler:
@@ -84,8 +91,8 @@ class LLVMCompiler:
     import llvmlite.binding as llvm
     self.llvm = llvm
     self.target_machine = host_target_machine()
-    self.cache_key = (f"llvm|{toolchain().versions}|{self.target_machine.triple}|{llvm.get_host_cpu_name()}|"
-                      f"{llvm.get_host_cpu_features().flatten()}|O{OPT_LEVEL}")
+    # everything that shapes the object file besides the IR: LLVM itself, the target CPU, the options
+    self.cache_key = "|".join(["llvm", toolchain().versions, *host_target(), f"O{OPT_LEVEL}", RELOCATION, CODE_MODEL])
 
   def compile(self, source: str) -> bytes:
     module = self.parse(source)

@@ -64,7 +64,10 @@ class CLCompiler:
 
   def __init__(self, context: cl.Context, device: cl.Device):
     self.context, self.device = context, device
-    identity = f"{device.platform.name}|{device.platform.version}|{device.name}|{device.driver_version}"
+    # the binary is the driver's: which platform and device built it (PoCL's CPU device names the CPU it targets),
+    # with which driver, and how
+    identity = "|".join([device.platform.name, device.platform.version, device.name, device.version,
+                         device.driver_version])
     self.cache_key = f"opencl|{identity}|pyopencl {cl.VERSION_TEXT}|{' '.join(BUILD_OPTIONS)}"
 
   def compile(self, source: str) -> bytes:

@@ -1,0 +1,112 @@
+"""Failures explain themselves: a mismatch report shows the kernel source the device really compiled, and
+`refgrad fuzz` never takes a bug of its own harness for a finding, nor hides it."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+from hypothesis.errors import FlakyFailure
+
+import refgrad.device
+import refgrad.testing.fuzz as fuzz
+import refgrad.testing.reference as reference
+from refgrad import Device, Tensor
+from refgrad.cli import HARNESS_FAILED, main
+from refgrad.codegen.linearize import compile_ast
+from refgrad.device import DeviceImpl
+from refgrad.interp.device import PythonAllocator
+from refgrad.schedule import create_schedule
+from refgrad.testing.programs import Step, TensorProgram
+
+
+def scaled_row_sums(t):
+  return (t * 0.8173).sum(1)  # a constant no other test uses: the kernel is compiled afresh here
+
+
+@pytest.mark.skipif("OPENCL" not in Device.available(), reason="OPENCL is not available here")
+def test_mismatch_report_shows_the_kernel_the_device_compiled(monkeypatch):
+  compiled = []
+  real_compile = refgrad.device.cached_compile
+
+  def recording_compile(compiler, source):
+    compiled.append(source)
+    return real_compile(compiler, source)
+
+  def every_lane_differs(actual, expected, *args, **kwargs):  # force a report whatever the device computed
+    result = real_compare(actual, expected, *args, **kwargs)
+    result.mismatch_count, result.mismatches = 1, [0]
+    return result
+  real_compare = reference.compare
+  monkeypatch.setattr(refgrad.device, "cached_compile", recording_compile)
+  monkeypatch.setattr(reference, "compare", every_lane_differs)
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  with pytest.raises(reference.ReferenceMismatch) as info:
+    reference.check_against_reference(scaled_row_sums, x, device="OPENCL")
+  shown = str(info.value).split("kernel source on OPENCL:\n", 1)[1]
+  assert compiled and shown == compiled[-1]
+  items, _ = create_schedule([scaled_row_sums(Tensor(x, device="PYTHON")).uop])
+  assert shown != Device["OPENCL"].render(compile_ast(items[-1].ast))  # what the report used to show
+
+
+@pytest.fixture
+def raising_device():
+  """A device whose every kernel launch raises, as a buggy backend's would."""
+  def interpret(program):
+    def run(*handles):
+      raise RuntimeError("the device under test broke")
+    return run
+  Device.register("RAISING_TEST", lambda: DeviceImpl("RAISING_TEST", PythonAllocator(), interpret=interpret))
+  yield "RAISING_TEST"
+  Device.remove("RAISING_TEST")
+
+
+def a_program():
+  return TensorProgram([np.arange(4, dtype=np.float32)], [Step("add", (0, 1.0), refs=(True, False))])
+
+
+def test_fuzz_counts_a_device_failure_as_a_finding(raising_device):
+  kind, detail = fuzz.run_one(a_program(), raising_device)
+  assert kind == "error" and "the device under test broke" in detail
+
+
+def test_fuzz_lets_a_harness_bug_in_the_comparison_propagate(monkeypatch):
+  def broken_compare(*args, **kwargs):
+    raise ZeroDivisionError("planted harness bug")
+  monkeypatch.setattr(reference, "compare", broken_compare)
+  with pytest.raises(ZeroDivisionError, match="planted harness bug"):
+    fuzz.run_one(a_program(), "PYTHON")
+
+
+def test_fuzz_exits_with_the_traceback_of_a_harness_bug_in_the_strategy(monkeypatch, tmp_path, capsys):
+  def broken_program(_):
+    raise KeyError("planted harness bug")
+  monkeypatch.setattr(fuzz, "programs_strategy", lambda: st.integers().map(broken_program))
+  findings = tmp_path / "findings"
+  assert main(["fuzz", "--device", "PYTHON", "--seconds", "10", "--findings", str(findings)]) == HARNESS_FAILED
+  err = capsys.readouterr().err
+  assert "Traceback" in err and "planted harness bug" in err and "bug in refgrad" in err
+  assert not findings.exists()
+
+
+def test_fuzz_exits_with_the_traceback_of_a_harness_bug_in_a_worker(tmp_path):
+  """The comparison runs in the worker process: a plugin file plants the bug there (and in the parent)."""
+  plugin = tmp_path / "plant_bug.py"
+  plugin.write_text("import refgrad.testing.reference as reference\n\n\n"
+                    "def broken_compare(*args, **kwargs):\n  raise ZeroDivisionError('planted harness bug')\n\n\n"
+                    "reference.compare = broken_compare\n")
+  findings = tmp_path / "findings"
+  run = subprocess.run([sys.executable, "-m", "refgrad.cli", "fuzz", "--device", "PYTHON", "--seconds", "20",
+                        "--findings", str(findings), "--plugin", str(plugin)], capture_output=True, text=True,
+                       timeout=300)
+  assert run.returncode == HARNESS_FAILED, run.stderr
+  assert "HarnessError" in run.stderr and "ZeroDivisionError: planted harness bug" in run.stderr
+  assert "finding" not in run.stdout and not findings.exists()
+
+
+def test_only_findings_are_swallowed_from_hypothesis():
+  finding = fuzz.FindingError("hang", "no answer within 3 s", None)
+  assert fuzz.only_findings(finding)
+  assert fuzz.only_findings(FlakyFailure("stopped reproducing", [finding, fuzz.FindingError("crash", "", None)]))
+  assert not fuzz.only_findings(FlakyFailure("mixed", [finding, KeyError("harness")]))
+  assert not fuzz.only_findings(KeyError("harness"))
