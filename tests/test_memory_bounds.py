@@ -105,12 +105,18 @@ def age(sources: list[str]) -> None:
     os.utime(paths[source], ns=(10**18 + i * 10**9,) * 2)
 
 
-def test_pruning_removes_the_least_recently_used_first_and_keeps_under_the_limit(small_cache):
+def aged_cache() -> tuple:
+  """Ten cached kernels, each used one second after the one before."""
   compiler = EchoCompiler()
   sources = [f"kernel {i}" for i in range(10)]
   for source in sources:
     cached_compile(compiler, source)
   age(sources)
+  return compiler, sources
+
+
+def test_pruning_removes_the_least_recently_used_first_and_keeps_under_the_limit(small_cache):
+  compiler, sources = aged_cache()
   prune_cache(limit=5 * 1048)
   assert cache_bytes() <= 5 * 1048
   kept = sorted(entries())
@@ -118,11 +124,7 @@ def test_pruning_removes_the_least_recently_used_first_and_keeps_under_the_limit
 
 
 def test_a_hit_refreshes_an_entry(small_cache):
-  compiler = EchoCompiler()
-  sources = [f"kernel {i}" for i in range(10)]
-  for source in sources:
-    cached_compile(compiler, source)
-  age(sources)
+  compiler, sources = aged_cache()
   assert cached_compile(compiler, "kernel 0") == compiler.compile("kernel 0")  # a hit: kernel 0 is now the newest
   prune_cache(limit=5 * 1048)
   assert "kernel 0" in entries() and "kernel 1" not in entries()
