@@ -109,18 +109,22 @@ def cmd_check(args: argparse.Namespace) -> int:
   device = Device.canonicalize(args.device)
   Device[device]  # fail early, with the reason, if the device cannot run here
   print(f"refgrad check on {device}", file=sys.stderr)
-  results = conformance.run_conformance(device, conformance.progress_printer())
+  run = conformance.run_conformance(device, conformance.progress_printer(), only=args.only)
+  results = run.results
   print(conformance.matrix_text(results))
   counts = conformance.summary(results)
-  print(f"\n{device}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported")
+  lanes = sum(r.checked for r in results)
+  print(f"\n{device}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported "
+        f"({lanes} lanes checked in {run.seconds:.1f} s)")
   print(conformance.unsupported_line(device))
+  print(conformance.paths_text(run))
   for r in results:
     if r.status == conformance.FAIL and args.verbose:
       print(f"\n--- {r.row} / {r.column}\n{r.detail}")
   if args.json:
-    conformance.write_json(args.json, device, results)
+    conformance.write_json(args.json, run)
   if args.html:
-    conformance.write_html(args.html, device, results)
+    conformance.write_html(args.html, run)
   return 1 if counts["fail"] else 0
 
 
@@ -143,6 +147,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"finding ({kind}): {path}")
   print(f"{report.programs} programs in {report.seconds:.1f} s: {report.rate:.1f} programs/s, "
         f"{len(report.findings)} distinct finding(s)")
+  print(report.coverage_text())
   return 1 if report.findings else 0
 
 
@@ -160,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
   check.add_argument("--json", metavar="FILE", help="write the results as JSON")
   check.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
   check.add_argument("--verbose", "-v", action="store_true", help="print the explanation of every failure")
+  check.add_argument("--only", metavar="ROW", help="run only the cases whose row contains ROW (e.g. CAST, REDUCE)")
   check.set_defaults(fn=cmd_check)
   fz = sub.add_parser("fuzz", help="differential fuzzing of a device against the reference")
   fz.add_argument("--device", required=True)

@@ -99,6 +99,10 @@ class CStyleRenderer:
   def render(self, program: Program) -> str:
     return _Render(self.d, program).source()
 
+  def code_paths(self, program: Program) -> list[str]:
+    """Which special cases of this renderer `program` takes (for `refgrad check`'s coverage report)."""
+    return program.code_paths(self.d.reduce_lanes)
+
 
 class _Render:
   def __init__(self, dialect: CDialect, program: Program):

@@ -56,6 +56,25 @@ class Program:
     return (lanes > 1 and self.uops[start].arg[1] >= 2 * lanes and not any(u.op is Ops.RANGE for u in body)
             and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
 
+  def code_paths(self, lanes: int) -> list[str]:
+    """The paths a renderer that splits reductions over `lanes` accumulators (see splittable_reduce) takes for
+    this program, and the other shapes renderers special-case: what `refgrad check` reports as reached."""
+    paths = set()
+    for start, end in self.loop_ends.items():
+      if self.splittable_reduce(start, lanes):
+        paths.add(f"split reduction ({lanes} accumulators)")
+        if self.uops[start].arg[1] % lanes:
+          paths.add("split reduction remainder loop")
+      elif any(u.op is Ops.ACCUMULATE for u in self.uops[start + 1:end]):
+        paths.add("serial reduction loop")
+    if any(u.op is Ops.DEFINE_LOCAL for u in self.uops):
+      paths.add("grouped reduction (local memory and barriers)")
+    if any(u.op is Ops.LOAD and len(u.src) > 2 for u in self.uops):
+      paths.add("gated load (padding)")
+    paths |= {f"{u.dtype.name} arithmetic" for u in self.uops
+              if u.dtype in (dtypes.float16, dtypes.bfloat16) and u.op not in (Ops.LOAD, Ops.PARAM)}
+    return sorted(paths)
+
   def listing(self) -> str:
     """A numbered, readable text form: what the PYTHON device 'renders'."""
     number = {u: i for i, u in enumerate(self.uops)}

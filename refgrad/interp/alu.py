@@ -285,7 +285,8 @@ def undefined_bitcast_lanes(x: np.ndarray) -> np.ndarray | None:
   x = np.asarray(x)
   if x.dtype.kind != "f" and x.dtype != dtypes.bfloat16.np:
     return None
-  return np.isnan(x)
+  with np.errstate(invalid="ignore"):  # a signalling NaN is a NaN too
+    return np.isnan(x)
 
 
 def exec_bitcast(x: np.ndarray, to: DType) -> np.ndarray:

@@ -34,7 +34,8 @@ def ulp_of(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def _f64(x: np.ndarray) -> np.ndarray:
-  return np.asarray(x).astype(np.float64)
+  with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one: that is the point
+    return np.asarray(x).astype(np.float64)
 
 
 def _spread(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray, e: Bound) -> np.ndarray:
@@ -55,7 +56,8 @@ def _unary_float(u: UOp, x: np.ndarray, e: Bound) -> Bound:
   elif u.op is Ops.TRUNC:
     moved = np.where(np.trunc(x - e) == np.trunc(x + e), 0.0, e + 1.0)
   else:
-    lo, hi = x - e, x + e
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN fails every domain test below, so no bound (skipped)
+      lo, hi = x - e, x + e
     inside_domain = {Ops.SQRT: lo >= 0, Ops.LOG2: lo > 0, Ops.RECIP: (lo > 0) | (hi < 0)}.get(u.op, True)
     moved = np.where(inside_domain, _spread(UNARY_F64[u.op], x, e), np.inf)
   return moved
@@ -158,10 +160,11 @@ class _Bounds:
     if u.op is Ops.BITCAST:
       return np.where(e > 0, np.inf, 0.0)
     x = _f64(self.value(src))
-    if u.dtype == dtypes.bool:
-      return np.where((x - e > 0) | (x + e < 0), 0.0, np.inf)
-    if not dtypes.is_float(u.dtype):
-      return np.where(np.trunc(x - e) == np.trunc(x + e), 0.0, np.inf)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN compares False, so the lane has no bound (skipped)
+      if u.dtype == dtypes.bool:
+        return np.where((x - e > 0) | (x + e < 0), 0.0, np.inf)
+      if not dtypes.is_float(u.dtype):
+        return np.where(np.trunc(x - e) == np.trunc(x + e), 0.0, np.inf)
     return self.own_rounding(u, e)
 
   def reduce(self, u: UOp) -> Bound:
@@ -181,6 +184,9 @@ class _Bounds:
       if op is Ops.ADD:  # both the reference and the device are within gamma_n * sum|x| of the exact sum
         magnitude = (x + e).sum(axis=axes, keepdims=True)
         bound = 2 * gamma * magnitude + e.sum(axis=axes, keepdims=True)
+        # a sum of zeros is exact but its sign is unspecified: the smallest step lets either zero pass, and
+        # tells every later op that this input may move (so nothing downstream relies on the sign)
+        bound = np.where(magnitude == 0, float(info.smallest_subnormal), bound)
         return np.where(magnitude <= largest, bound, np.inf)  # a partial sum may overflow in some orders
       widest = (x + e).prod(axis=axes, keepdims=True)
       bound = 2 * gamma * widest + (widest - x.prod(axis=axes, keepdims=True))

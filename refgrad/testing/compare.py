@@ -3,7 +3,7 @@
 - exact: equal bits, except that any two NaNs are equal (a NaN's sign and payload are unspecified);
 - a ULP bound: for transcendentals, at most `ulp_bound` representable steps apart (NaN must match NaN);
 - an absolute bound per lane (refgrad.testing.bounds): |actual - expected| <= bound[i], where inf means no
-  bound exists and the lane is skipped and counted;
+  bound exists and the lane is skipped and counted, and 0 means exact (so `-0.0` never passes for `+0.0`);
 and lanes the reference marks undefined are skipped and counted.
 """
 from __future__ import annotations
@@ -62,11 +62,12 @@ def compare(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarray | No
   good = (_bits(actual) == _bits(expected)) | both_nan
   if dtype.kind == "f" and (ulp_bound or abs_bound is not None):
     ulps = ulp_distance(actual, expected)
-    good |= ulps <= ulp_bound
+    if ulp_bound:  # ULP distance puts +0.0 and -0.0 at one point: only a real bound may accept the other zero
+      good |= ulps <= ulp_bound
     if abs_bound is not None:
       with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
-      good |= diff <= abs_bound
+      good |= (abs_bound > 0) & (diff <= abs_bound)  # a zero bound means bit-exact: -0.0 is not +0.0
     checked_ulps = ulps[defined & ~both_nan & ~(_is_nan(actual) ^ _is_nan(expected))]
     result.worst_ulp = int(checked_ulps.max()) if checked_ulps.size else 0
   bad = np.flatnonzero(defined & ~good)

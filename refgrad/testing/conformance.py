@@ -1,11 +1,20 @@
 """`refgrad check`: the conformance suite for a device.
 
-Every primitive op x every dtype the device claims x the edge values of that dtype (all pairs for binary ops),
-every cast and bitcast between claimed dtypes, the three reductions, and a fixed corpus of Tensor programs
-(elementwise, reductions, matmul, conv, indexing, random). Each case runs through check_against_reference,
-so the verdicts follow docs/SPEC.md exactly. The result is an op x dtype matrix. Cases of a dtype the device
-does not declare (not in its Capabilities.dtypes) are not run but listed, as unsupported, so a device that
-stops claiming a dtype shows it in the matrix and the summary.
+What it runs (docs/testing.md has the full list):
+* every primitive op x every dtype the device claims, over the full cross product of the dtype's edge values and
+  their neighbours (refgrad.testing.edges), so both operand orders of every edge pair;
+* every cast and bitcast between claimed dtypes, narrowing casts also at and one step either side of each rounding
+  boundary of the target (ties to even and to odd, overflow, the subnormal range);
+* chains of two and three ops fused into one kernel, with constant and loop-invariant operands, and mixed precision;
+* the three reductions over rows made of one edge value (all -inf, all NaN, all -0.0, ...) and over lengths that
+  reach every path a backend may specialise (empty, 1, a prime, multiples of 8 and 32, longer than a work-group);
+* a fixed corpus of Tensor programs (elementwise, reductions, matmul, conv, indexing, hashing).
+
+To stay fast, cases are batched: every cell of the op x dtype matrix that shares an output dtype becomes one segment
+of one kernel (the segments are concatenated), so a dtype's ops compile once. Each kernel runs through
+check_against_reference, so verdicts follow docs/SPEC.md exactly, and each segment is then judged on its own lanes.
+Cells of a dtype the device does not declare (not in its Capabilities.dtypes) are not run but listed as
+unsupported, so a device that stops claiming a dtype shows it in the matrix and the summary.
 """
 from __future__ import annotations
 
@@ -14,25 +23,30 @@ import itertools
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from refgrad.codegen.linearize import compile_ast
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
-from refgrad.interp.alu import OP_KINDS
-from refgrad.testing.reference import ReferenceMismatch, check_against_reference
-from refgrad.testing.strategies import edge_values
+from refgrad.interp.alu import OP_KINDS, ulp_distance
+from refgrad.testing.compare import Comparison, compare
+from refgrad.testing.edges import cast_values, dtype_edges
+from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference
 from refgrad.uop import GroupOp, Ops, UOp
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
+REDUCE_LENGTHS = (0, 1, 13, 64, 1031)  # empty, one, a prime past 8 (split + remainder), multiple of 8 and 32, > 1024
+RANDOM_LANES = 512  # random values beside the edges: a bug in a third of the lanes (x/3 as x*(1/3)) shows at once
 
 
 @dataclass
 class CaseResult:
-  row: str       # op name, "CAST->int8", "BITCAST->...", "REDUCE ADD", or a program name
+  row: str       # op name, "CAST->int8", "BITCAST->...", "REDUCE ADD", "chain: a*b+c", or a program name
   column: str    # dtype name (or "program")
   status: str
   worst_ulp: int = 0
@@ -42,70 +56,247 @@ class CaseResult:
 
 
 @dataclass
-class Case:
-  row: str
-  column: str
-  run: Callable[[str], Any]  # device -> ReferenceReport (raises ReferenceMismatch)
-  dtypes: tuple[DType, ...] = ()  # the dtypes it computes with: a device must declare them all to run it
+class UnitOutcome:
+  results: list[CaseResult]
+  kernels: list[UOp] = field(default_factory=list)  # the kernels that ran (for the code-path report)
 
 
-# ---- primitive-op cases: kernels built straight from UOps over edge-value inputs
-def _edge_array(dtype: DType) -> np.ndarray:
-  with np.errstate(all="ignore"):
-    return np.array(edge_values(dtype), dtype=np.float64 if dtype.kind == "f" else object).astype(dtype.np)
+# ---- building blocks: primitive ops on tensors
+def alu(op: Ops, *xs: Any) -> Any:
+  """A primitive op straight on the tensors' graph nodes (below the Tensor API, so nothing is rewritten)."""
+  return xs[0]._from(xs[0].uop.alu(op, *(x.uop for x in xs[1:])))
 
 
-def _operands(op: Ops, dtype: DType) -> list[np.ndarray]:
-  """Inputs covering every combination of edge values: all pairs for binary ops."""
-  edges = _edge_array(dtype)
-  if op in (Ops.SHL, Ops.SHR):
-    amounts = np.array([0, 1, dtype.bits - 1, dtype.bits, 3] + ([-1] if dtype.kind == "i" else []), dtype=object)
-    a, b = zip(*itertools.product(edges.tolist(), amounts.tolist()))
-    return [np.array(a, dtype=dtype.np), np.array(b, dtype=object).astype(dtype.np)]
-  if op in GroupOp.Unary:
-    return [edges]
-  a, b = zip(*itertools.product(edges.tolist(), edges.tolist()))
-  pair = [np.array(a, dtype=object).astype(dtype.np), np.array(b, dtype=object).astype(dtype.np)]
-  if op is Ops.WHERE:
-    cond = (np.arange(len(a)) % 3 == 0)
-    return [cond, *pair]
-  return pair
+def const(like: Any, value: Any) -> Any:
+  """A constant of `like`'s dtype and shape: rendered as a literal, which a compiler may fold."""
+  return like._const(value).reshape((1,) * like.ndim).expand(like.shape)
+
+
+def cast(x: Any, dtype: DType, op: Ops = Ops.CAST) -> Any:
+  return x if x.dtype == dtype and op is Ops.CAST else x._from(UOp(op, dtype, (x.uop,)))
+
+
+def reduce(x: Any, op: Ops) -> Any:
+  return x._from(UOp(Ops.REDUCE_AXIS, x.dtype, (x.uop,), (op, (1,)))).reshape(-1)
 
 
 def out_dtype(op: Ops, dtype: DType) -> DType:
   return dtypes.bool if op in GroupOp.Comparison else dtype
 
 
-def _alu_case(op: Ops, dtype: DType) -> Case:
-  def run(device: str):
-    build = lambda *ts: ts[0]._from(UOp(op, out_dtype(op, dtype), tuple(t.uop for t in ts)))  # noqa: E731
-    return check_against_reference(build, *_operands(op, dtype), device=device)
-  return Case(op.name, dtype.name, run, (dtype, out_dtype(op, dtype)))
+@dataclass
+class Segment:
+  """One cell's share of a batch: `build(tensors)` gives its lanes; `operands(tensors)` names the input values each
+  lane saw, for the report (numpy arrays, one per operand, each as long as the segment)."""
+  row: str
+  column: str
+  build: Callable[[tuple], Any]
+  operands: Callable[[list[np.ndarray]], list[np.ndarray]]
 
 
-def _cast_case(op: Ops, src: DType, dst: DType) -> Case:
-  def run(device: str):
-    return check_against_reference(lambda t: t._from(UOp(op, dst, (t.uop,))), _edge_array(src), device=device)
-  return Case(f"{op.name}->{dst.name}", src.name, run, (src, dst))
+@dataclass
+class Batch:
+  """Segments with one output dtype, concatenated into one kernel's output."""
+  label: str
+  inputs: list[np.ndarray]
+  segments: list[Segment]
+  dtypes: tuple[DType, ...]
+
+  @property
+  def rows(self) -> set[str]:
+    return {s.row for s in self.segments}
+
+  def program(self, sizes: list[int]) -> Callable[..., Any]:
+    def run(*tensors: Any) -> Any:
+      parts = [segment.build(tensors).reshape(-1) for segment in self.segments]
+      sizes[:] = [p.shape[0] for p in parts]
+      return parts[0].cat(*parts[1:]) if len(parts) > 1 else parts[0]
+    return run
+
+  def run(self, device: str) -> UnitOutcome:
+    sizes: list[int] = []
+    report = check_against_reference(self.program(sizes), *self.inputs, device=device, raise_on_mismatch=False,
+                                     keep_lanes=True)
+    kernels = [k.ast for k in report.kernels]
+    earlier = next((k for k in report.kernels[:-1] if not k.comparison.ok), None)
+    if earlier is not None:  # a kernel before the output failed: every segment depends on it
+      return UnitOutcome([CaseResult(s.row, s.column, FAIL, detail=earlier.explanation) for s in self.segments],
+                         kernels)
+    final, start, results = report.kernels[-1], 0, []
+    for segment, size in zip(self.segments, sizes):
+      results.append(judge_segment(segment, final, slice(start, start + size), self.inputs))
+      start += size
+    return UnitOutcome(results, kernels)
 
 
-REDUCE_VALUES: dict[Ops, Callable[[np.ndarray], np.ndarray]] = {
-  # sums and products get values whose partial results stay in range in every order, so a bound exists
-  Ops.ADD: lambda edges: edges[np.abs(edges.astype(np.float64)) <= 1000] if edges.dtype.kind == "f" or
-  edges.dtype.name == "bfloat16" else edges,
-  Ops.MUL: lambda edges: np.array([0.5, -1, 2, 1, -0.5, 0, 2, -2], dtype=edges.dtype) if edges.dtype.kind != "u"
-  else np.array([1, 2, 3, 0, 255, 7, 1, 2], dtype=edges.dtype),
-  Ops.MAX: lambda edges: edges,  # MAX is exact in any order, NaN and inf included
-}
+def judge_segment(segment: Segment, kernel: Any, lanes: slice, inputs: list[np.ndarray]) -> CaseResult:
+  """The verdict on one segment's lanes of a batch's output kernel."""
+  seen = kernel.lanes
+  part = lambda x: None if x is None else np.broadcast_to(x, seen.actual.shape)[lanes]  # noqa: E731
+  result = compare(seen.actual[lanes], seen.expected[lanes], part(seen.undefined), abs_bound=part(seen.bound))
+  if result.ok:
+    return CaseResult(segment.row, segment.column, PASS, result.worst_ulp, result.checked,
+                      result.undefined + result.unbounded)
+  operands = segment.operands(inputs)
+  return CaseResult(segment.row, segment.column, FAIL, result.worst_ulp, result.checked,
+                    result.undefined + result.unbounded,
+                    explain_segment(segment, result, seen.actual[lanes], seen.expected[lanes], operands,
+                                    kernel.explanation))
 
 
-def _reduce_case(op: Ops, dtype: DType) -> Case:
-  def run(device: str):
-    values = REDUCE_VALUES[op](_edge_array(dtype))
-    data = np.resize(values, 64).reshape(8, 8)
-    build = lambda t: t._from(UOp(Ops.REDUCE_AXIS, dtype, (t.uop,), (op, (1,))))  # noqa: E731
-    return check_against_reference(build, data, device=device)
-  return Case(f"REDUCE {op.name}", dtype.name, run, (dtype,))
+def explain_segment(segment: Segment, result: Comparison, actual: np.ndarray, expected: np.ndarray,
+                    operands: list[np.ndarray], kernel_explanation: str) -> str:
+  lines = [f"{segment.row} on {segment.column}: {result.mismatch_count} of {result.checked} checked lanes differ "
+           "from the reference"]
+  for lane in result.mismatches:
+    shown = ", ".join(repr(o[lane].item() if hasattr(o[lane], "item") else o[lane]) for o in operands)
+    ulps = ""
+    if result.dtype.kind == "f":
+      ulps = f" ({int(ulp_distance(actual[lane:lane + 1], expected[lane:lane + 1])[0])} ulp apart)"
+    lines.append(f"  operands ({shown}): device {actual[lane]!s}, reference {expected[lane]!s}{ulps}")
+  source = kernel_explanation.find("kernel source on")
+  if source >= 0:
+    lines.append("the batch's " + kernel_explanation[source:])
+  return "\n".join(lines)
+
+
+def _pairs(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Every ordered pair of edge values: both operand orders of each pair."""
+  a, b = zip(*itertools.product(edges.tolist(), edges.tolist()))
+  return np.array(a, dtype=object).astype(edges.dtype), np.array(b, dtype=object).astype(edges.dtype)
+
+
+def _shift_operands(dtype: DType, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  amounts = [0, 1, 3, dtype.bits - 1, dtype.bits, dtype.bits + 1] + ([-1] if dtype.kind == "i" else [])
+  a, b = zip(*itertools.product(edges.tolist(), amounts))
+  return np.array(a, dtype=object).astype(dtype.np), np.array(b, dtype=object).astype(dtype.np)
+
+
+# ---- primitive ops over every edge pair
+def op_batches(dtype: DType) -> list[Batch]:
+  """Every op of `dtype`: unary ops over its edges, binary ops and WHERE over every ordered edge pair, shifts over
+  every amount class. One batch per output dtype (comparisons give bool)."""
+  edges = dtype_edges(dtype)
+  a, b = _pairs(edges)
+  shift_a, shift_b = _shift_operands(dtype, edges) if dtype.kind in "iu" else (edges[:0], edges[:0])
+  cond = np.arange(len(a)) % 3 == 0
+  inputs = [edges, a, b, cond, shift_a, shift_b]
+  segments: dict[DType, list[Segment]] = {}
+  for op, kinds in OP_KINDS.items():
+    if dtype.kind not in kinds:
+      continue
+    if op in GroupOp.Unary:
+      build, operands = (lambda t, op=op: alu(op, t[0])), (lambda x: [x[0]])
+    elif op is Ops.WHERE:
+      build, operands = (lambda t: alu(Ops.WHERE, t[3], t[1], t[2])), (lambda x: [x[3], x[1], x[2]])
+    elif op in (Ops.SHL, Ops.SHR):
+      build, operands = (lambda t, op=op: alu(op, t[4], t[5])), (lambda x: [x[4], x[5]])
+    else:
+      build, operands = (lambda t, op=op: alu(op, t[1], t[2])), (lambda x: [x[1], x[2]])
+    segments.setdefault(out_dtype(op, dtype), []).append(Segment(op.name, dtype.name, build, operands))
+  return [Batch(f"{dtype.name} ops" if out == dtype else f"{dtype.name} comparisons", inputs, group,
+                (dtype, out)) for out, group in segments.items()]
+
+
+# ---- conversions
+def cast_batches(dst: DType, kinds: list[DType]) -> list[Batch]:
+  """CASTs to `dst` from every other dtype (narrowing ones at their rounding boundaries), and BITCASTs to `dst`
+  from every other dtype of its width."""
+  sources = [s for s in kinds if s != dst]
+  casts = Batch(f"CAST->{dst.name}", [cast_values(s, dst) for s in sources],
+                [Segment(f"CAST->{dst.name}", s.name, lambda t, i=i: cast(t[i], dst), lambda x, i=i: [x[i]])
+                 for i, s in enumerate(sources)], (dst, *sources))
+  same_width = [s for s in sources if s.itemsize == dst.itemsize and dtypes.bool not in (s, dst)]
+  if not same_width:
+    return [casts]
+  bitcasts = Batch(f"BITCAST->{dst.name}", [dtype_edges(s) for s in same_width],
+                   [Segment(f"BITCAST->{dst.name}", s.name, lambda t, i=i: cast(t[i], dst, Ops.BITCAST),
+                            lambda x, i=i: [x[i]]) for i, s in enumerate(same_width)], (dst, *same_width))
+  return [casts, bitcasts]
+
+
+# ---- reductions
+def _reduce_rows(dtype: DType, length: int, rng: np.random.Generator) -> np.ndarray:
+  """One row per edge value, that value repeated (all -inf, all NaN, all -0.0, ...), and two rows of mixed edges."""
+  edges = dtype_edges(dtype)
+  same = np.repeat(edges[:, None], length, axis=1)
+  mixed = rng.choice(edges, size=(2, length)) if length else same[:2]
+  return np.concatenate([same, mixed.astype(dtype.np)])
+
+
+def reduce_batch(dtype: DType) -> Batch:
+  """ADD, MUL and MAX (and min() through the Tensor API) over rows of every length in REDUCE_LENGTHS."""
+  rng = np.random.default_rng(7)
+  inputs = [_reduce_rows(dtype, n, rng) for n in REDUCE_LENGTHS]
+  segments = []
+  for op in (Ops.ADD, Ops.MUL, Ops.MAX):
+    segments += [Segment(f"REDUCE {op.name}", dtype.name, lambda t, i=i, op=op: reduce(t[i], op),
+                         lambda x, i=i: [x[i][:, 0] if x[i].shape[1] else np.zeros(len(x[i]), x[i].dtype)])
+                 for i in range(len(REDUCE_LENGTHS))]
+  segments += [Segment("min() over rows", dtype.name, lambda t, i=i: t[i].min(1) if t[i].shape[1] else
+                       reduce(t[i], Ops.MAX), lambda x, i=i: [x[i][:, 0] if x[i].shape[1] else
+                                                           np.zeros(len(x[i]), x[i].dtype)])
+               for i in range(1, len(REDUCE_LENGTHS))]
+  return Batch(f"reductions {dtype.name}", inputs, segments, (dtype,))
+
+
+# ---- chains of ops, constants, loop-invariant operands
+# (name, dtype kinds, function of (a, b, c, s) where s holds one value for every lane): what compilers rewrite.
+# Fast-math style rewrites each break one: x/3 -> x*(1/3), (x+1)+2 -> x+3, x+0.0 -> x, a*b+c -> fma(a,b,c),
+# x-x -> 0, x*0.0 -> 0, (x*2)*0.5 -> x, 1/(1/x) -> x; and half/bfloat16 results must round after every op.
+CHAINS: list[tuple[str, str, Callable[..., Any]]] = [
+  ("a*b+c", "iuf", lambda a, b, c, s: alu(Ops.ADD, alu(Ops.MUL, a, b), c)),
+  ("(a+b)*c", "iuf", lambda a, b, c, s: alu(Ops.MUL, alu(Ops.ADD, a, b), c)),
+  ("a*b+c*b", "iuf", lambda a, b, c, s: alu(Ops.ADD, alu(Ops.MUL, a, b), alu(Ops.MUL, c, b))),
+  ("(a+1)+2", "iuf", lambda a, b, c, s: alu(Ops.ADD, alu(Ops.ADD, a, const(a, 1)), const(a, 2))),
+  ("a+0", "iuf", lambda a, b, c, s: alu(Ops.ADD, a, const(a, 0))),
+  ("a+(-0.0)", "f", lambda a, b, c, s: alu(Ops.ADD, a, const(a, -0.0))),
+  ("a*0", "iuf", lambda a, b, c, s: alu(Ops.MUL, a, const(a, 0))),
+  ("a*1", "iuf", lambda a, b, c, s: alu(Ops.MUL, a, const(a, 1))),
+  ("(a*2)*0.5", "f", lambda a, b, c, s: alu(Ops.MUL, alu(Ops.MUL, a, const(a, 2)), const(a, 0.5))),
+  ("a-a", "iuf", lambda a, b, c, s: alu(Ops.ADD, a, alu(Ops.NEG, a))),
+  ("(a+b)-b", "iuf", lambda a, b, c, s: alu(Ops.ADD, alu(Ops.ADD, a, b), alu(Ops.NEG, b))),
+  ("a/3", "f", lambda a, b, c, s: alu(Ops.FDIV, a, const(a, 3))),
+  ("a/10", "f", lambda a, b, c, s: alu(Ops.FDIV, a, const(a, 10))),
+  ("a/s (s=3 in every lane)", "f", lambda a, b, c, s: alu(Ops.FDIV, a, s)),
+  ("1/(1/a)", "f", lambda a, b, c, s: alu(Ops.RECIP, alu(Ops.RECIP, a))),
+  ("sqrt(a*a)", "f", lambda a, b, c, s: alu(Ops.SQRT, alu(Ops.MUL, a, a))),
+  ("a!=a", "iuf", lambda a, b, c, s: cast(alu(Ops.CMPNE, a, a), a.dtype)),
+  ("a<b", "iuf", lambda a, b, c, s: cast(alu(Ops.CMPLT, a, b), a.dtype)),
+  ("max(a,0)", "iuf", lambda a, b, c, s: alu(Ops.MAX, a, const(a, 0))),
+  ("a*b in float32", "f", lambda a, b, c, s: cast(alu(Ops.MUL, cast(a, dtypes.float32), cast(b, dtypes.float32)),
+                                                   a.dtype)),
+  ("(a*b) to float32 + c", "f", lambda a, b, c, s: cast(alu(Ops.ADD, cast(alu(Ops.MUL, a, b), dtypes.float32),
+                                                             cast(c, dtypes.float32)), a.dtype)),
+  ("a//3", "iu", lambda a, b, c, s: alu(Ops.IDIV, a, const(a, 3))),
+  ("a%7", "iu", lambda a, b, c, s: alu(Ops.MOD, a, const(a, 7))),
+  ("a//s (s=3 in every lane)", "iu", lambda a, b, c, s: alu(Ops.IDIV, a, s)),
+  ("(a<<1)>>1", "iu", lambda a, b, c, s: alu(Ops.SHR, alu(Ops.SHL, a, const(a, 1)), const(a, 1))),
+  ("(a^b)^b", "iu", lambda a, b, c, s: alu(Ops.XOR, alu(Ops.XOR, a, b), b)),
+]
+
+
+def _random_values(dtype: DType, n: int, rng: np.random.Generator) -> np.ndarray:
+  if dtype.kind == "f":
+    magnitude = 10.0 ** rng.integers(-3, 4, n)
+    return (rng.standard_normal(n) * magnitude).astype(dtype.np)
+  small = rng.integers(-100 if dtype.kind == "i" else 0, 100, n)
+  wide = rng.integers(dtypes.min(dtype), dtypes.max(dtype), n, dtype=np.int64 if dtype.kind == "i" else np.uint64,
+                      endpoint=True)
+  return np.where(np.arange(n) % 2 == 0, small, wide).astype(dtype.np)
+
+
+def chain_batch(dtype: DType) -> Batch:
+  """CHAINS over every edge pair (a, b) with c a rotated copy of a, then RANDOM_LANES random triples."""
+  rng = np.random.default_rng(11)
+  a, b = _pairs(dtype_edges(dtype))
+  a, b = np.concatenate([a, _random_values(dtype, RANDOM_LANES, rng)]), \
+    np.concatenate([b, _random_values(dtype, RANDOM_LANES, rng)])
+  inputs = [a, b, np.roll(a, 7), np.array(3, dtype=dtype.np)]
+  segments = [Segment(f"chain: {name}", dtype.name,
+                      lambda t, fn=fn: fn(t[0], t[1], t[2], t[3].reshape(1).expand(t[0].shape)),
+                      lambda x: x[:3]) for name, kinds, fn in CHAINS if dtype.kind in kinds]
+  return Batch(f"chains {dtype.name}", inputs, segments, (dtype, dtypes.bool, dtypes.float32))
 
 
 # ---- the Tensor program corpus
@@ -142,52 +333,124 @@ def _conv2d(image: Any, weight: Any) -> Any:
   return total
 
 
-def _program_case(name: str, fn: Callable[..., Any], inputs: list[np.ndarray]) -> Case:
-  return Case(name, "program", lambda device: check_against_reference(fn, *inputs, device=device))
+@dataclass
+class ProgramCase:
+  """A corpus program, checked kernel by kernel as a whole (its own row)."""
+  label: str
+  fn: Callable[..., Any]
+  inputs: list[np.ndarray]
+  dtypes: tuple[DType, ...] = ()
+
+  @property
+  def rows(self) -> set[str]:
+    return {self.label}
+
+  def run(self, device: str) -> UnitOutcome:
+    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device)
+    return UnitOutcome([CaseResult(self.label, "program", PASS, report.worst_ulp, report.checked,
+                                   report.undefined + report.unbounded)], [k.ast for k in report.kernels])
 
 
-def all_cases() -> list[Case]:
-  kinds = DTYPES_BY_PRIORITY
-  cases = [_alu_case(op, d) for op in OP_KINDS for d in kinds if d.kind in OP_KINDS[op]]
-  cases += [_cast_case(Ops.CAST, s, d) for s in kinds for d in kinds if s != d]
-  cases += [_cast_case(Ops.BITCAST, s, d) for s in kinds for d in kinds
-            if s != d and s.itemsize == d.itemsize and dtypes.bool not in (s, d)]
-  cases += [_reduce_case(op, d) for op in (Ops.ADD, Ops.MUL, Ops.MAX) for d in kinds if d != dtypes.bool]
-  cases += [_program_case(name, fn, inputs) for name, (fn, inputs) in _corpus().items()]
-  return cases
+Unit = Batch | ProgramCase
 
 
-def run_case(case: Case, device: str) -> CaseResult:
-  undeclared = [d.name for d in case.dtypes if d not in Device[device].caps.dtypes]
+def all_units(kinds: list[DType] | None = None) -> list[Unit]:
+  """Everything `refgrad check` runs, in order: ops, chains, casts, reductions, then the program corpus."""
+  kinds = list(kinds or DTYPES_BY_PRIORITY)
+  units: list[Unit] = [batch for d in kinds for batch in op_batches(d)]
+  units += [chain_batch(d) for d in kinds if d != dtypes.bool]
+  units += [batch for d in kinds for batch in cast_batches(d, kinds)]
+  units += [reduce_batch(d) for d in kinds if d != dtypes.bool]
+  units += [ProgramCase(name, fn, inputs) for name, (fn, inputs) in _corpus().items()]
+  return units
+
+
+def _cells(unit: Unit) -> list[tuple[str, str]]:
+  return [(s.row, s.column) for s in unit.segments] if isinstance(unit, Batch) else [(unit.label, "program")]
+
+
+def run_unit(unit: Unit, device: str) -> UnitOutcome:
+  """Run one batch or program on `device`; a dtype it does not declare makes every cell unsupported, and a crash
+  of the device fails every cell with its message."""
+  undeclared = [d.name for d in dict.fromkeys(unit.dtypes) if d not in Device[device].caps.dtypes]
   if undeclared:
-    return CaseResult(case.row, case.column, UNSUPPORTED, detail=f"{', '.join(undeclared)} not in Capabilities.dtypes")
+    detail = f"{', '.join(undeclared)} not in Capabilities.dtypes"
+    return UnitOutcome([CaseResult(row, column, UNSUPPORTED, detail=detail) for row, column in _cells(unit)])
   try:
-    report = case.run(device)
+    return unit.run(device)
   except ReferenceMismatch as e:
-    return CaseResult(case.row, case.column, FAIL, detail=str(e))
+    status, detail = FAIL, str(e)
   except NotImplementedError as e:
-    return CaseResult(case.row, case.column, UNSUPPORTED, detail=str(e))
+    status, detail = UNSUPPORTED, str(e)
   except Exception as e:  # a crash of the device under test is a failure with its message
-    return CaseResult(case.row, case.column, FAIL, detail=f"{type(e).__name__}: {e}")
-  return CaseResult(case.row, case.column, PASS, report.worst_ulp, report.checked, report.undefined + report.unbounded)
+    status, detail = FAIL, f"{type(e).__name__}: {e}"
+  return UnitOutcome([CaseResult(row, column, status, detail=detail) for row, column in _cells(unit)])
 
 
-def run_conformance(device: str, progress: Callable[[int, int, Case], None] | None = None) -> list[CaseResult]:
+def merge(results: list[CaseResult]) -> list[CaseResult]:
+  """One result per (row, column): a cell checked in several batches (reduction lengths) adds up."""
+  cells: dict[tuple[str, str], CaseResult] = {}
+  for r in results:
+    seen = cells.get((r.row, r.column))
+    if seen is None:
+      cells[(r.row, r.column)] = CaseResult(**asdict(r))
+      continue
+    seen.status = FAIL if FAIL in (seen.status, r.status) else seen.status
+    seen.worst_ulp, seen.checked, seen.skipped = max(seen.worst_ulp, r.worst_ulp), seen.checked + r.checked, \
+      seen.skipped + r.skipped
+    seen.detail = "\n\n".join(d for d in (seen.detail, r.detail) if d)
+  return list(cells.values())
+
+
+def code_paths(device: str, kernels: list[UOp]) -> Counter[str]:
+  """Which of the device's code paths these kernels took, as its renderer reports them (an optional
+  `code_paths(program)` method: split reductions, remainder loops, grouped reductions, ...)."""
+  impl = Device[device]
+  report = getattr(impl.renderer, "code_paths", None)
+  found: Counter[str] = Counter()
+  if report is not None:
+    for ast in kernels:
+      found.update(report(compile_ast(ast, impl.caps)))
+  return found
+
+
+@dataclass
+class CheckRun:
+  device: str
+  results: list[CaseResult]
+  paths: Counter[str]
+  reports_paths: bool  # the device's renderer reports code paths
+  seconds: float
+
+
+def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | None = None,
+                    only: str | None = None, stop_on_failure: bool = False) -> CheckRun:
+  """Run every unit (those with a row containing `only`, if given) on `device`; with `stop_on_failure`, stop
+  after the first unit with a failing cell."""
   device = Device.canonicalize(device)
-  cases = all_cases()
-  results = []
-  for i, case in enumerate(cases):
+  started = time.perf_counter()
+  units = [u for u in all_units() if only is None or any(only in row for row in u.rows)]
+  results, kernels = [], []
+  for i, unit in enumerate(units):
     if progress:
-      progress(i, len(cases), case)
-    results.append(run_case(case, device))
-  return results
+      progress(i, len(units), unit)
+    outcome = run_unit(unit, device)
+    results += outcome.results
+    kernels += outcome.kernels
+    if stop_on_failure and any(r.status == FAIL for r in outcome.results):
+      break
+  reports = getattr(Device[device].renderer, "code_paths", None) is not None
+  return CheckRun(device, merge(results), code_paths(device, kernels), reports, time.perf_counter() - started)
 
 
 # ---- reports
 def cell(r: CaseResult | None) -> str:
+  """A matrix cell: the number of lanes checked (and the worst ULP distance where the spec allows one)."""
   if r is None:
     return ""
-  return {PASS: f"{r.worst_ulp}u" if r.worst_ulp else "ok", FAIL: "FAIL", UNSUPPORTED: "-"}[r.status]
+  if r.status == PASS:
+    return f"{r.checked}:{r.worst_ulp}u" if r.worst_ulp else str(r.checked)
+  return {FAIL: "FAIL", UNSUPPORTED: "-"}[r.status]
 
 
 def matrix_text(results: list[CaseResult]) -> str:
@@ -195,14 +458,25 @@ def matrix_text(results: list[CaseResult]) -> str:
   by_key = {(r.row, r.column): r for r in results}
   rows = list(dict.fromkeys(r.row for r in results if r.column != "program"))
   width = max(len(r) for r in rows) if rows else 8
-  lines = [" " * width + " " + " ".join(f"{c[:7]:>7s}" for c in columns)]
-  lines += [f"{row:{width}s} " + " ".join(f"{cell(by_key.get((row, c))):>7s}" for c in columns) for row in rows]
-  lines.append("(ok: agrees with the reference, Nu: worst lane N ulp apart, -: unsupported, not run)")
+  lines = [" " * width + " " + " ".join(f"{c[:8]:>8s}" for c in columns)]
+  lines += [f"{row:{width}s} " + " ".join(f"{cell(by_key.get((row, c))):>8s}" for c in columns) for row in rows]
+  lines.append("(N: agrees with the reference on N checked lanes (edge cases), N:Ku: worst lane K ulp apart, "
+               "-: unsupported, not run)")
   programs = [r for r in results if r.column == "program"]
   if programs:
     lines.append("\nTensor programs:")
-    lines += [f"  {cell(r):>5s}  {r.row}" for r in programs]
+    lines += [f"  {cell(r):>8s}  {r.row}" for r in programs]
   return "\n".join(lines)
+
+
+def paths_text(run: CheckRun) -> str:
+  """Which backend code paths the check reached, as the device's renderer reports them."""
+  if not run.reports_paths:
+    return f"code paths: {run.device}'s renderer does not report them (optional `code_paths(program)`)"
+  if not run.paths:
+    return f"code paths reached on {run.device}: none of those its renderer reports"
+  return f"code paths reached on {run.device}: " + ", ".join(f"{name} ({n} kernels)" for name, n in
+                                                             sorted(run.paths.items()))
 
 
 def unsupported_dtypes(device: str) -> list[DType]:
@@ -221,14 +495,16 @@ def summary(results: list[CaseResult]) -> dict[str, int]:
   return {status: sum(r.status == status for r in results) for status in (PASS, FAIL, UNSUPPORTED)}
 
 
-def write_json(path: str, device: str, results: list[CaseResult]) -> None:
+def write_json(path: str, run: CheckRun) -> None:
   with open(path, "w") as f:
-    json.dump({"device": device, "summary": summary(results),
-               "unsupported_dtypes": [d.name for d in unsupported_dtypes(device)],
-               "cases": [asdict(r) for r in results]}, f, indent=1)
+    json.dump({"device": run.device, "summary": summary(run.results), "seconds": round(run.seconds, 2),
+               "unsupported_dtypes": [d.name for d in unsupported_dtypes(run.device)],
+               "code_paths": dict(run.paths) if run.reports_paths else None,
+               "cases": [asdict(r) for r in run.results]}, f, indent=1)
 
 
-def write_html(path: str, device: str, results: list[CaseResult]) -> None:
+def write_html(path: str, run: CheckRun) -> None:
+  device, results = run.device, run.results
   columns = [d.name for d in DTYPES_BY_PRIORITY if any(r.column == d.name for r in results)]
   by_key = {(r.row, r.column): r for r in results}
   colors = {PASS: "#c8f0c8", FAIL: "#f4a6a6", UNSUPPORTED: "#e0e0e0"}
@@ -251,24 +527,26 @@ def write_html(path: str, device: str, results: list[CaseResult]) -> None:
 <style>body{{font-family:sans-serif}} td,th{{padding:2px 6px;font-size:12px;text-align:center}}
 pre{{background:#f6f6f6;padding:8px;overflow:auto}}</style></head><body>
 <h1>refgrad check: {html.escape(device)}</h1>
-<p>{counts[PASS]} passed, {counts[FAIL]} failed, {counts[UNSUPPORTED]} unsupported. Cells show the worst ULP distance
-where the spec allows one; hover a failing cell for the explanation. {html.escape(unsupported_line(device))}.</p>
+<p>{counts[PASS]} passed, {counts[FAIL]} failed, {counts[UNSUPPORTED]} unsupported. Cells show how many lanes
+(edge cases) were checked, and the worst ULP distance where the spec allows one; hover a failing cell for the
+explanation. {html.escape(unsupported_line(device))}.</p>
 <table><tr><th></th>{head}</tr>{''.join(body)}</table>
+<p>{html.escape(paths_text(run))}</p>
 <h2>Tensor programs</h2><table>{programs}</table>
 <h2>Failures</h2>{failures or "<p>none</p>"}</body></html>"""
   with open(path, "w") as f:
     f.write(page)
 
 
-def progress_printer(stream: Any = None) -> Callable[[int, int, Case], None]:
+def progress_printer(stream: Any = None) -> Callable[[int, int, Unit], None]:
   """One line, rewritten in place on a terminal; a line every 10% otherwise."""
   stream = stream or sys.stderr
   started = time.perf_counter()
   interactive = stream.isatty()
 
-  def show(i: int, total: int, case: Case) -> None:
+  def show(i: int, total: int, unit: Unit) -> None:
     elapsed = time.perf_counter() - started
-    text = f"[{i + 1:4d}/{total}] {elapsed:6.1f}s {case.row} {case.column}"
+    text = f"[{i + 1:3d}/{total}] {elapsed:6.1f}s {unit.label}"
     if interactive:
       stream.write("\r" + text[:100].ljust(100))
       if i + 1 == total:

@@ -17,6 +17,7 @@ import multiprocessing
 import textwrap
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from refgrad.testing.strategies import alu_kernels, tensor_programs
+from refgrad.dtype import DType, dtypes
+from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
 
 FINDING_KINDS = ("mismatch", "error", "crash", "hang")
+MISSING_SHOWN = 30  # unreached (op, dtype) pairs named at the end of a campaign
 
 
 class HarnessError(Exception):
@@ -46,19 +49,50 @@ def load_plugin_file(path: str) -> Any:
   return module
 
 
+# ---- coverage: which primitive op x dtype pairs the campaign's kernels executed
+def coverage_universe() -> set[tuple[str, str]]:
+  """Every (op, dtype) pair a device can be asked to run: ALU ops by operand dtype, casts and bitcasts by target
+  dtype, reductions by dtype."""
+  from refgrad.dtype import ALL_DTYPES
+  from refgrad.interp.alu import OP_KINDS
+  every = list(ALL_DTYPES.values())
+  pairs = {(op.name, d.name) for op, kinds in OP_KINDS.items() for d in every if d.kind in kinds}
+  pairs |= {("CAST", d.name) for d in every} | {("BITCAST", d.name) for d in every if d != dtypes.bool}
+  pairs |= {(f"REDUCE {op}", d.name) for op in ("ADD", "MUL", "MAX") for d in every if d != dtypes.bool}
+  return pairs
+
+
+def kernel_pairs(ast: Any) -> set[tuple[str, str]]:
+  """The (op, dtype) pairs one scheduled kernel executes (see coverage_universe)."""
+  from refgrad.uop import GroupOp, Ops
+  pairs = set()
+  for u in ast.toposort:
+    if u.op in GroupOp.ALU:
+      pairs.add((u.op.name, (u.src[-1] if u.op is Ops.WHERE else u.src[0]).dtype.name))
+    elif u.op in (Ops.CAST, Ops.BITCAST):
+      pairs.add((u.op.name, u.dtype.name))
+    elif u.op is Ops.REDUCE_AXIS:
+      pairs.add((f"REDUCE {u.arg[0].name}", u.dtype.name))
+  return pairs
+
+
 # ---- the worker: runs one program at a time, in its own process
-def run_one(program: Any, device: str) -> tuple[str, str]:
+def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = None) -> tuple[str, str]:
   """('ok'|'mismatch'|'error', detail) for one program, in this process. An exception that the device under
-  test did not raise is refgrad's own and propagates."""
+  test did not raise is refgrad's own and propagates. The (op, dtype) pairs of a checked program's kernels are
+  added to `coverage`."""
   from refgrad.testing.reference import ReferenceMismatch, check_against_reference, raised_by_device
   try:
-    check_against_reference(program.run, *program.inputs, device=device)
+    report = check_against_reference(program.run, *program.inputs, device=device)
   except ReferenceMismatch as e:
     return "mismatch", str(e)
   except Exception as e:
     if not raised_by_device(e):
       raise
     return "error", traceback.format_exc(limit=6)
+  if coverage is not None:
+    for kernel in report.kernels:
+      coverage |= kernel_pairs(kernel.ast)
   return "ok", ""
 
 
@@ -69,10 +103,11 @@ def _worker_main(conn: Any, device: str, plugin_files: list[str]) -> None:
     program = conn.recv()
     if program is None:
       return
+    covered: set[tuple[str, str]] = set()
     try:
-      verdict = run_one(program, device)
+      verdict = (*run_one(program, device, covered), sorted(covered))
     except Exception:
-      verdict = ("harness", traceback.format_exc())
+      verdict = ("harness", traceback.format_exc(), [])
     conn.send(verdict)
 
 
@@ -89,19 +124,20 @@ class Worker:
     self.process = context.Process(target=_worker_main, args=(child, self.device, self.plugin_files), daemon=True)
     self.process.start()
 
-  def run(self, program: Any) -> tuple[str, str]:
+  def run(self, program: Any) -> tuple[str, str, list[tuple[str, str]]]:
+    """(kind, detail, (op, dtype) pairs the program's kernels executed)."""
     if self.process is None or not self.process.is_alive():
       self.start()
     self.conn.send(program)
     if not self.conn.poll(self.timeout):
       self.stop()
-      return "hang", f"no answer within {self.timeout:.0f} s"
+      return "hang", f"no answer within {self.timeout:.0f} s", []
     try:
       return self.conn.recv()
     except EOFError:
       code = self.process.exitcode if self.process else None
       self.process = None
-      return "crash", f"the worker process died (exit code {code})"
+      return "crash", f"the worker process died (exit code {code})", []
 
   def stop(self) -> None:
     if self.process is not None:
@@ -121,10 +157,15 @@ class FindingError(Exception):
 class CampaignResult:
   programs: int = 0
   findings: list[tuple[str, str, Any]] = field(default_factory=list)  # (kind, detail, program)
+  coverage: Counter = field(default_factory=Counter)  # (op, dtype) -> programs that executed it
 
 
-def programs_strategy() -> st.SearchStrategy[Any]:
-  return st.one_of(tensor_programs(), alu_kernels())
+def programs_strategy(focus: DType | None = None) -> st.SearchStrategy[Any]:
+  """Random Tensor programs and random primitive-op kernels; with `focus`, their inputs and roots have that dtype.
+  Campaigns rotate the focus through every dtype, batch by batch: left to itself, generation favours the first
+  choices, and a minute's campaign would never reach the rarer dtypes' ops."""
+  choices = (focus,) if focus is not None else ALL
+  return st.one_of(tensor_programs(dtype_choices=choices), alu_kernels(dtype_choices=choices))
 
 
 def only_findings(error: BaseException) -> bool:
@@ -148,7 +189,8 @@ def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[st
     if time.monotonic() > deadline or harness_failure:
       return  # time is up, or refgrad itself failed: let hypothesis finish quickly, without shrinking
     result.programs += 1
-    kind, detail = worker.run(program)
+    kind, detail, covered = worker.run(program)
+    result.coverage.update(covered)
     if kind == "harness":
       harness_failure = detail
     elif kind in FINDING_KINDS:
@@ -161,7 +203,8 @@ def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[st
       smallest: dict[str, tuple[str, str, Any]] = {}
       test = seed(run_seed)(settings(max_examples=batch, deadline=None, database=None, derandomize=False,
                                      phases=[Phase.generate, Phase.shrink], print_blob=False,
-                                     suppress_health_check=list(HealthCheck))(given(programs_strategy())(check)))
+                                     suppress_health_check=list(HealthCheck))(
+        given(programs_strategy(ALL[run_seed % len(ALL)]))(check)))
       try:
         test()
       except Exception as e:
@@ -191,6 +234,8 @@ def finding_source(kind: str, detail: str, program: Any, device: str, plugin_fil
   summary = textwrap.indent("\n".join(detail.splitlines()[:12]), "# ")
   body = textwrap.indent(program.to_python(), "  ")
   return f'''"""refgrad fuzz finding ({kind}) on {device}. Run: python -m pytest {{this file}}"""
+from math import inf, nan  # noqa: F401  (values print as inf and nan)
+
 import ml_dtypes  # noqa: F401
 import numpy as np
 
@@ -220,10 +265,24 @@ class FuzzReport:
   seconds: float
   programs: int
   findings: list[tuple[str, Path]]  # (kind, file written), deduplicated
+  coverage: Counter = field(default_factory=Counter)  # (op, dtype) -> programs that executed it
 
   @property
   def rate(self) -> float:
     return self.programs / self.seconds if self.seconds else 0.0
+
+  def coverage_text(self) -> str:
+    """How many of the (op, dtype) pairs the campaign executed, and which it never reached."""
+    universe = coverage_universe()
+    missing = sorted(universe - set(self.coverage))
+    dtypes_seen = {d for _, d in self.coverage}
+    text = f"coverage: {len(universe) - len(missing)}/{len(universe)} op x dtype pairs executed, " \
+           f"{len(dtypes_seen)} dtypes"
+    if not missing:
+      return text + "; every pair reached"
+    shown = ", ".join(f"{op} {d}" for op, d in missing[:MISSING_SHOWN])
+    return text + f"; never reached: {shown}" + (f" and {len(missing) - MISSING_SHOWN} more"
+                                                  if len(missing) > MISSING_SHOWN else "")
 
 
 def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findings_dir: str = "refgrad-findings",
@@ -249,4 +308,6 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
       path = out / f"test_finding_{device.lower()}_{kind}_{key}.py"
       path.write_text(finding_source(kind, detail, program, device, plugin_files))
       written[key] = (kind, path)
-  return FuzzReport(device, time.monotonic() - started, sum(r.programs for r in results), list(written.values()))
+  coverage = sum((r.coverage for r in results), Counter())
+  return FuzzReport(device, time.monotonic() - started, sum(r.programs for r in results), list(written.values()),
+                    coverage)

@@ -67,24 +67,39 @@ def dtype_of(x: np.ndarray) -> DType:
   return dtypes.from_np(x.dtype)
 
 
+def literal(value: Any) -> str:
+  """Python source for a scalar, including nan and infinities."""
+  if isinstance(value, float) and not np.isfinite(value):
+    return f"float('{value}')"
+  return repr(value)
+
+
 @dataclass(frozen=True)
 class Expr:
-  """A node of a random kernel: an input (`op == "INPUT"`, `index`) or a primitive op over children."""
+  """A node of a random kernel: an input (`op == "INPUT"`, `index`), a constant (`op == "CONST"`, `value`, the same
+  in every lane) or a primitive op over children."""
   op: str
   dtype: DType
   children: tuple[Expr, ...] = ()
   index: int = 0
+  value: Any = None
 
   def __repr__(self) -> str:
     if self.op == "INPUT":
       return f"in{self.index}"
+    if self.op == "CONST":
+      return f"{literal(self.value)}<{self.dtype.name}>"
     inner = ", ".join(repr(c) for c in self.children)
     return f"{self.op}<{self.dtype.name}>({inner})"
 
 
+REDUCE_PREFIX = "REDUCE_"  # an Expr op "REDUCE_ADD" reduces its child's lanes to one with ADD
+
+
 @dataclass
 class RandomKernel:
-  """Primitive ops over 1-D inputs, built as UOps directly (below the Tensor API): one fused kernel."""
+  """Primitive ops over 1-D inputs, built as UOps directly (below the Tensor API): one fused kernel, whose root
+  may reduce all lanes to one."""
   inputs: list[np.ndarray]
   root: Expr
 
@@ -98,6 +113,10 @@ class RandomKernel:
     def lower(e: Expr) -> UOp:
       if e.op == "INPUT":
         return tensors[e.index].uop
+      if e.op == "CONST":
+        return tensors[0]._const(e.value, e.dtype).reshape(1).expand(tensors[0].shape).uop
+      if e.op.startswith(REDUCE_PREFIX):
+        return UOp(Ops.REDUCE_AXIS, e.dtype, (lower(e.children[0]),), (Ops[e.op[len(REDUCE_PREFIX):]], (0,)))
       return UOp(Ops[e.op], e.dtype, tuple(lower(c) for c in e.children))
     return tensors[0]._from(lower(self.root))
 
@@ -105,6 +124,11 @@ class RandomKernel:
     def source(e: Expr) -> str:
       if e.op == "INPUT":
         return f"v{e.index}.uop"
+      if e.op == "CONST":
+        return f"v0._const({literal(e.value)}, dtypes.{e.dtype.name}).reshape(1).expand(v0.shape).uop"
+      if e.op.startswith(REDUCE_PREFIX):
+        op = e.op[len(REDUCE_PREFIX):]
+        return f"UOp(Ops.REDUCE_AXIS, dtypes.{e.dtype.name}, ({source(e.children[0])},), (Ops.{op}, (0,)))"
       return f"UOp(Ops.{e.op}, dtypes.{e.dtype.name}, ({', '.join(source(c) for c in e.children)},))"
     return f"return v0._from({source(self.root)})"
 

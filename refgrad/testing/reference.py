@@ -23,6 +23,7 @@ from refgrad.realize import run_schedule
 from refgrad.schedule import ScheduleItem, create_schedule
 from refgrad.testing.bounds import kernel_error_bounds
 from refgrad.testing.compare import Comparison, compare
+from refgrad.uop import UOp
 
 
 class ReferenceMismatch(AssertionError):
@@ -30,9 +31,21 @@ class ReferenceMismatch(AssertionError):
 
 
 @dataclass
+class Lanes:
+  """One kernel's output, flat, as compared: the device's values, the reference's, and the spec's allowances."""
+  actual: np.ndarray
+  expected: np.ndarray
+  undefined: np.ndarray | None
+  bound: np.ndarray
+
+
+@dataclass
 class KernelResult:
   name: str
   comparison: Comparison
+  ast: UOp | None = None          # the kernel, so a report can say which backend code paths it took
+  lanes: Lanes | None = None      # kept when asked (check_against_reference(keep_lanes=True))
+  explanation: str = ""           # why it failed, when it did and the check did not raise
 
 
 @dataclass
@@ -111,13 +124,14 @@ def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, exp
   return "\n".join(lines)
 
 
-def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str,
-                            raise_on_mismatch: bool = True) -> ReferenceReport:
+def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, raise_on_mismatch: bool = True,
+                            keep_lanes: bool = False) -> ReferenceReport:
   """Run `fn(*tensors)` (one Tensor or a tuple of them) on `device` and on PYTHON and compare every kernel.
 
   `inputs` are numpy arrays or Python values (made into PYTHON tensors) or PYTHON tensors. Raises
   ReferenceMismatch explaining the first differing kernel: indices, both values, ULP distance, the inputs
-  and the kernel's source on the device. Returns a ReferenceReport."""
+  and the kernel's source on the device. Returns a ReferenceReport; with `raise_on_mismatch=False` each failed
+  kernel carries its explanation instead, and with `keep_lanes=True` every kernel keeps its compared lanes."""
   device = Device.canonicalize(device)
   outputs = fn(*_as_tensors(inputs))
   outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
@@ -134,7 +148,12 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str,
       undefined = reference_undefined if undefined is None else undefined | reference_undefined
     actual = _device_run(item, device, contents)
     result = compare(actual, contents[0], undefined, abs_bound=bound)
-    report.kernels.append(KernelResult(compile_ast(item.ast).name, result))
-    if not result.ok and raise_on_mismatch:
-      raise ReferenceMismatch(explain(item, index, device, actual, contents[0], result, inputs))
+    kernel = KernelResult(compile_ast(item.ast).name, result, item.ast)
+    if keep_lanes:
+      kernel.lanes = Lanes(actual.reshape(-1), contents[0].reshape(-1), undefined, bound)
+    report.kernels.append(kernel)
+    if not result.ok:
+      kernel.explanation = explain(item, index, device, actual, contents[0], result, inputs)
+      if raise_on_mismatch:
+        raise ReferenceMismatch(kernel.explanation)
   return report

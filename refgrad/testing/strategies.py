@@ -55,13 +55,24 @@ def scalars(dtype: DType, edges: bool = True) -> st.SearchStrategy[Any]:
   return plain | st.sampled_from(edge_values(dtype)) if edges else plain
 
 
+MAX_DRAWN_VALUES = 64  # larger arrays take their values from one drawn seed (hypothesis buffers stay small)
+LONG_SIDES = (16, 17, 40, 67)  # reductions this long take the split (8-accumulator) paths, with and without rest
+
+
 @st.composite
 def arrays(draw: st.DrawFn, dtype: DType | None = None, shape: tuple | None = None, edges: bool = True) -> np.ndarray:
   """A numpy array of a refgrad dtype; values are cast with numpy (wrapping) to the dtype."""
   dtype = dtype or draw(dtype_strategy())
   shape = shape if shape is not None else draw(shapes())
   n = int(np.prod(shape))
-  values = draw(st.lists(scalars(dtype, edges), min_size=n, max_size=n))
+  if n > MAX_DRAWN_VALUES:  # long rows (to reach split reductions): values from a drawn seed, edges mixed in
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    pool = (edge_values(dtype) if edges else []) + [float(v) for v in rng.integers(-8, 9, 16)]
+    values = [pool[i] for i in rng.integers(0, len(pool), n)]
+    if dtypes.is_int(dtype):
+      values = [int(v) for v in values]
+  else:
+    values = draw(st.lists(scalars(dtype, edges), min_size=n, max_size=n))
   with np.errstate(all="ignore"):
     if dtype == dtypes.bool or dtypes.is_float(dtype):
       array = np.array(values, dtype=np.float64 if dtypes.is_float(dtype) else np.bool_).astype(dtype.np)
@@ -135,7 +146,7 @@ def _draw_step(b: _Builder) -> None:
   elif kind == "reduce" and len(shape) > 0:
     axis = draw(st.integers(0, len(shape) - 1))
     keepdim = draw(st.booleans())
-    name = draw(st.sampled_from(EXACT_REDUCES + (("sum",) if not dtypes.is_float(dtype) else ())))
+    name = draw(st.sampled_from(EXACT_REDUCES + ("sum",)))
     if name in ("max", "min") and shape[axis] == 0:
       name = "sum" if not dtypes.is_float(dtype) else None
     if name is None:
@@ -188,6 +199,9 @@ def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, ed
 
   With transcendentals=False every step is exact on a correct device, so results must match bit for bit."""
   shape = draw(shapes(max_dims=3, max_side=4))
+  long_side = draw(st.one_of(st.none(), st.sampled_from(LONG_SIDES)))
+  if long_side and shape:
+    shape = (long_side,) + shape[1:]
   n_inputs = draw(st.integers(1, max_inputs))
   inputs = [draw(arrays(draw(dtype_strategy(dtype_choices)), shape if i == 0 or draw(st.booleans()) else (),
                         edges)) for i in range(n_inputs)]
@@ -214,6 +228,8 @@ def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], s
   from refgrad.testing.programs import Expr
   from refgrad.uop import GroupOp, Ops
   if depth == 0 or draw(st.integers(0, 3)) == 0:
+    if not root and draw(st.integers(0, 3)) == 0:  # a constant operand: the shapes compilers fold and reassociate
+      return Expr("CONST", dtype, value=draw(scalars(dtype)))
     same = [i for i, x in enumerate(inputs) if dtypes.from_np(x.dtype) == dtype]
     if same and draw(st.booleans()):
       return Expr("INPUT", dtype, index=draw(st.sampled_from(same)))
@@ -240,12 +256,16 @@ def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], s
 
 @st.composite
 def alu_kernels(draw: st.DrawFn, max_depth: int = 3, dtype_choices: tuple[DType, ...] = ALL) -> Any:
-  """Random kernels: expression trees of primitive ops over typed 1-D inputs full of edge values.
+  """Random kernels: expression trees of primitive ops over typed 1-D inputs full of edge values, some long
+  enough to take a backend's split-reduction paths, often reduced to one value by ADD, MUL or MAX.
 
   Transcendentals appear only at the root, so every other node is exact on a correct device and the root
   can be held to its ULP bound."""
-  from refgrad.testing.programs import RandomKernel
-  size = draw(st.integers(1, 12))
+  from refgrad.testing.programs import REDUCE_PREFIX, Expr, RandomKernel
+  size = draw(st.integers(1, 12) | st.sampled_from(LONG_SIDES))
   inputs: list[np.ndarray] = []
   root = draw(_expr(draw(dtype_strategy(dtype_choices)), max_depth, inputs, size, root=True))
-  return RandomKernel(inputs, root)
+  if not inputs:  # every leaf is a constant: the lanes still need a shape, which one input gives
+    inputs.append(draw(arrays(root.dtype, (size,))))
+  reduce_op = draw(st.sampled_from((None, "ADD", "MUL", "MAX"))) if root.dtype != dtypes.bool else None
+  return RandomKernel(inputs, Expr(REDUCE_PREFIX + reduce_op, root.dtype, (root,)) if reduce_op else root)

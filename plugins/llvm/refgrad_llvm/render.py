@@ -63,6 +63,10 @@ class LLVMRenderer:
   def render(self, program: Program) -> str:
     return _Kernel(program).source()
 
+  def code_paths(self, program: Program) -> list[str]:
+    """Which special cases of this renderer `program` takes (for `refgrad check`'s coverage report)."""
+    return program.code_paths(REDUCE_LANES)
+
 
 @dataclass
 class _Loop:

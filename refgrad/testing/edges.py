@@ -1,0 +1,148 @@
+"""The values a conformance check feeds an op: each dtype's edge values with their neighbours, and the rounding
+boundaries of every narrowing conversion.
+
+Backends go wrong at a handful of points (signed zeros, NaNs, infinities, subnormals, the extremes, ±1) and one
+step away from them, and conversions go wrong exactly at their rounding boundaries: halfway between two values of
+the target (ties, to even and to odd), at the overflow threshold and around the subnormal range. Random values
+almost never land there, so the check enumerates them.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+
+from refgrad.dtype import DType, dtypes
+from refgrad.testing.strategies import edge_values
+
+# NaNs that are not the default one: a quiet NaN with a payload, a negative quiet NaN, a signalling NaN
+_NAN_BITS = {16: (0x7E01, 0xFE00, 0x7C01), 32: (0x7FC00001, 0xFFC00000, 0x7F800001),
+             64: (0x7FF8000000000001, 0xFFF8000000000000, 0x7FF0000000000001)}
+_BF16_NAN_BITS = (0x7FC1, 0xFFC0, 0x7F81)
+
+
+def _unsigned(dtype: DType) -> np.dtype:
+  return np.dtype(f"u{dtype.itemsize}")
+
+
+def _from_bits(bits: list[int], dtype: DType) -> np.ndarray:
+  return np.array(bits, dtype=_unsigned(dtype)).view(dtype.np)
+
+
+def _unique(values: np.ndarray) -> np.ndarray:
+  """Distinct values by their bits, in first-seen order (so -0.0 and +0.0, and every NaN payload, stay)."""
+  _, first = np.unique(values.view(_unsigned(dtypes.from_np(values.dtype))), return_index=True)
+  return values[np.sort(first)]
+
+
+def float_neighbours(values: np.ndarray) -> np.ndarray:
+  """The representable values one step above and below each finite value (toward and away from zero)."""
+  dtype = dtypes.from_np(values.dtype)
+  finite = values[np.isfinite(values.astype(np.float64))]
+  bits = finite.view(_unsigned(dtype)).astype(np.int64)
+  magnitude_mask = (1 << (dtype.bits - 1)) - 1
+  steps = []
+  for delta in (1, -1):
+    moved = bits + delta
+    keep = ((bits & magnitude_mask) + delta >= 0)  # -1 from a zero would change its sign bit
+    steps.append(moved[keep])
+  stepped = np.concatenate(steps).astype(_unsigned(dtype)).view(dtype.np)  # int64 -> unsigned wraps the sign bit
+  return stepped[~np.isnan(stepped.astype(np.float64))]
+
+
+def dtype_edges(dtype: DType) -> np.ndarray:
+  """Edge values of a dtype and the values next to them: for floats also NaNs with payloads and 2^(p), where
+  consecutive integers stop being representable; for ints each edge's neighbours within range."""
+  if dtype == dtypes.bool:
+    return np.array([False, True])
+  if dtypes.is_int(dtype):
+    lo, hi = dtypes.min(dtype), dtypes.max(dtype)
+    values = sorted({v + d for v in edge_values(dtype) for d in (-1, 0, 1) if lo <= v + d <= hi})
+    return np.array(values, dtype=object).astype(dtype.np)
+  info = ml_dtypes.finfo(dtype.np)
+  limit = float(2 ** (info.nmant + 1))
+  with np.errstate(all="ignore"):
+    base = np.array(edge_values(dtype) + [limit, -limit], dtype=np.float64).astype(dtype.np)
+  nans = _from_bits(list(_BF16_NAN_BITS if dtype == dtypes.bfloat16 else _NAN_BITS[dtype.bits]), dtype)
+  return _unique(np.concatenate([base, nans, float_neighbours(base)]))
+
+
+# ---- rounding boundaries of conversions
+def _ulp(value: Fraction, dtype: DType) -> Fraction:
+  """The spacing of a float dtype's values at a positive `value` (the subnormal spacing below the normal range)."""
+  info = ml_dtypes.finfo(dtype.np)
+  exponent = max(value.numerator.bit_length() - value.denominator.bit_length(), int(info.minexp))
+  while Fraction(2) ** exponent > value:
+    exponent -= 1
+  while Fraction(2) ** (exponent + 1) <= value:
+    exponent += 1
+  return Fraction(2) ** (max(exponent, int(info.minexp)) - int(info.nmant))
+
+
+def float_boundaries(dtype: DType) -> list[Fraction]:
+  """Points where converting to the float `dtype` changes its result: halfway between neighbouring values of
+  `dtype` (ties: at 1 with an even last bit, next to 1 with an odd one, where the spacing reaches 1 and 2, at 2^31
+  and 2^63 for wide integers, at the top of the subnormal range and its bottom), and the overflow threshold
+  max + ulp/2. Both signs."""
+  info = ml_dtypes.finfo(dtype.np)
+  largest, tiny, smallest = (Fraction(float(v)) for v in (info.max, info.tiny, info.smallest_subnormal))
+  one_up = 1 + _ulp(Fraction(1), dtype)
+  spacing_one = Fraction(2) ** info.nmant
+  points = [Fraction(1), one_up, Fraction(3), spacing_one, spacing_one + 1, 2 * spacing_one, 2 * spacing_one + 2,
+            tiny, tiny - smallest, smallest, 2 * smallest, largest - _ulp(largest, dtype), Fraction(1000) + one_up]
+  wide = [Fraction(2) ** k for k in (31, 63) if Fraction(2) ** k < largest]  # where wide integers round
+  points += wide + [p + _ulp(p, dtype) for p in wide]
+  boundaries = [p + _ulp(p, dtype) / 2 for p in points] + [smallest / 2, largest + _ulp(largest, dtype) / 2]
+  return boundaries + [-b for b in boundaries]
+
+
+def int_boundaries(dtype: DType) -> list[Fraction]:
+  """Where converting to the int `dtype` changes: its range limits and the integers and halves around zero."""
+  lo, hi = dtypes.min(dtype), dtypes.max(dtype)
+  points = [0, Fraction(1, 2), Fraction(-1, 2), 1, -1, Fraction(3, 2), Fraction(-3, 2), hi, hi + 1, lo, lo - 1,
+            1 << dtype.bits, Fraction(hi) + Fraction(1, 2), Fraction(lo) - Fraction(1, 2)]
+  return [Fraction(p) for p in points]
+
+
+def _around_in(boundary: Fraction, dtype: DType) -> list:
+  """Values of `dtype` at and one step either side of `boundary` (the nearest ones when it is not representable)."""
+  if dtypes.is_int(dtype):
+    lo, hi = dtypes.min(dtype), dtypes.max(dtype)
+    floor = boundary.numerator // boundary.denominator
+    return [v for v in (floor - 1, floor, floor + 1, floor + 2) if lo <= v <= hi]
+  with np.errstate(all="ignore"):
+    nearest = np.array([float(boundary)], dtype=np.float64).astype(dtype.np)
+  if not np.isfinite(nearest.astype(np.float64)).all():
+    return []  # beyond what `dtype` holds: its extremes are among its edges already
+  return list(nearest) + list(float_neighbours(nearest))
+
+
+def narrows(src: DType, dst: DType) -> bool:
+  """True if some value of `src` is not a value of `dst` (the conversion may round, overflow or wrap)."""
+  if dst == dtypes.bool:
+    return src != dtypes.bool
+  if src == dtypes.bool:
+    return False
+  if dtypes.is_int(src) and dtypes.is_int(dst):
+    return dtypes.min(src) < dtypes.min(dst) or dtypes.max(src) > dtypes.max(dst)
+  if dtypes.is_float(dst) and dtypes.is_int(src):
+    return max(abs(dtypes.min(src)), dtypes.max(src)).bit_length() > ml_dtypes.finfo(dst.np).nmant + 1
+  if dtypes.is_float(src) and dtypes.is_float(dst):
+    s, d = ml_dtypes.finfo(src.np), ml_dtypes.finfo(dst.np)
+    return s.nmant > d.nmant or float(s.max) > float(d.max) or float(s.smallest_subnormal) < float(d.smallest_subnormal)
+  return True  # float to int
+
+
+def cast_values(src: DType, dst: DType) -> np.ndarray:
+  """Inputs of `src` for a CAST to `dst`: the edges of `src`, and for a narrowing conversion the values at and one
+  step either side of each of `dst`'s rounding boundaries that `src` can hold."""
+  edges = dtype_edges(src)
+  if not narrows(src, dst) or dst == dtypes.bool:
+    return edges
+  boundaries = float_boundaries(dst) if dtypes.is_float(dst) else int_boundaries(dst)
+  found = [v for b in boundaries for v in _around_in(b, src)]
+  with np.errstate(all="ignore"):
+    extra = np.array(found, dtype=object if dtypes.is_int(src) else np.float64).astype(src.np)
+  return _unique(np.concatenate([edges, extra])) if dtypes.is_float(src) else \
+    np.array(sorted(set(edges.tolist()) | set(extra.tolist())), dtype=object).astype(src.np)
