@@ -1,0 +1,138 @@
+"""What `refgrad check` feeds each op, checked against numpy: edge values with their neighbours, the rounding
+boundaries of narrowing casts, signed zeros compared bit for bit, and the backend code paths the check reaches."""
+import json
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from refgrad import Device
+from refgrad.cli import main
+from refgrad.dtype import dtypes
+from refgrad.testing import conformance
+from refgrad.testing.compare import compare
+from refgrad.testing.edges import cast_values, dtype_edges, float_neighbours, narrows
+from refgrad.testing.reference import check_against_reference
+
+FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
+COMPILED = [d for d in ("CLANG", "LLVM") if d in Device.available()]
+
+
+def bits(x: np.ndarray) -> set[int]:
+  return set(x.view(f"u{x.dtype.itemsize}").tolist())
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.name)
+def test_float_edges_hold_signed_zeros_nan_payloads_and_neighbours(dtype):
+  edges = dtype_edges(dtype)
+  info = ml_dtypes.finfo(dtype.np)
+  with np.errstate(invalid="ignore"):  # signalling NaNs
+    as64 = edges.astype(np.float64)
+  assert {0.0, -0.0} <= set(as64.tolist()) and np.signbit(as64[as64 == 0]).tolist().count(True) == 1
+  assert np.isinf(as64).sum() == 2 and np.isnan(as64).sum() >= 3  # default, payload, negative, signalling NaNs
+  assert len(bits(edges[np.isnan(as64)])) == np.isnan(as64).sum()  # the NaNs differ in their bits
+  one, largest, smallest = np.array([1.0, float(info.max), float(info.smallest_subnormal)], dtype=dtype.np)
+  if dtype == dtypes.float64:  # numpy's nextafter is the oracle for one step
+    for value in (one, largest, smallest):
+      for direction in (np.inf, -np.inf):
+        with np.errstate(over="ignore"):
+          neighbour = np.nextafter(np.float64(value), direction)
+        if np.isfinite(neighbour):
+          assert int(np.array(neighbour).view(np.uint64)) in bits(edges)
+  steps = float_neighbours(np.array([1.0], dtype=dtype.np)).astype(np.float64)
+  assert sorted(steps.tolist()) == [1 - float(info.epsneg), 1 + float(info.eps)]
+  assert 2.0 ** (info.nmant + 1) in as64.tolist()  # where consecutive integers stop being representable
+
+
+@pytest.mark.parametrize("src,dst", [(dtypes.float32, dtypes.float16), (dtypes.float32, dtypes.bfloat16),
+                                     (dtypes.float64, dtypes.float32), (dtypes.int64, dtypes.float32),
+                                     (dtypes.float16, dtypes.bfloat16)], ids=str)
+def test_narrowing_casts_reach_ties_rounding_down_and_up(src, dst):
+  """Among the inputs are values exactly halfway between two neighbouring `dst` values, both ones that round to
+  even downward and ones that round to even upward (numpy, which rounds to nearest even, is the oracle), and
+  values one step either side of such a tie."""
+  values = cast_values(src, dst)
+  with np.errstate(all="ignore"):
+    rounded = values.astype(dst.np)
+  down = up = 0
+  present = bits(values) if src.kind == "f" else set(values.tolist())
+  for i, (x, r) in enumerate(zip(values.tolist(), rounded)):
+    if not np.isfinite(float(r)) or (src.kind == "f" and not np.isfinite(x)):
+      continue
+    exact, result = Fraction(int(x)) if src.kind in "iu" else Fraction(float(x)), Fraction(float(r))
+    for other in float_neighbours(np.array([r], dtype=dst.np)).astype(np.float64).tolist():
+      if not np.isfinite(other):
+        continue
+      around = bits(float_neighbours(values[i:i + 1])) if src.kind == "f" else {x - 1, x + 1}
+      if 2 * exact == result + Fraction(other) and around <= present:  # a tie, with its neighbours in `src`
+        down, up = down + (other > result), up + (other < result)
+  assert narrows(src, dst)
+  assert down > 0 and up > 0
+
+
+def test_float32_to_half_boundaries_include_overflow_and_subnormal_thresholds():
+  with np.errstate(invalid="ignore"):
+    values = cast_values(dtypes.float32, dtypes.float16).astype(np.float64)
+  threshold = 65504.0 + 16.0  # half's max plus half an ulp: rounds to inf
+  assert threshold in values and np.nextafter(np.float32(threshold), np.float32(0)) in values.astype(np.float32)
+  smallest = float(ml_dtypes.finfo(np.float16).smallest_subnormal)
+  assert smallest / 2 in values and 1.5 * smallest in values  # ties at the bottom of the subnormal range
+  with np.errstate(over="ignore"):
+    assert np.isinf(np.float32(threshold).astype(np.float16)) and np.float32(smallest / 2).astype(np.float16) == 0
+
+
+def test_signed_zero_never_passes_for_the_other_where_the_spec_is_exact():
+  minus, plus = np.array([-0.0], np.float32), np.array([0.0], np.float32)
+  assert not compare(minus, plus).ok
+  assert not compare(minus, plus, abs_bound=np.zeros(1)).ok
+  assert compare(minus, plus, abs_bound=np.full(1, 1e-6)).ok  # a real bound accepts either zero
+  assert not compare(np.array([1e-7], np.float32), plus, abs_bound=np.zeros(1)).ok
+
+
+def test_a_sum_of_negative_zeros_may_have_either_sign():
+  """SPEC.md leaves the sign of a zero sum open: the device's -0.0 and the reference's +0.0 both pass, and a
+  later op that depends on the sign (1/x) is not held to one."""
+  rows = np.full((3, 5), -0.0, np.float32)
+  report = check_against_reference(lambda t: t.sum(1), rows, device="PYTHON")
+  assert report.ok
+  from refgrad.tensor import Tensor
+  from refgrad.testing.bounds import kernel_error_bounds
+  item = Tensor(rows).sum(1).schedule()[-1]
+  _, bound, _ = kernel_error_bounds(item.ast, {1: rows.reshape(-1), 0: np.zeros(3, np.float32)})
+  assert np.all(bound > 0) and np.all(bound < 1e-40)
+
+
+def test_matrix_counts_lanes_per_op_and_dtype(capsys, tmp_path):
+  report = tmp_path / "report.json"
+  assert main(["check", "--device", "PYTHON", "--only", "FDIV", "--json", str(report)]) == 0
+  out = capsys.readouterr().out
+  row = next(line for line in out.splitlines() if line.startswith("FDIV "))
+  edges = len(dtype_edges(dtypes.float32))
+  assert str(edges * edges) in row.split()  # every ordered pair of float32 edge values
+  assert "lanes checked" in out
+  cells = {(c["row"], c["column"]): c for c in json.loads(report.read_text())["cases"]}
+  assert cells[("FDIV", "float64")]["checked"] == len(dtype_edges(dtypes.float64)) ** 2
+
+
+@pytest.mark.parametrize("device", COMPILED)
+def test_check_reaches_split_reductions_and_their_remainder(device, capsys):
+  run = conformance.run_conformance(device, only="REDUCE")
+  assert all(r.status == conformance.PASS for r in run.results)
+  assert run.paths["split reduction (8 accumulators)"] > 0 and run.paths["split reduction remainder loop"] > 0
+  assert "split reduction" in conformance.paths_text(run)
+
+
+@pytest.mark.parametrize("device", ["PYTHON"] + COMPILED)
+def test_reductions_of_single_value_rows_match_numpy(device):
+  """The reference itself, at the points a wrong identity shows: numpy gives max(-inf row) = -inf, min(+inf row) =
+  +inf, sum/prod/max of NaN rows NaN, and the empty reduction's identity."""
+  from refgrad import Tensor
+  for value in (-np.inf, np.inf, np.nan, -0.0, float(np.finfo(np.float32).max)):
+    rows = np.full((2, 13), value, np.float32)
+    t = Tensor(rows, device=device)
+    np.testing.assert_array_equal(t.max(1).numpy(), rows.max(1))
+    np.testing.assert_array_equal(t.min(1).numpy(), rows.min(1))
+  empty = np.zeros((3, 0), np.float32)
+  assert conformance.reduce(Tensor(empty, device=device), conformance.Ops.MAX).numpy().tolist() == [-np.inf] * 3
+  np.testing.assert_array_equal(Tensor(empty, device=device).sum(1).numpy(), empty.sum(1))
