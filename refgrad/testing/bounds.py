@@ -80,7 +80,8 @@ def _binary_float(u: UOp, a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) ->
 
 def _comparison(a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
   """A comparison is exact unless the inputs' intervals overlap, where the answer could flip."""
-  apart = (a + ea < b - eb) | (b + eb < a - ea)
+  with np.errstate(invalid="ignore"):  # inf - inf: NaN compares False, so the lane has no bound (skipped)
+    apart = (a + ea < b - eb) | (b + eb < a - ea)
   return np.where(apart, 0.0, np.inf)
 
 
