@@ -1,0 +1,146 @@
+"""`refgrad selftest`: every planted bug applies (no silent no-op) and is live (it computes its witness program wrong),
+the check catches a handful of different kinds in processes of their own, and the unmutated CLANG has no false alarm."""
+import argparse
+import dataclasses
+import multiprocessing
+
+import pytest
+
+from refgrad import Device
+from refgrad.testing import mutants, selftest
+from refgrad.testing.selftest import CHECK, CRASH, ERROR, ESCAPED, FUZZ, HANG
+
+needs_clang = pytest.mark.skipif("CLANG" not in Device.available(),
+                                 reason="CLANG is unavailable here (refgrad-clang or a C compiler is missing)")
+# fast mutants of different kinds (a replaced rule, a prelude edit, a replaced method, a flag), each caught by the
+# check's steps for these rows (a batched step may report the failure in another cell of its kernel)
+CAUGHT_BY_ROWS = {"IDIV", "MAX", "CMPLT"}
+HANDFUL = ["cmplt_le", "max_drops_nan", "idiv_floors", "bool_store_mask", "ffinite_math_only"]
+
+
+def test_the_table_is_large_and_varied():
+  names = [m.name for m in mutants.MUTANTS]
+  assert len(names) >= 25 and len(set(names)) == len(names)
+  assert {m.kind for m in mutants.MUTANTS} == {"source", "flags", "source+flags"}
+  assert len({m.bug_class for m in mutants.MUTANTS}) >= 10
+  assert len({m.device for m in mutants.MUTANTS}) == len(names)
+
+
+@pytest.mark.parametrize("name", [m.name for m in mutants.MUTANTS])
+def test_every_mutant_plants(name):
+  mutant = mutants.BY_NAME[name]
+  if mutant.add_flags or mutant.remove_flags:
+    pytest.importorskip("refgrad_clang")
+    assert mutants.clang_flags(mutant) != mutants.clang_flags()
+  mutants.check_planted(mutant)
+  if mutant.in_source:
+    assert any(real != mutated for real, mutated in mutants.rendered_witness(mutant))
+
+
+@pytest.mark.parametrize("edit", [
+  {"binary": {}, "prelude": (("RG_FN float rg_no_such_function(", "x"),)},  # text that is not in the prelude
+  {"binary": {}, "source": lambda c: c.replace("no such C text", "x")},     # a rewrite that never matches
+  {"binary": {}, "add_flags": ("-fwrapv",)},                                # a flag CLANG already has
+])
+def test_an_edit_that_does_not_apply_fails_loudly(edit):
+  if "add_flags" in edit:
+    pytest.importorskip("refgrad_clang")
+  broken = dataclasses.replace(mutants.BY_NAME["cmplt_le"], name="broken", **edit)
+  with pytest.raises(mutants.MutantNotPlanted):
+    mutants.check_planted(broken)
+
+
+def _witness_verdicts(names: list[str]) -> dict[str, str]:
+  """In a fresh process: 'live' if the mutant computes its witness differently from the reference while the real
+  CLANG does not, else what went wrong."""
+  from refgrad import plugins
+  plugins.register(mutants, name="refgrad.testing.mutants")
+  verdicts = {}
+  for name in names:
+    mutant = mutants.BY_NAME[name]
+    try:
+      verdicts[name] = "inert" if mutants.witness_deviation(mutant) is None else "live"
+    except Exception as e:  # e.g. the mutant's C does not compile: a broken mutant, not a caught one
+      verdicts[name] = f"{type(e).__name__}: {str(e)[:2000]}"
+    real, expected = mutants.run_witness(mutant, "CLANG"), mutants.run_witness(mutant, "PYTHON")
+    if not mutants.same_bits(real, expected):
+      verdicts[name] = f"the real CLANG gets the witness wrong too: {real!r}, not {expected!r}"
+  return verdicts
+
+
+@needs_clang
+def test_every_mutant_is_live():
+  """Each mutant really changes what the compiled kernels compute. Run away from this process: a -ffast-math
+  library turns on flush-to-zero for the process that loads it, so those mutants get a process of their own."""
+  runnable = [m for m in mutants.MUTANTS if mutants.probe(m) is None]
+  groups = [[m.name for m in runnable if not m.sets_process_fp_mode]] + \
+    [[m.name] for m in runnable if m.sets_process_fp_mode]
+  verdicts = {}
+  with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+    for group in groups:
+      verdicts.update(pool.apply_async(_witness_verdicts, (group,)).get(timeout=300))
+  assert {name: v for name, v in verdicts.items() if v != "live"} == {}
+  assert len(verdicts) == len(runnable)
+
+
+@needs_clang
+def test_the_check_catches_a_handful_and_the_real_clang_passes():
+  report = selftest.run_selftest("CLANG", fuzz_seconds=0, mutants=HANDFUL, rows=CAUGHT_BY_ROWS)
+  assert report.baseline.failures == [] and report.baseline.cases > 0
+  caught = {o.mutant: (o.verdict, o.where) for o in report.outcomes}
+  assert all(verdict == CHECK for verdict, _ in caught.values()), caught
+  assert report.exit_code == 0
+  assert f"score: {len(HANDFUL)}/{len(HANDFUL)} caught" in report.text()
+
+
+@pytest.mark.parametrize("events, verdict, where", [
+  ([("started",), ("case", "CMPLT / float32"), ("fail", "CMPLT / float32", 1.5, "mismatch"),
+    ("fail", "MAX / float32", 1.6, "mismatch"), ("checked", 3, 1.6), ("done", 1.7)], CHECK, "CMPLT / float32"),
+  ([("started",), ("case", "MAX / float32"), (CRASH, -11, 2.0)], CRASH, "check: MAX / float32"),
+  ([("started",), ("case", "MAX / float32"), (HANG, 120.0, 121.0)], HANG, "check: MAX / float32"),
+  ([("started",), ("checked", 9, 4.0), ("fuzz", 30.0), ("fuzzed", 3.0, [("mismatch", "f.py")])], FUZZ, "mismatch"),
+  ([("started",), ("checked", 9, 4.0), ("fuzz", 30.0), ("fuzzed", 30.0, []), ("witness", True), ("done", 35.0)],
+   ESCAPED, ""),
+  ([(CRASH, 1, 0.5)], ERROR, "crash before the check started (exit code 1)"),  # the harness died, not the mutant
+  ([("started",), ("fail", "ADD / int8", 1.0, "CompileError: clang failed")], ERROR,
+   "the mutant does not compile (ADD / int8)"),
+])
+def test_outcomes_say_how_a_mutant_was_caught(events, verdict, where):
+  outcome = selftest.outcome_of("m", "source", events)
+  assert (outcome.verdict, outcome.where) == (verdict, where)
+  assert outcome.detected == (verdict in (CHECK, FUZZ, CRASH, HANG))
+
+
+def test_list_prints_every_mutant(capsys):
+  parser = argparse.ArgumentParser()
+  selftest.add_selftest_parser(parser.add_subparsers(dest="command"))
+  args = parser.parse_args(["selftest", "--list"])
+  assert args.fn(args) == 0
+  out = capsys.readouterr().out
+  assert all(m.name in out for m in mutants.MUTANTS) and f"{len(mutants.MUTANTS)} mutants" in out
+  args = parser.parse_args(["selftest", "--list", "--only", "cmplt_le", "ffast_math"])
+  assert args.fn(args) == 0 and "2 mutants" in capsys.readouterr().out
+
+
+@needs_clang
+def test_the_command_prints_the_score(capsys):
+  parser = argparse.ArgumentParser()
+  selftest.add_selftest_parser(parser.add_subparsers(dest="command"))
+  args = parser.parse_args(["selftest", "--only", "cmplt_le", "--rows", "CMPLT", "--fuzz-seconds", "0"])
+  assert args.fn(args) == 0
+  out = capsys.readouterr().out
+  assert "cmplt_le" in out and "score: 1/1 caught (100%)" in out and "false alarms on the unmutated CLANG: 0" in out
+
+
+def test_unknown_mutants_and_devices_are_refused():
+  with pytest.raises(ValueError, match="unknown mutant.*cmplt_le"):
+    mutants.select(["cmplt_lt"])
+  with pytest.raises(ValueError, match="planted in CLANG"):
+    selftest.run_selftest("PYTHON", mutants=["cmplt_le"])
+
+
+@needs_clang
+def test_mutant_binaries_never_share_the_compile_cache():
+  keys = {Device["CLANG"].compiler.cache_key}
+  keys |= {mutants.make_device(mutants.BY_NAME[name]).compiler.cache_key for name in ("cmplt_le", "ffast_math")}
+  assert len(keys) == 3
