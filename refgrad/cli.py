@@ -1,4 +1,5 @@
-"""The `refgrad` command: `demo`, `devices`, `check` (conformance) and `fuzz` (differential fuzzing)."""
+"""The `refgrad` command: `demo`, `devices`, `check` (conformance), `fuzz` (differential fuzzing) and `selftest`
+(the kit's own mutation score)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,8 @@ import time
 import traceback
 
 import numpy as np
+
+from refgrad.testing.selftest import add_selftest_parser
 
 HARNESS_FAILED = 3  # `refgrad fuzz`'s exit status when refgrad itself failed (0: no finding, 1: findings, 2: usage)
 
@@ -176,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
   fz.add_argument("--timeout", type=float, default=30.0, help="seconds before a program counts as a hang")
   fz.add_argument("--max-findings", type=int, default=None, help="stop a campaign after this many findings")
   fz.set_defaults(fn=cmd_fuzz)
-  for p in (devices, demo, check, fz):
+  selftest = add_selftest_parser(sub)
+  for p in (devices, demo, check, fz, selftest):
     p.add_argument("--plugin", action="append", metavar="FILE", help="load a backend plugin from a .py file")
   return parser
 

@@ -36,7 +36,7 @@ from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.interp.alu import OP_KINDS, ulp_distance
 from refgrad.testing.compare import Comparison, compare
 from refgrad.testing.edges import cast_values, dtype_edges
-from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference
+from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference, lane_text
 from refgrad.uop import GroupOp, Ops, UOp
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
@@ -153,7 +153,7 @@ def explain_segment(segment: Segment, result: Comparison, actual: np.ndarray, ex
     ulps = ""
     if result.dtype.kind == "f":
       ulps = f" ({int(ulp_distance(actual[lane:lane + 1], expected[lane:lane + 1])[0])} ulp apart)"
-    lines.append(f"  operands ({shown}): device {actual[lane]!s}, reference {expected[lane]!s}{ulps}")
+    lines.append(f"  operands ({shown}): device {lane_text(actual, lane)}, reference {lane_text(expected, lane)}{ulps}")
   source = kernel_explanation.find("kernel source on")
   if source >= 0:
     lines.append("the batch's " + kernel_explanation[source:])

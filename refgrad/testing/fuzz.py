@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import multiprocessing
+import sys
 import textwrap
 import time
 import traceback
@@ -44,6 +45,7 @@ def load_plugin_file(path: str) -> Any:
     return loaded
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module  # as an import would: dataclasses and pickling look modules up there
   spec.loader.exec_module(module)
   plugins.register(module, name=name)
   return module

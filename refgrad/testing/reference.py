@@ -94,6 +94,23 @@ def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray]) -> np
   return buffers[0].numpy()
 
 
+def lane_text(x: np.ndarray, lane: int) -> str:
+  """One lane's value as a report shows it: a bool also by its byte, which a backend may get wrong (255 for True)."""
+  if x.dtype == np.bool_:
+    byte = int(x.view(np.uint8)[lane])
+    return f"{bool(byte)}" + ("" if byte in (0, 1) else f" (byte {byte})")
+  return f"{x[lane]!s}"
+
+
+_SMALLEST_SUBNORMAL = np.array([np.finfo(np.float32).smallest_subnormal], dtype=np.float32)
+
+
+def subnormals_flushed() -> bool:
+  """True if this process computes with flush-to-zero or denormals-are-zero (x86 MXCSR FTZ/DAZ): a subnormal
+  times one is then zero. Loading a library built with -ffast-math can switch it on for the whole process."""
+  return bool((_SMALLEST_SUBNORMAL * np.float32(1.0))[0] == 0)
+
+
 def raised_by_device(error: BaseException) -> bool:
   """True if `error` came out of running a kernel on the device under test (its codegen, compiler or runtime),
   False if it came out of the reference, the bounds, the comparison or the report: a bug of refgrad itself."""
@@ -109,11 +126,10 @@ def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, exp
            f"({result.undefined} undefined, {result.unbounded} unbounded skipped)"]
   for flat in result.mismatches:
     where = tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
-    a, e = actual[flat], expected[flat]
     ulps = ""
     if result.dtype.kind == "f":
-      ulps = f", {int(ulp_distance(np.array([a]), np.array([e]))[0])} ulp apart"
-    lines.append(f"  at {where}: device {a!s}, reference {e!s}{ulps}")
+      ulps = f", {int(ulp_distance(actual[flat:flat + 1], expected[flat:flat + 1])[0])} ulp apart"
+    lines.append(f"  at {where}: device {lane_text(actual, flat)}, reference {lane_text(expected, flat)}{ulps}")
   lines.append("program inputs:")
   lines += [f"  input {i}: {_short(x)}" for i, x in enumerate(inputs)]
   try:
@@ -147,6 +163,11 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
     if reference_undefined is not None:
       undefined = reference_undefined if undefined is None else undefined | reference_undefined
     actual = _device_run(item, device, contents)
+    if subnormals_flushed():
+      raise ReferenceMismatch(
+        f"{device} switched this process to flush-to-zero / denormals-are-zero (x86 MXCSR FTZ/DAZ; loading a library "
+        "built with -ffast-math does it): docs/SPEC.md requires subnormals, and the reference, which runs in this "
+        "process, can no longer be trusted. Build the backend without -ffast-math (or restore the FP mode).")
     result = compare(actual, contents[0], undefined, abs_bound=bound)
     kernel = KernelResult(compile_ast(item.ast).name, result, item.ast)
     if keep_lanes:
