@@ -9,8 +9,8 @@ from __future__ import annotations
 import ml_dtypes
 
 from refgrad.codegen.linearize import Program
-from refgrad.device import DeviceImpl, DeviceSpec
-from refgrad.dtype import dtypes
+from refgrad.device import Capabilities, DeviceImpl, DeviceSpec
+from refgrad.dtype import ALL_DTYPES, dtypes
 from refgrad.hookspecs import hookimpl
 from refgrad.interp.device import PythonAllocator
 from refgrad.interp.kernel import PythonKernel
@@ -112,9 +112,38 @@ def _hang_on_max(program: Program):
 FATAL = {"CRASHY_SEGFAULT": _crash_on_max, "CRASHY_HANG": _hang_on_max}
 
 
+# ---- a correct device that claims only some dtypes: the kit must draw nothing else
+NARROW_DTYPES = frozenset(ALL_DTYPES.values()) - {dtypes.float16, dtypes.bfloat16, dtypes.float64, dtypes.uint64}
+
+
+class _ListingRenderer:
+  caps = Capabilities(dtypes=NARROW_DTYPES)
+
+  def render(self, program: Program) -> str:
+    return program.listing()
+
+
+class _ListingCompiler:
+  cache_key = "tests-broken-devices-listing"
+
+  def compile(self, source: str) -> bytes:
+    return source.encode()
+
+
+class _InterpretingRuntime:
+  def load(self, binary: bytes, program: Program) -> PythonKernel:
+    return PythonKernel(program)
+
+
+def make_narrow() -> DeviceImpl:
+  return DeviceImpl("NARROW", PythonAllocator(), renderer=_ListingRenderer(), compiler=_ListingCompiler(),
+                    runtime=_InterpretingRuntime())
+
+
 @hookimpl
 def refgrad_devices() -> list[DeviceSpec]:
   specs = [DeviceSpec(name, lambda name=name: make_broken(name), plugin="tests.broken_devices") for name in BUGS]
+  specs += [DeviceSpec("NARROW", make_narrow, plugin="tests.broken_devices")]
   return specs + [DeviceSpec(name, lambda name=name: make_fatal(name), plugin="tests.broken_devices") for name in FATAL]
 
 

@@ -126,3 +126,15 @@ def test_demo_runs_every_available_device(capsys):
     if device in CORRECT:
       assert "FAIL" not in sections[device], sections[device]
   assert "FAIL" in sections["BROKEN_PAD"]
+
+
+def test_fuzz_draws_only_the_dtypes_a_device_claims(tmp_path, capsys):
+  """A correct device that does not claim float16, bfloat16, float64 and uint64 gives no finding: the programs
+  never use those dtypes, and the coverage is counted over the claimed ones."""
+  findings = tmp_path / "findings"
+  assert main(["fuzz", "--device", "NARROW", "--seconds", "15", "--findings", str(findings),
+               "--plugin", BROKEN_FILE]) == 0
+  out = capsys.readouterr().out
+  assert not findings.exists()
+  coverage = next(line for line in out.splitlines() if line.startswith("coverage:"))
+  assert "float16" not in coverage and "float64" not in coverage and "uint64" not in coverage

@@ -52,12 +52,11 @@ def load_plugin_file(path: str) -> Any:
 
 
 # ---- coverage: which primitive op x dtype pairs the campaign's kernels executed
-def coverage_universe() -> set[tuple[str, str]]:
-  """Every (op, dtype) pair a device can be asked to run: ALU ops by operand dtype, casts and bitcasts by target
-  dtype, reductions by dtype."""
-  from refgrad.dtype import ALL_DTYPES
+def coverage_universe(claimed: tuple[DType, ...] = ALL) -> set[tuple[str, str]]:
+  """Every (op, dtype) pair a device claiming `claimed` can be asked to run: ALU ops by operand dtype, casts and
+  bitcasts by target dtype, reductions by dtype."""
   from refgrad.interp.alu import OP_KINDS
-  every = list(ALL_DTYPES.values())
+  every = list(claimed)
   pairs = {(op.name, d.name) for op, kinds in OP_KINDS.items() for d in every if d.kind in kinds}
   pairs |= {("CAST", d.name) for d in every} | {("BITCAST", d.name) for d in every if d != dtypes.bool}
   pairs |= {(f"REDUCE {op}", d.name) for op in ("ADD", "MUL", "MAX") for d in every if d != dtypes.bool}
@@ -162,12 +161,20 @@ class CampaignResult:
   coverage: Counter = field(default_factory=Counter)  # (op, dtype) -> programs that executed it
 
 
-def programs_strategy(focus: DType | None = None) -> st.SearchStrategy[Any]:
-  """Random Tensor programs and random primitive-op kernels; with `focus`, their inputs and roots have that dtype.
-  Campaigns rotate the focus through every dtype, batch by batch: left to itself, generation favours the first
-  choices, and a minute's campaign would never reach the rarer dtypes' ops."""
-  choices = (focus,) if focus is not None else ALL
-  return st.one_of(tensor_programs(dtype_choices=choices), alu_kernels(dtype_choices=choices))
+def programs_strategy(focus: DType | None = None, allowed: tuple[DType, ...] = ALL) -> st.SearchStrategy[Any]:
+  """Random Tensor programs and random primitive-op kernels over the dtypes in `allowed` (those the device
+  claims); with `focus`, their inputs and roots have that dtype. Campaigns rotate the focus through every allowed
+  dtype, batch by batch: left to itself, generation favours the first choices, and a minute's campaign would never
+  reach the rarer dtypes' ops."""
+  choices = (focus,) if focus is not None else allowed
+  return st.one_of(tensor_programs(dtype_choices=choices, allowed=allowed),
+                   alu_kernels(dtype_choices=choices, allowed=allowed))
+
+
+def claimed_dtypes(device: str) -> tuple[DType, ...]:
+  """The dtypes `device` declares (Capabilities.dtypes), in the strategies' order: all a campaign may draw."""
+  from refgrad.device import Device
+  return tuple(d for d in ALL if d in Device[device].caps.dtypes)
 
 
 def only_findings(error: BaseException) -> bool:
@@ -181,6 +188,9 @@ def only_findings(error: BaseException) -> bool:
 
 def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[str], timeout: float,
              max_findings: int | None = None, batch: int = 40) -> CampaignResult:
+  for path in plugin_files:  # this process asks the device which dtypes it claims
+    load_plugin_file(path)
+  allowed = claimed_dtypes(device)
   worker = Worker(device, plugin_files, timeout)
   deadline = time.monotonic() + seconds
   result = CampaignResult()
@@ -206,7 +216,7 @@ def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[st
       test = seed(run_seed)(settings(max_examples=batch, deadline=None, database=None, derandomize=False,
                                      phases=[Phase.generate, Phase.shrink], print_blob=False,
                                      suppress_health_check=list(HealthCheck))(
-        given(programs_strategy(ALL[run_seed % len(ALL)]))(check)))
+        given(programs_strategy(allowed[run_seed % len(allowed)], allowed))(check)))
       try:
         test()
       except Exception as e:
@@ -268,6 +278,7 @@ class FuzzReport:
   programs: int
   findings: list[tuple[str, Path]]  # (kind, file written), deduplicated
   coverage: Counter = field(default_factory=Counter)  # (op, dtype) -> programs that executed it
+  claimed: tuple[DType, ...] = ALL  # the dtypes the device claims: coverage is counted over them
 
   @property
   def rate(self) -> float:
@@ -275,7 +286,7 @@ class FuzzReport:
 
   def coverage_text(self) -> str:
     """How many of the (op, dtype) pairs the campaign executed, and which it never reached."""
-    universe = coverage_universe()
+    universe = coverage_universe(self.claimed)
     missing = sorted(universe - set(self.coverage))
     dtypes_seen = {d for _, d in self.coverage}
     text = f"coverage: {len(universe) - len(missing)}/{len(universe)} op x dtype pairs executed, " \
@@ -311,5 +322,7 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
       path.write_text(finding_source(kind, detail, program, device, plugin_files))
       written[key] = (kind, path)
   coverage = sum((r.coverage for r in results), Counter())
+  for path in plugin_files:
+    load_plugin_file(path)
   return FuzzReport(device, time.monotonic() - started, sum(r.programs for r in results), list(written.values()),
-                    coverage)
+                    coverage, claimed_dtypes(device))

@@ -92,8 +92,8 @@ EXACT_REDUCES = ("max", "min")
 class _Builder:
   """Tracks shape and dtype of each value while steps are drawn."""
 
-  def __init__(self, draw: st.DrawFn, inputs: list[np.ndarray], transcendentals: bool):
-    self.draw, self.inputs = draw, inputs
+  def __init__(self, draw: st.DrawFn, inputs: list[np.ndarray], transcendentals: bool, allowed: tuple[DType, ...]):
+    self.draw, self.inputs, self.allowed = draw, inputs, allowed
     self.unary = EXACT_UNARY + (TRANSCENDENTAL_UNARY if transcendentals else ())
     self.shapes = [x.shape for x in inputs]
     self.dtypes = [dtypes.from_np(x.dtype) for x in inputs]
@@ -157,7 +157,7 @@ def _draw_step(b: _Builder) -> None:
     out_dtype = SUM_ACC_DTYPE.get(dtype, dtype) if name == "sum" else dtype
     b.add(Step(name, (v, axis), (True,), (("keepdim", keepdim),)), out_shape, out_dtype)
   elif kind == "cast":
-    to = draw(dtype_strategy())
+    to = draw(dtype_strategy(b.allowed))
     b.add(Step("cast", (v, to), (True,)), shape, to)
 
 
@@ -194,8 +194,10 @@ def _draw_movement(b: _Builder, v: int, shape: tuple, dtype: DType) -> None:
 
 @st.composite
 def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, edges: bool = True,
-                    dtype_choices: tuple[DType, ...] = ALL, transcendentals: bool = True) -> TensorProgram:
+                    dtype_choices: tuple[DType, ...] = ALL, transcendentals: bool = True,
+                    allowed: tuple[DType, ...] = ALL) -> TensorProgram:
   """Valid chains and DAGs of Tensor methods over random inputs (each step may reuse any earlier value).
+  Inputs have one of `dtype_choices`; casts go to one of `allowed` (the dtypes the device claims).
 
   With transcendentals=False every step is exact on a correct device, so results must match bit for bit."""
   shape = draw(shapes(max_dims=3, max_side=4))
@@ -205,7 +207,7 @@ def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, ed
   n_inputs = draw(st.integers(1, max_inputs))
   inputs = [draw(arrays(draw(dtype_strategy(dtype_choices)), shape if i == 0 or draw(st.booleans()) else (),
                         edges)) for i in range(n_inputs)]
-  builder = _Builder(draw, inputs, transcendentals)
+  builder = _Builder(draw, inputs, transcendentals, allowed)
   for _ in range(draw(st.integers(1, max_steps))):
     _draw_step(builder)
   return TensorProgram(inputs, builder.steps)
@@ -224,7 +226,8 @@ def _ops_for(dtype: DType, root: bool) -> list[str]:
 
 
 @st.composite
-def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], size: int, root: bool = False) -> Any:
+def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], size: int, allowed: tuple[DType, ...],
+          root: bool = False) -> Any:
   from refgrad.testing.programs import Expr
   from refgrad.uop import GroupOp, Ops
   if depth == 0 or draw(st.integers(0, 3)) == 0:
@@ -236,17 +239,18 @@ def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], s
     inputs.append(draw(arrays(dtype, (size,))))
     return Expr("INPUT", dtype, index=len(inputs) - 1)
   name = draw(st.sampled_from(_ops_for(dtype, root)))
-  sub = lambda dt: _expr(dt, depth - 1, inputs, size)  # noqa: E731
+  sub = lambda dt: _expr(dt, depth - 1, inputs, size, allowed)  # noqa: E731
   if name == "CAST":
-    return Expr(name, dtype, (draw(sub(draw(dtype_strategy()))),))
+    return Expr(name, dtype, (draw(sub(draw(dtype_strategy(allowed)))),))
   if name == "BITCAST":
-    same_size = [d for d in ALL if d.itemsize == dtype.itemsize and d != dtypes.bool] if dtype != dtypes.bool else []
+    same_size = [d for d in allowed if d.itemsize == dtype.itemsize and d != dtypes.bool] if dtype != dtypes.bool \
+      else []
     if not same_size:
-      return draw(_expr(dtype, 0, inputs, size))
+      return draw(_expr(dtype, 0, inputs, size, allowed))
     return Expr(name, dtype, (draw(sub(draw(st.sampled_from(same_size)))),))
   op = Ops[name]
   if op in GroupOp.Comparison:
-    operand = draw(dtype_strategy())
+    operand = draw(dtype_strategy(allowed))
     return Expr(name, dtype, (draw(sub(operand)), draw(sub(operand))))
   if op is Ops.WHERE:
     return Expr(name, dtype, (draw(sub(dtypes.bool)), draw(sub(dtype)), draw(sub(dtype))))
@@ -255,16 +259,18 @@ def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], s
 
 
 @st.composite
-def alu_kernels(draw: st.DrawFn, max_depth: int = 3, dtype_choices: tuple[DType, ...] = ALL) -> Any:
+def alu_kernels(draw: st.DrawFn, max_depth: int = 3, dtype_choices: tuple[DType, ...] = ALL,
+                allowed: tuple[DType, ...] = ALL) -> Any:
   """Random kernels: expression trees of primitive ops over typed 1-D inputs full of edge values, some long
   enough to take a backend's split-reduction paths, often reduced to one value by ADD, MUL or MAX.
 
-  Transcendentals appear only at the root, so every other node is exact on a correct device and the root
-  can be held to its ULP bound."""
+  The root has one of `dtype_choices`; casts, bitcasts and comparisons draw their operands from `allowed` (the
+  dtypes the device claims). Transcendentals appear only at the root, so every other node is exact on a correct
+  device and the root can be held to its ULP bound."""
   from refgrad.testing.programs import REDUCE_PREFIX, Expr, RandomKernel
   size = draw(st.integers(1, 12) | st.sampled_from(LONG_SIDES))
   inputs: list[np.ndarray] = []
-  root = draw(_expr(draw(dtype_strategy(dtype_choices)), max_depth, inputs, size, root=True))
+  root = draw(_expr(draw(dtype_strategy(dtype_choices)), max_depth, inputs, size, allowed, root=True))
   if not inputs:  # every leaf is a constant: the lanes still need a shape, which one input gives
     inputs.append(draw(arrays(root.dtype, (size,))))
   reduce_op = draw(st.sampled_from((None, "ADD", "MUL", "MAX"))) if root.dtype != dtypes.bool else None
