@@ -243,7 +243,8 @@ def reduce_batch(dtype: DType) -> Batch:
 # ---- chains of ops, constants, loop-invariant operands
 # (name, dtype kinds, function of (a, b, c, s) where s holds one value for every lane): what compilers rewrite.
 # Fast-math style rewrites each break one: x/3 -> x*(1/3), (x+1)+2 -> x+3, x+0.0 -> x, a*b+c -> fma(a,b,c),
-# x-x -> 0, x*0.0 -> 0, (x*2)*0.5 -> x, 1/(1/x) -> x; and half/bfloat16 results must round after every op.
+# x-x -> 0, x*0.0 -> 0, (x*2)*0.5 -> x, 1/(1/x) -> x; half/bfloat16 results must round after every op; and
+# integer overflow must wrap: a<a+1 -> True and (a*2)//2 -> a are wrong at the extremes.
 CHAINS: list[tuple[str, str, Callable[..., Any]]] = [
   ("a*b+c", "iuf", lambda a, b, c, s: alu(Ops.ADD, alu(Ops.MUL, a, b), c)),
   ("(a+b)*c", "iuf", lambda a, b, c, s: alu(Ops.MUL, alu(Ops.ADD, a, b), c)),
@@ -273,6 +274,10 @@ CHAINS: list[tuple[str, str, Callable[..., Any]]] = [
   ("a//s (s=3 in every lane)", "iu", lambda a, b, c, s: alu(Ops.IDIV, a, s)),
   ("(a<<1)>>1", "iu", lambda a, b, c, s: alu(Ops.SHR, alu(Ops.SHL, a, const(a, 1)), const(a, 1))),
   ("(a^b)^b", "iu", lambda a, b, c, s: alu(Ops.XOR, alu(Ops.XOR, a, b), b)),
+  # integer overflow wraps (SPEC.md): a compiler that assumes it cannot (C's signed overflow) folds these to a
+  # constant and to a
+  ("a<a+1", "iu", lambda a, b, c, s: cast(alu(Ops.CMPLT, a, alu(Ops.ADD, a, const(a, 1))), a.dtype)),
+  ("(a*2)//2", "iu", lambda a, b, c, s: alu(Ops.IDIV, alu(Ops.MUL, a, const(a, 2)), const(a, 2))),
 ]
 
 
