@@ -51,7 +51,7 @@ def _demo_interpreters(programs: dict[str, tuple]) -> int:
   from refgrad.interp.graph import evaluate_graph
   from refgrad.testing.compare import compare
   print("PYTHON, the reference, checks itself: the kernel interpreter (scheduled, lowered, vectorized kernels) against")
-  print("the graph evaluator (op by op with numpy, no scheduling). Both take op semantics from refgrad/interp/alu.py,")
+  print("the graph evaluator (op by op with numpy, no scheduling). Both take op semantics from refgrad/alu.py,")
   print("so this checks the scheduler, lowering and rewrite rules; results must agree bit for bit.")
   failures = 0
   for name, (fn, inputs) in programs.items():

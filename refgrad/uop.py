@@ -5,50 +5,14 @@ import functools
 import math
 import weakref
 from collections.abc import Callable, Iterator
-from enum import Enum, auto
 from typing import Any
 
-from refgrad.dtype import DType, dtypes
+import numpy as np
 
-
-class Ops(Enum):
-  # unary ALU
-  NEG = auto(); RECIP = auto(); SQRT = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); TRUNC = auto()  # noqa: E702
-  # binary ALU
-  ADD = auto(); MUL = auto(); FDIV = auto(); IDIV = auto(); MOD = auto(); MAX = auto()  # noqa: E702
-  CMPLT = auto(); CMPNE = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()  # noqa: E702
-  # ternary ALU
-  WHERE = auto()
-  # type changes
-  CAST = auto(); BITCAST = auto()  # noqa: E702
-  # leaves
-  CONST = auto(); DEVICE = auto(); BUFFER = auto()  # noqa: E702
-  # tensor graph: movement, reduce, realization points
-  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
-  REDUCE_AXIS = auto(); CONTIGUOUS = auto(); COPY = auto(); ASSIGN = auto(); DETACH = auto()  # noqa: E702
-  # autograd only: the value of src[0], with a gradient from a named rule in gradient.py (arg: the rule's key)
-  CUSTOM_GRAD = auto()
-  # kernel programs
-  PARAM = auto(); SPECIAL = auto(); RANGE = auto(); REDUCE = auto(); LOAD = auto(); STORE = auto()  # noqa: E702
-  DEFINE_ACC = auto(); ACCUMULATE = auto(); ENDRANGE = auto(); SINK = auto()  # noqa: E702
-  # GPU-shaped kernel programs (codegen/gpu.py): work-group indices, local memory, barriers
-  LOCAL_INDEX = auto(); GROUP_INDEX = auto(); DEFINE_LOCAL = auto(); BARRIER = auto()  # noqa: E702
-
-  def __repr__(self) -> str:
-    return f"Ops.{self.name}"
-
-
-class GroupOp:
-  Unary = frozenset({Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC})
-  Binary = frozenset({Ops.ADD, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE,
-                      Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
-  Ternary = frozenset({Ops.WHERE})
-  ALU = Unary | Binary | Ternary
-  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
-  Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
-  Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
-  Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
-  ReduceOps = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
+from refgrad.alu import exec_cast
+from refgrad.dtype import DType, as_python_scalar, dtypes
+from refgrad.ops import GroupOp, Ops  # noqa: F401  (re-exported: the IR's users import them from here)
+from refgrad.ranges import value_range
 
 
 def _arg_key(arg: Any) -> Any:
@@ -171,8 +135,7 @@ class UOp:
 
   @functools.cached_property
   def vrange(self) -> tuple[Any, Any]:
-    """(lowest, highest) value this integer node can take; see codegen/symbolic.py."""
-    from refgrad.codegen.symbolic import value_range
+    """(lowest, highest) value this integer node can take; see refgrad/ranges.py."""
     return value_range(self)
 
   @property
@@ -203,11 +166,7 @@ class UOp:
 def canonical_const(dtype: DType, value: Any) -> Any:
   """Store constants as the Python type of their dtype's kind (bool, int with wraparound, float), holding the
   value the dtype can represent: floats are rounded to the dtype and float -> int truncates, both by alu.py."""
-  from refgrad.dtype import as_python_scalar
   if dtype.kind == "f" or (dtype.kind in "iu" and isinstance(value, float)):
-    import numpy as np
-
-    from refgrad.interp.alu import exec_cast
     converted = exec_cast(np.array(float(value), np.float64), dtype)
     return float(converted) if dtype.kind == "f" else int(converted)
   return as_python_scalar(dtype, value)

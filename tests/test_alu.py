@@ -1,4 +1,4 @@
-"""refgrad/interp/alu.py against independent oracles.
+"""refgrad/alu.py against independent oracles.
 
 Integers: Python's unbounded ints reduced mod 2**bits, and torch (CPU) for the dtypes it fully supports. Floats: exact
 Fraction arithmetic rounded by the small correctly rounding `round_exact` below, Python floats and `math` for the
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from refgrad import alu
+from refgrad.alu import exec_alu, exec_bitcast, exec_cast, exec_reduce, undefined_cast_lanes, undefined_lanes
 from refgrad.dtype import DType, dtypes
-from refgrad.interp import alu
-from refgrad.interp.alu import exec_alu, exec_bitcast, exec_cast, exec_reduce, undefined_cast_lanes, undefined_lanes
 from refgrad.uop import GroupOp, Ops
 
 pytestmark = pytest.mark.filterwarnings("error")

@@ -81,7 +81,7 @@ def test_fuzz_lets_a_harness_bug_in_the_comparison_propagate(monkeypatch):
 def test_fuzz_exits_with_the_traceback_of_a_harness_bug_in_the_strategy(monkeypatch, tmp_path, capsys):
   def broken_program(_):
     raise KeyError("planted harness bug")
-  monkeypatch.setattr(fuzz, "programs_strategy", lambda focus=None: st.integers().map(broken_program))
+  monkeypatch.setattr(fuzz, "programs_strategy", lambda *choices: st.integers().map(broken_program))
   findings = tmp_path / "findings"
   assert main(["fuzz", "--device", "PYTHON", "--seconds", "10", "--findings", str(findings)]) == HARNESS_FAILED
   err = capsys.readouterr().err

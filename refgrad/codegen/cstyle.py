@@ -14,11 +14,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from refgrad.alu import reduce_identity
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
 from refgrad.codegen.linearize import Program
 from refgrad.device import Capabilities
 from refgrad.dtype import DType, dtypes
-from refgrad.interp.alu import reduce_identity
 from refgrad.uop import GroupOp, Ops, UOp
 
 THREAD_INDEX_NAMES = {Ops.SPECIAL: "gidx", Ops.LOCAL_INDEX: "lidx", Ops.GROUP_INDEX: "gridx"}

@@ -26,10 +26,10 @@ The ops it introduces (the interpreter, refgrad/interp/kernel.py, runs them too)
 """
 from __future__ import annotations
 
+from refgrad.alu import reduce_identity
 from refgrad.codegen.symbolic import simplify
 from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
-from refgrad.interp.alu import reduce_identity
 from refgrad.uop import Ops, UOp, prod
 
 INDEX = dtypes.int64

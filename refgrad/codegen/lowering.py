@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from refgrad.alu import reduce_identity
 from refgrad.codegen.symbolic import simplify_index
 from refgrad.dtype import DType, dtypes
-from refgrad.interp.alu import reduce_identity
 from refgrad.uop import GroupOp, Ops, UOp, prod
 
 INDEX = dtypes.int64  # every index is int64: no overflow on any buffer size

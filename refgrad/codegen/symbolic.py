@@ -2,96 +2,23 @@
 
 Index expressions come out of the lowering as sums of products of loop and thread indices with `//` and `%`
 from reshapes. These rules, driven by value ranges, fold them back to small affine forms, e.g.
-`(x//4)*4 + x%4 -> x`. Folding uses refgrad/interp/alu.py, so constants fold exactly as the spec says.
+`(x//4)*4 + x%4 -> x`. Folding uses refgrad/alu.py, so constants fold exactly as the spec says.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import numpy as np
 
+from refgrad.alu import exec_alu, exec_cast, undefined_cast_lanes, undefined_lanes
 from refgrad.dtype import dtypes
+from refgrad.ranges import INDEX_DTYPES
 from refgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from refgrad.uop import GroupOp, Ops, UOp
-
-INDEX_DTYPES = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
-                          dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
-
-
-# ---- value ranges: (lowest, highest) of an integer or bool node
-def _range_of_products(a: tuple, b: tuple) -> tuple:
-  products = [x * y for x in a for y in b]
-  return min(products), max(products)
-
-
-def _trunc_div(a: int, b: int) -> int:
-  q = abs(a) // abs(b)
-  return q if (a >= 0) == (b > 0) else -q
-
-
-def _idiv_range(u: UOp) -> tuple | None:
-  (lo, hi), (dlo, dhi) = u.src[0].vrange, u.src[1].vrange
-  if dlo != dhi or dlo <= 0:
-    return None
-  return _trunc_div(lo, dlo), _trunc_div(hi, dlo)
-
-
-def _mod_range(u: UOp) -> tuple | None:
-  (lo, hi), (dlo, dhi) = u.src[0].vrange, u.src[1].vrange
-  if dlo <= 0:
-    return None
-  if 0 <= lo and hi < dlo:
-    return lo, hi
-  return (0 if lo >= 0 else -(dhi - 1)), (dhi - 1 if hi > 0 else 0)
-
-
-def _cmp_range(u: UOp) -> tuple:
-  (alo, ahi), (blo, bhi) = u.src[0].vrange, u.src[1].vrange
-  if u.op is Ops.CMPLT:
-    return (ahi < blo, alo < bhi)
-  never_equal = ahi < blo or bhi < alo
-  always_equal = alo == ahi == blo == bhi
-  return (never_equal, not always_equal)
-
-
-RANGE_RULES: dict[Ops, Any] = {
-  Ops.CONST: lambda u: (u.arg, u.arg),
-  Ops.SPECIAL: lambda u: (0, u.arg[1] - 1),
-  Ops.LOCAL_INDEX: lambda u: (0, u.arg[1] - 1),
-  Ops.GROUP_INDEX: lambda u: (0, u.arg[1] - 1),
-  Ops.RANGE: lambda u: (0, u.arg[1] - 1),
-  Ops.ADD: lambda u: (u.src[0].vmin + u.src[1].vmin, u.src[0].vmax + u.src[1].vmax),
-  Ops.MUL: lambda u: _range_of_products(u.src[0].vrange, u.src[1].vrange),
-  Ops.NEG: lambda u: (-u.src[0].vmax, -u.src[0].vmin),
-  Ops.IDIV: _idiv_range,
-  Ops.MOD: _mod_range,
-  Ops.MAX: lambda u: (max(u.src[0].vmin, u.src[1].vmin), max(u.src[0].vmax, u.src[1].vmax)),
-  Ops.WHERE: lambda u: (min(u.src[1].vmin, u.src[2].vmin), max(u.src[1].vmax, u.src[2].vmax)),
-  Ops.CMPLT: _cmp_range,
-  Ops.CMPNE: _cmp_range,
-  Ops.CAST: lambda u: u.src[0].vrange,
-}
-
-
-def value_range(u: UOp) -> tuple[Any, Any]:
-  """Bounds of an integer/bool node; the dtype's full range when nothing better is known."""
-  if u.dtype == dtypes.void:
-    return None, None
-  if u.dtype not in INDEX_DTYPES and u.dtype != dtypes.bool:
-    return dtypes.min(u.dtype), dtypes.max(u.dtype)
-  full = (dtypes.min(u.dtype), dtypes.max(u.dtype))
-  rule = RANGE_RULES.get(u.op)
-  found = rule(u) if rule is not None and all(s.dtype in INDEX_DTYPES or s.dtype == dtypes.bool
-                                                for s in u.src[-2:]) else None
-  if found is None or found[0] < full[0] or found[1] > full[1]:  # may overflow: know nothing
-    return full
-  return found
 
 
 # ---- constant folding through the spec
 def fold_constants(root: UOp) -> UOp | None:
-  from refgrad.interp.alu import exec_alu, undefined_lanes
   srcs = [np.array(s.arg, dtype=s.dtype.np) for s in root.src]
   if undefined_lanes(root.op, root.dtype, *srcs) is not None and undefined_lanes(root.op, root.dtype, *srcs).any():
     return None  # leave undefined operations to the device
@@ -99,7 +26,6 @@ def fold_constants(root: UOp) -> UOp | None:
 
 
 def fold_cast(x: UOp, c: UOp) -> UOp | None:
-  from refgrad.interp.alu import exec_cast, undefined_cast_lanes
   value = np.array(c.arg, dtype=c.dtype.np)
   undefined = undefined_cast_lanes(value, x.dtype)
   if undefined is not None and undefined.any():

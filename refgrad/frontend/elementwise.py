@@ -1,7 +1,7 @@
 """Elementwise methods of Tensor: arithmetic with broadcasting and promotion, math, comparisons, bitwise, casts.
 
 Each method is a short composition of primitive ops (docs/SPEC.md); what a primitive means is defined only
-in refgrad/interp/alu.py.
+in refgrad/alu.py.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from refgrad.interp import alu
+from refgrad import alu
 from refgrad.uop import GroupOp, Ops, UOp
 
 Value = tuple[np.ndarray, np.ndarray | None]  # (values, undefined-lane mask or None)

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from refgrad import alu
 from refgrad.codegen.linearize import Program
-from refgrad.interp import alu
 from refgrad.uop import GroupOp, Ops, UOp, prod
 
 BLOCK_ELEMENTS = 1 << 18

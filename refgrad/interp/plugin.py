@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from refgrad.device import DeviceImpl, DeviceSpec
 from refgrad.hookspecs import hookimpl
+from refgrad.version import __version__
 
 
 def make_python_device() -> DeviceImpl:
@@ -13,5 +14,4 @@ def make_python_device() -> DeviceImpl:
 
 @hookimpl
 def refgrad_devices() -> list[DeviceSpec]:
-  from refgrad import __version__
   return [DeviceSpec("PYTHON", make_python_device, plugin="refgrad", version=__version__)]

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
+from refgrad import alu
 from refgrad.dtype import DType, dtypes
-from refgrad.interp import alu
 from refgrad.interp.graph import evaluate_nodes
 from refgrad.uop import GroupOp, Ops, UOp
 

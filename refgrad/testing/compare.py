@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from refgrad.alu import ulp_distance
 from refgrad.dtype import DType, from_numpy
-from refgrad.interp.alu import ulp_distance
 
 
 @dataclass

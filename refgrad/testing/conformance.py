@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from refgrad.alu import OP_KINDS, ulp_distance
 from refgrad.codegen.linearize import compile_ast
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
-from refgrad.interp.alu import OP_KINDS, ulp_distance
 from refgrad.testing.compare import Comparison, compare
 from refgrad.testing.edges import cast_values, dtype_edges
 from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference, lane_text

@@ -55,7 +55,7 @@ def load_plugin_file(path: str) -> Any:
 def coverage_universe(claimed: tuple[DType, ...] = ALL) -> set[tuple[str, str]]:
   """Every (op, dtype) pair a device claiming `claimed` can be asked to run: ALU ops by operand dtype, casts and
   bitcasts by target dtype, reductions by dtype."""
-  from refgrad.interp.alu import OP_KINDS
+  from refgrad.alu import OP_KINDS
   every = list(claimed)
   pairs = {(op.name, d.name) for op, kinds in OP_KINDS.items() for d in every if d.kind in kinds}
   pairs |= {("CAST", d.name) for d in every} | {("BITCAST", d.name) for d in every if d != dtypes.bool}

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from refgrad.alu import ulp_distance
 from refgrad.codegen.linearize import compile_ast
 from refgrad.device import Buffer, Device
-from refgrad.interp.alu import ulp_distance
 from refgrad.realize import run_schedule
 from refgrad.schedule import ScheduleItem, create_schedule
 from refgrad.testing.bounds import kernel_error_bounds

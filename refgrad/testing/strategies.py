@@ -216,7 +216,7 @@ def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, ed
 # ---- random kernels: primitive ops straight on UOps
 def _ops_for(dtype: DType, root: bool) -> list[str]:
   """Primitive ops (by name) whose result has `dtype`; transcendentals only at the root (see alu_kernels)."""
-  from refgrad.interp.alu import OP_KINDS, TRANSCENDENTAL
+  from refgrad.alu import OP_KINDS, TRANSCENDENTAL
   from refgrad.uop import GroupOp
   names = [op.name for op, kinds in OP_KINDS.items()
            if dtype.kind in kinds and op not in GroupOp.Comparison and (root or op not in TRANSCENDENTAL)]

@@ -101,8 +101,8 @@ class PythonRuntime:
   """Bytes -> a runner that takes the buffers' handles (output first)."""
 
   def load(self, binary: bytes, program):
+    from refgrad import alu
     from refgrad.dtype import dtypes
-    from refgrad.interp import alu
     namespace = {"np": np, "alu": alu, "dtypes": dtypes, "Ops": Ops}
     exec(marshal.loads(binary), namespace)
     return namespace[program.name]

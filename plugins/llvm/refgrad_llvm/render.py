@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from refgrad.alu import reduce_identity
 from refgrad.codegen.linearize import Program
 from refgrad.device import Capabilities
 from refgrad.dtype import DType, dtypes
-from refgrad.interp.alu import reduce_identity
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_llvm.prelude import needed_helpers
 

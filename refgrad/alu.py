@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from refgrad.dtype import DType, as_python_scalar, dtypes, from_numpy
-from refgrad.uop import GroupOp, Ops
+from refgrad.ops import GroupOp, Ops
 
 # ---- which dtype kinds each ALU op is defined on: 'b' bool, 'i' signed int, 'u' unsigned int, 'f' float.
 # On bool, ADD is OR, MUL is AND and MAX is OR (numpy's and torch's meaning); NEG has no bool meaning.

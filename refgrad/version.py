@@ -1,0 +1,2 @@
+"""The version of the refgrad core, in a module of its own so that any layer can name it."""
+__version__ = "0.1.0"
