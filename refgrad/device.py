@@ -174,14 +174,28 @@ class DeviceImpl:
 
 @dataclass
 class DeviceSpec:
-  """How a plugin describes a device: `probe()` says why it cannot run here (None: it can)."""
+  """How a plugin describes a device: `probe()` says why it cannot run here (None: it can). The probe runs once,
+  the first time anyone asks (listing devices, selecting one), never at `import refgrad`: probes may be slow
+  (OpenCL enumerates its platforms)."""
   name: str
   make: Callable[[], DeviceImpl]
   plugin: str = "refgrad"
   version: str = ""
   probe: Callable[[], str | None] = lambda: None
-  unavailable_reason: str | None = None
-  instance: DeviceImpl | None = None
+  instances: dict[str, DeviceImpl] = field(default_factory=dict)  # "CLANG", "CLANG:1", ...: one each
+  _reason: str | None = None
+  _probed: bool = False
+
+  @property
+  def unavailable_reason(self) -> str | None:
+    """Why the device cannot run here, or None; probes on first use."""
+    if not self._probed:
+      try:
+        self._reason = self.probe()
+      except Exception as e:  # a crashing probe makes the device unavailable, with the reason
+        self._reason = f"probe failed: {type(e).__name__}: {e}"
+      self._probed = True
+    return self._reason
 
 
 class DeviceRegistry:
@@ -191,14 +205,21 @@ class DeviceRegistry:
     self._specs: dict[str, DeviceSpec] = {}
     self._aliases: dict[str, str] = {}
     self._default: str | None = None
+    self.before_lookup: Callable[[], None] | None = None  # refgrad.plugins registers late plugins through it
+
+  def _lookup(self) -> dict[str, DeviceSpec]:
+    if self.before_lookup is not None:
+      self.before_lookup()
+    return self._specs
 
   def add(self, spec: DeviceSpec) -> None:
-    """Register a device; its probe runs now, once."""
+    """Register a device (probed later, on first use). A name another plugin already registered is refused:
+    silently replacing a device would run one backend's kernels under another's name."""
     name = spec.name.upper()
-    try:
-      spec.unavailable_reason = spec.probe()
-    except Exception as e:  # a probe must not break import refgrad; a crashing one makes the device unavailable
-      spec.unavailable_reason = f"probe failed: {type(e).__name__}: {e}"
+    existing = self._specs.get(name)
+    if existing is not None and existing.plugin != spec.plugin:
+      raise ValueError(f"device {name} is already registered by plugin {existing.plugin!r}; plugin {spec.plugin!r} "
+                       f"cannot register it again (remove one of the two, or give the device another name)")
     self._specs[name] = spec
 
   def register(self, name: str, factory: Callable[[], DeviceImpl], plugin: str = "refgrad",
@@ -221,20 +242,22 @@ class DeviceRegistry:
       raise TypeError(f"device must be a string like 'PYTHON' or 'CLANG:1', got {type(name).__name__}")
     base, _, index = name.upper().partition(":")
     base = self._aliases.get(base, base)
-    if base not in self._specs:
+    if base not in self._lookup():
       raise ValueError(f"unknown device {name!r}; known devices: {', '.join(sorted(self._specs))}")
     if index and not index.isdigit():
       raise ValueError(f"bad device index in {name!r}: expected a number after ':'")
     return base if not index or index == "0" else f"{base}:{index}"
 
   def __getitem__(self, name: str) -> DeviceImpl:
-    base = self.canonicalize(name).partition(":")[0]
+    """The device instance: "CLANG" and "CLANG:0" are one, "CLANG:1" another with its own buffers and caches."""
+    full = self.canonicalize(name)
+    base = full.partition(":")[0]
     spec = self._specs[base]
     if spec.unavailable_reason is not None:
       raise RuntimeError(f"device {base} is unavailable: {spec.unavailable_reason}")
-    if spec.instance is None:
-      spec.instance = spec.make()
-    return spec.instance
+    if full not in spec.instances:
+      spec.instances[full] = spec.make()
+    return spec.instances[full]
 
   @property
   def DEFAULT(self) -> str:  # noqa: N802 -- tinygrad's name
@@ -247,10 +270,10 @@ class DeviceRegistry:
     self._default = self.canonicalize(name)
 
   def specs(self) -> list[DeviceSpec]:
-    return list(self._specs.values())
+    return list(self._lookup().values())
 
   def available(self) -> list[str]:
-    return [s.name for s in self._specs.values() if s.unavailable_reason is None]
+    return [s.name for s in self._lookup().values() if s.unavailable_reason is None]
 
 
 Device = DeviceRegistry()

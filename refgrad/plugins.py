@@ -48,19 +48,45 @@ def unregister(plugin: Any) -> None:
   manager.unregister(plugin)
 
 
-def load_entry_points() -> None:
-  """Import every installed plugin; one that fails to import is listed as an unavailable device."""
-  for ep in entry_points(group="refgrad"):
-    try:
-      plugin = ep.load()
-    except Exception as e:  # never let a broken plugin break `import refgrad`
-      Device.add(_broken_plugin_spec(ep.name, e))
-      continue
+_deferred: list[Any] = []  # entry points whose module was still being imported when refgrad loaded them
+
+
+def _still_importing(module: Any) -> bool:
+  """True while a module's own code is still running: `import my_plugin` before `import refgrad` gets here from
+  the plugin's `from refgrad... import`, when its hooks are not defined yet."""
+  return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _load(ep: Any) -> None:
+  try:
+    plugin = ep.load()
+  except Exception as e:  # never let a broken plugin break `import refgrad`
+    Device.add(_broken_plugin_spec(ep.name, e))
+    return
+  if _still_importing(plugin):
+    _deferred.append(ep)  # registered at the next device lookup, once the module has finished
+    return
+  if manager.is_registered(plugin):
+    return
+  try:
+    register(plugin, name=ep.name)
+  except Exception as e:  # a hook that raises is as broken as an import that fails
     if manager.is_registered(plugin):
-      continue
-    try:
-      register(plugin, name=ep.name)
-    except Exception as e:  # a hook that raises is as broken as an import that fails
-      if manager.is_registered(plugin):
-        manager.unregister(plugin)
-      Device.add(_broken_plugin_spec(ep.name, e))
+      manager.unregister(plugin)
+    Device.add(_broken_plugin_spec(ep.name, e))
+
+
+def _register_deferred() -> None:
+  """Register the plugins whose import was under way at `import refgrad`, as soon as it has finished."""
+  waiting, _deferred[:] = list(_deferred), []
+  for ep in waiting:
+    _load(ep)
+
+
+def load_entry_points() -> None:
+  """Import every installed plugin; one that fails to import is listed as an unavailable device. Registration does
+  not depend on import order: a plugin imported first (whose module is half-done when it imports refgrad) is
+  registered at the first device lookup after its import completes."""
+  Device.before_lookup = _register_deferred
+  for ep in entry_points(group="refgrad"):
+    _load(ep)

@@ -55,3 +55,47 @@ def test_buffers_round_trip_every_dtype():
   for dt in dtypes.fields().values():
     data = np.arange(5).astype(dt.np)
     np.testing.assert_array_equal(Buffer("PYTHON", 5, dt).copyin(data).numpy(), data)
+
+
+def test_a_name_registered_by_another_plugin_is_refused():
+  Device.register("TAKENTEST", lambda: DeviceImpl("TAKENTEST", PythonAllocator(), interpret=PythonKernel),
+                  plugin="first-plugin")
+  try:
+    with pytest.raises(ValueError, match="TAKENTEST is already registered by plugin 'first-plugin'.*'second-plugin'"):
+      Device.register("takentest", lambda: None, plugin="second-plugin")
+    assert Device["TAKENTEST"].name == "TAKENTEST"  # the first one is still there
+  finally:
+    Device.remove("TAKENTEST")
+
+
+def test_numbered_devices_are_distinct_instances():
+  assert Device["PYTHON"] is Device["PYTHON:0"]
+  assert Device["PYTHON:1"] is not Device["PYTHON"] and Device["PYTHON:1"] is Device["python:1"]
+  x = np.arange(4, dtype=np.float32)
+  t = Tensor(x, device="PYTHON:1")
+  np.testing.assert_array_equal((t + 1).to("PYTHON").numpy(), x + 1)
+
+
+def test_mixing_devices_raises_like_torch():
+  a, b = Tensor([1.0, 2.0]), Tensor([3.0, 4.0], device="PYTHON:1")
+  for combine in (lambda: a + b, lambda: b * a, lambda: a.maximum(b), lambda: a.reshape(1, 2) @ b.reshape(2, 1)):
+    with pytest.raises(RuntimeError, match="same device.*PYTHON and PYTHON:1|same device.*PYTHON:1 and PYTHON"):
+      combine()
+
+
+def test_import_refgrad_probes_no_device():
+  """Probes can be slow (OpenCL enumerates platforms): they run when a device is first listed or selected."""
+  code = ("import refgrad\nfrom refgrad.device import Device\n"
+          "print(sorted(s.name for s in Device._specs.values() if s._probed))\n"
+          "Device['PYTHON']\nprint(sorted(s.name for s in Device._specs.values() if s._probed))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+  assert out[0] == "[]" and out[1] == "['PYTHON']"
+
+
+@pytest.mark.parametrize("plugin", ["refgrad_clang", "refgrad_llvm", "refgrad_opencl"])
+def test_a_plugin_imported_before_refgrad_keeps_its_device(plugin):
+  pytest.importorskip(plugin)
+  name = plugin.split("_")[1].upper()
+  code = f"import {plugin}\nimport refgrad\nprint([s.name for s in refgrad.Device.specs()])"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+  assert f"'{name}'" in out

@@ -55,6 +55,9 @@ class ElementwiseMixin:
     x, y = self, self._to_tensor(y)
     if reverse:
       x, y = y, x
+    if x.device != y.device:  # as torch: no implicit copies between devices
+      raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                         f"{x.device} and {y.device} (move one with .to(device))")
     if match_dtype and x.dtype != y.dtype:
       out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
