@@ -117,10 +117,10 @@ def cmd_check(args: argparse.Namespace) -> int:
   print(conformance.matrix_text(results))
   counts = conformance.summary(results)
   lanes = sum(r.checked for r in results)
-  print(f"\n{device}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported "
-        f"({lanes} lanes checked in {run.seconds:.1f} s)")
+  print(f"\n{conformance.paths_text(run)}")
   print(conformance.unsupported_line(device))
-  print(conformance.paths_text(run))
+  print(f"{device}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported "
+        f"({lanes} lanes checked in {run.seconds:.1f} s)")  # last: the verdict (CI prints this line)
   for r in results:
     if r.status == conformance.FAIL and args.verbose:
       print(f"\n--- {r.row} / {r.column}\n{r.detail}")

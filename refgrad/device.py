@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -33,7 +34,6 @@ class Allocator(Protocol):
 class Capabilities:
   """What a renderer's programs can do; the oracle kit and the codegen read it."""
   dtypes: frozenset[DType] = frozenset(ALL_DTYPES.values())
-  native_transcendentals: bool = True  # False: EXP2/LOG2/SIN must be decomposed before rendering
   local_memory: int = 0                # bytes of work-group local memory (0: none)
   max_global_size: tuple[int, ...] | None = None
   max_local_size: int = 1
@@ -172,19 +172,42 @@ class DeviceImpl:
     return self.runtime.load(binary, program)
 
 
-@dataclass
+def numbered_source(source: str) -> str:
+  """Source text with line numbers, as a backend's compile error shows it (the compiler's messages cite lines)."""
+  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
+
+
+def distribution_version(distribution: str, fallback: str = "0.1.0") -> str:
+  """The installed version of a plugin's distribution (for DeviceSpec.version), or `fallback` when it runs from a
+  source tree without being installed."""
+  try:
+    return version(distribution)
+  except PackageNotFoundError:
+    return fallback
+
+
 class DeviceSpec:
-  """How a plugin describes a device: `probe()` says why it cannot run here (None: it can). The probe runs once,
-  the first time anyone asks (listing devices, selecting one), never at `import refgrad`: probes may be slow
-  (OpenCL enumerates its platforms)."""
-  name: str
-  make: Callable[[], DeviceImpl]
-  plugin: str = "refgrad"
-  version: str = ""
-  probe: Callable[[], str | None] = lambda: None
-  instances: dict[str, DeviceImpl] = field(default_factory=dict)  # "CLANG", "CLANG:1", ...: one each
-  _reason: str | None = None
-  _probed: bool = False
+  """How a plugin describes a device: `make()` builds an instance; `probe()` says why it cannot run here (None: it
+  can); `version` is a string, or a function giving one (a description may need the driver, e.g. the OpenCL
+  platform's name). Probe and version run once, the first time anyone asks (listing devices, selecting one), never
+  at `import refgrad`: they may be slow (OpenCL enumerates its platforms, LLVM imports llvmlite)."""
+
+  def __init__(self, name: str, make: Callable[[], DeviceImpl], plugin: str = "refgrad",
+               version: str | Callable[[], str] = "", probe: Callable[[], str | None] = lambda: None):
+    self.name, self.make, self.plugin, self.probe = name, make, plugin, probe
+    self.instances: dict[str, DeviceImpl] = {}  # "CLANG", "CLANG:1", ...: one each
+    self._version = version
+    self._reason: str | None = None
+    self._probed = False
+
+  @property
+  def version(self) -> str:
+    if callable(self._version):
+      try:
+        self._version = self._version()
+      except Exception as e:  # a description that fails must not hide the device
+        self._version = f"(version unknown: {type(e).__name__}: {e})"
+    return self._version
 
   @property
   def unavailable_reason(self) -> str | None:
@@ -196,6 +219,9 @@ class DeviceSpec:
         self._reason = f"probe failed: {type(e).__name__}: {e}"
       self._probed = True
     return self._reason
+
+  def __repr__(self) -> str:
+    return f"DeviceSpec({self.name!r}, plugin={self.plugin!r})"
 
 
 class DeviceRegistry:

@@ -136,6 +136,9 @@ dtypes.ints = dtypes.uints + dtypes.sints
 FLOAT_FORMATS: dict[str, tuple[int, int]] = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23),
                                              "float64": (11, 52)}
 DTYPES_BY_PRIORITY: list[DType] = sorted(ALL_DTYPES.values(), key=lambda d: d.priority)
+# half and bfloat16 are computed in float32 and rounded to their format after every op (docs/SPEC.md): compiled
+# backends hold them in float registers and store 16 bits. The short names name their conversion helpers.
+EMULATED_16BIT: dict[DType, str] = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
 
 _TO_NUMPY: dict[str, np.dtype] = {name: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
                                   for name in ALL_DTYPES}

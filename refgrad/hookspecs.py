@@ -9,12 +9,18 @@ A device has four parts (see refgrad/device.py for their exact methods):
 - an **allocator**: ``alloc(nbytes) -> handle``, ``free(handle)``, ``copyin(handle, memoryview)``,
   ``copyout(memoryview, handle)``;
 - a **renderer**: ``render(program) -> str`` (source text) and ``caps`` (a ``Capabilities`` record: the
-  dtypes it supports, native transcendentals, local memory, maximum global size ...);
+  dtypes it supports, local memory, maximum global and local sizes ...); optionally ``code_paths(program)``,
+  the special cases it takes for that program, which ``refgrad check`` reports as reached;
 - a **compiler**: ``compile(source) -> bytes`` and ``cache_key`` (everything, besides the source, that changes
   the binary: compiler version, flags, the resolved target CPU and its features). refgrad caches binaries by
   content, so it runs once per source, in a folder machines may share (docs/writing-a-backend.md);
-- a **runtime**: ``load(binary, program) -> runner``; ``runner(*handles, global_size=..., local_size=...,
-  vals=...)`` launches the kernel.
+- a **runtime**: ``load(binary, program) -> runner``; ``runner(*handles)`` runs the kernel on the buffers'
+  handles in the order of the program's PARAMs (0 is the output). Launch sizes are the program's
+  (``program.global_shape``, and ``program.local_shape`` for GPU-shaped programs), fixed when it was rendered.
+  An optional ``synchronize()`` waits for every launched kernel (for runtimes that launch asynchronously).
+
+Instead of renderer, compiler and runtime, a device may give ``interpret(program) -> runner``: it runs programs
+itself (the PYTHON device does). Its ``caps`` are then the defaults (every dtype).
 """
 from __future__ import annotations
 
@@ -33,8 +39,10 @@ def refgrad_devices() -> list:
   cc"``), and a ``make()`` that builds the ``DeviceImpl``. ``probe`` must be cheap and must not raise;
   ``make`` is called only for an available device, the first time it is used.
 
-  Called once, when refgrad is imported. A plugin whose import fails never breaks ``import refgrad``: it is
-  listed by ``refgrad devices`` as unavailable with the error.
+  Called once, when refgrad is imported (or, for a plugin imported before refgrad, at the first device lookup
+  after its import); ``probe`` and a callable ``version`` run later, when the device is first listed or selected.
+  A plugin whose import fails never breaks ``import refgrad``: it is listed by ``refgrad devices`` as
+  unavailable with the error. A device name another plugin registered already is refused (ValueError).
   """
 
 

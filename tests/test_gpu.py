@@ -14,6 +14,7 @@ from refgrad.device import Capabilities, DeviceImpl
 from refgrad.interp import kernel
 from refgrad.interp.device import PythonAllocator
 from refgrad.testing.compare import compare
+from refgrad.testing.reference import undefined_lanes
 from refgrad.testing.strategies import tensor_programs
 from refgrad.uop import Ops
 
@@ -46,8 +47,7 @@ def ops_of(program) -> set:
 
 
 def undefined_of(t: Tensor):
-  node = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
-  return node.arg.undefined
+  return undefined_lanes(t)
 
 
 def test_long_reductions_with_few_outputs_use_local_memory():

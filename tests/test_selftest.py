@@ -85,12 +85,14 @@ def test_every_mutant_is_live():
 
 @needs_clang
 def test_the_check_catches_a_handful_and_the_real_clang_passes():
+  """Mutants of different kinds, each caught by the check (here restricted to a few rows), and the baseline."""
   report = selftest.run_selftest("CLANG", fuzz_seconds=0, mutants=HANDFUL, rows=CAUGHT_BY_ROWS)
   assert report.baseline.failures == [] and report.baseline.cases > 0
   caught = {o.mutant: (o.verdict, o.where) for o in report.outcomes}
   assert all(verdict == CHECK for verdict, _ in caught.values()), caught
   assert report.exit_code == 0
-  assert f"score: {len(HANDFUL)}/{len(HANDFUL)} caught" in report.text()
+  text = report.text()
+  assert f"score: {len(HANDFUL)}/{len(HANDFUL)} caught" in text and "false alarms on the unmutated CLANG: 0" in text
 
 
 @pytest.mark.parametrize("events, verdict, where", [
@@ -122,8 +124,11 @@ def test_list_prints_every_mutant(capsys):
   assert args.fn(args) == 0 and "2 mutants" in capsys.readouterr().out
 
 
-@needs_clang
-def test_the_command_prints_the_score(capsys):
+def test_the_command_prints_the_score(capsys, monkeypatch):
+  """The CLI prints the report run_selftest returns and exits with its code (the measuring is tested above)."""
+  outcome = selftest.Outcome("cmplt_le", "source", CHECK, 1.0, where="CMPLT / bool")
+  report = selftest.SelftestReport("CLANG", 0.0, selftest.Outcome(selftest.BASELINE, ""), [outcome], 2.0)
+  monkeypatch.setattr(selftest, "run_selftest", lambda *args, **kwargs: report)
   parser = argparse.ArgumentParser()
   selftest.add_selftest_parser(parser.add_subparsers(dest="command"))
   args = parser.parse_args(["selftest", "--only", "cmplt_le", "--rows", "CMPLT", "--fuzz-seconds", "0"])

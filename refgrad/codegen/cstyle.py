@@ -18,11 +18,10 @@ from refgrad.alu import reduce_identity
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
 from refgrad.codegen.linearize import Program
 from refgrad.device import Capabilities
-from refgrad.dtype import DType, dtypes
+from refgrad.dtype import EMULATED_16BIT, DType, dtypes
 from refgrad.uop import GroupOp, Ops, UOp
 
 THREAD_INDEX_NAMES = {Ops.SPECIAL: "gidx", Ops.LOCAL_INDEX: "lidx", Ops.GROUP_INDEX: "gridx"}
-EMULATED = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}  # computed in float, stored as 16 bits
 UNSIGNED_OF_WIDTH = {8: dtypes.uint8, 16: dtypes.uint16, 32: dtypes.uint32, 64: dtypes.uint64}
 
 C_TYPES = {
@@ -127,7 +126,7 @@ class _Render:
 
   def round16(self, expr: str, dt: DType) -> str:
     """Round a float result to half/bfloat16 (a no-op wrapper for every other dtype)."""
-    return f"rg_round_{EMULATED[dt]}({expr})" if dt in EMULATED else expr
+    return f"rg_round_{EMULATED_16BIT[dt]}({expr})" if dt in EMULATED_16BIT else expr
 
   # ---- the program
   def source(self) -> str:
@@ -280,13 +279,13 @@ class _Render:
     raise NotImplementedError(f"the C-style renderer has no rule for {u.op}")
 
   def from_storage(self, expr: str, dt: DType) -> str:
-    if dt in EMULATED:
-      return f"rg_{EMULATED[dt]}_to_f32({expr})"
+    if dt in EMULATED_16BIT:
+      return f"rg_{EMULATED_16BIT[dt]}_to_f32({expr})"
     return f"({expr} != 0)" if dt == dtypes.bool else expr
 
   def to_storage(self, expr: str, dt: DType) -> str:
-    if dt in EMULATED:
-      return f"rg_f32_to_{EMULATED[dt]}({expr})"
+    if dt in EMULATED_16BIT:
+      return f"rg_f32_to_{EMULATED_16BIT[dt]}({expr})"
     return f"({self.d.storage[dt]})({expr})" if dt == dtypes.bool else expr
 
   def unsigned_of(self, dt: DType) -> str:
@@ -326,8 +325,8 @@ class _Render:
     return self.round16(wide, dst)
 
   def bits_of(self, a: str, dt: DType) -> str:
-    if dt in EMULATED:
-      return f"rg_f32_to_{EMULATED[dt]}({a})"
+    if dt in EMULATED_16BIT:
+      return f"rg_f32_to_{EMULATED_16BIT[dt]}({a})"
     if dt == dtypes.float32:
       return f"rg_f32_bits({a})"
     if dt == dtypes.float64:
@@ -336,8 +335,8 @@ class _Render:
 
   def bitcast(self, a: str, src: DType, dst: DType) -> str:
     bits = self.bits_of(a, src)
-    if dst in EMULATED:
-      return f"rg_{EMULATED[dst]}_to_f32(({self.ctype(dtypes.uint16)})({bits}))"
+    if dst in EMULATED_16BIT:
+      return f"rg_{EMULATED_16BIT[dst]}_to_f32(({self.ctype(dtypes.uint16)})({bits}))"
     if dst == dtypes.float32:
       return f"rg_bits_f32(({self.ctype(dtypes.uint32)})({bits}))"
     if dst == dtypes.float64:

@@ -41,7 +41,7 @@ import numpy as np
 
 from refgrad.codegen.cstyle import BINARY_RULES, CDialect, CStyleRenderer, _Render, c_literal
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
-from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl, DeviceSpec, numbered_source
 from refgrad.dtype import DType, dtypes
 from refgrad.hookspecs import hookimpl
 from refgrad.uop import GroupOp, Ops, UOp
@@ -524,7 +524,7 @@ class MutantCompiler:
                               capture_output=True, text=True)
       if result.returncode != 0:
         raise clang.CompileError(f"{os.path.basename(self.path)} failed to compile this mutant program:\n"
-                                 f"{clang.numbered(source)}\n\ncompiler stderr:\n{result.stderr.strip()}")
+                                 f"{numbered_source(source)}\n\ncompiler stderr:\n{result.stderr.strip()}")
       return Path(out).read_bytes()
 
 

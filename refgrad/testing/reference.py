@@ -94,6 +94,13 @@ def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray]) -> np
   return buffers[0].numpy()
 
 
+def undefined_lanes(t: Any) -> np.ndarray | None:
+  """Where a tensor computed on the reference (PYTHON) holds UNDEFINED results (docs/SPEC.md), shaped like the
+  tensor (realizes it); None when no lane is undefined. A device may give anything there: skip those lanes."""
+  undefined = getattr(t._buffer(), "undefined", None)
+  return None if undefined is None else np.asarray(undefined).reshape(t.shape)
+
+
 def lane_text(x: np.ndarray, lane: int) -> str:
   """One lane's value as a report shows it: a bool also by its byte, which a backend may get wrong (255 for True)."""
   if x.dtype == np.bool_:

@@ -14,12 +14,11 @@ import shutil
 import subprocess
 import tempfile
 import weakref
-from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 
 from refgrad.codegen.cstyle import CDialect, CStyleRenderer
-from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator
+from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source
 from refgrad.hookspecs import hookimpl
 
 FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
@@ -39,9 +38,6 @@ def find_compiler() -> tuple[str | None, list[str]]:
       return path, tried
   return None, tried
 
-
-def numbered(source: str) -> str:
-  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
 
 
 def target_flags(dry_run: str) -> str:
@@ -76,8 +72,8 @@ class ClangCompiler:
       result = subprocess.run([self.path, *FLAGS, "-", "-o", out, *LIBRARIES], input=source, capture_output=True,
                               text=True)
       if result.returncode != 0:
-        raise CompileError(f"{os.path.basename(self.path)} failed to compile this program:\n{numbered(source)}\n\n"
-                           f"compiler stderr:\n{result.stderr.strip()}")
+        raise CompileError(f"{os.path.basename(self.path)} failed to compile this program:\n"
+                           f"{numbered_source(source)}\n\ncompiler stderr:\n{result.stderr.strip()}")
       with open(out, "rb") as f:
         return f.read()
 
@@ -105,12 +101,6 @@ class SharedLibraryRuntime:
     return run
 
 
-def plugin_version() -> str:
-  try:
-    return version("refgrad-clang")
-  except PackageNotFoundError:
-    return "0.1.0"
-
 
 def probe() -> str | None:
   path, tried = find_compiler()
@@ -125,4 +115,5 @@ def make_device() -> DeviceImpl:
 
 @hookimpl
 def refgrad_devices() -> list[DeviceSpec]:
-  return [DeviceSpec("CLANG", make_device, plugin="refgrad-clang", version=plugin_version(), probe=probe)]
+  return [DeviceSpec("CLANG", make_device, plugin="refgrad-clang", version=distribution_version("refgrad-clang"),
+                     probe=probe)]

@@ -10,12 +10,11 @@ import ctypes
 import functools
 import itertools
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
 
-from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator
+from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source
 from refgrad.hookspecs import hookimpl
 from refgrad_llvm.render import LLVMRenderer
 
@@ -28,15 +27,6 @@ class LLVMCompileError(RuntimeError):
   """LLVM rejected a program: the message shows the numbered IR and LLVM's own message."""
 
 
-def numbered(source: str) -> str:
-  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
-
-
-def plugin_version() -> str:
-  try:
-    return version("refgrad-llvm")
-  except PackageNotFoundError:
-    return "0.1.0"
 
 
 @dataclass(frozen=True)
@@ -105,8 +95,8 @@ class LLVMCompiler:
       module = self.llvm.parse_assembly(source)
       module.verify()
     except RuntimeError as e:
-      raise LLVMCompileError(f"LLVM rejected this program:\n{numbered(source)}\n\nLLVM says:\n{str(e).strip()}") \
-        from None
+      raise LLVMCompileError(f"LLVM rejected this program:\n{numbered_source(source)}\n\n"
+                             f"LLVM says:\n{str(e).strip()}") from None
     module.triple = self.target_machine.triple
     module.data_layout = str(self.target_machine.target_data)
     return module
@@ -142,7 +132,11 @@ def make_device() -> DeviceImpl:
   return DeviceImpl("LLVM", HostAllocator(), renderer=LLVMRenderer(), compiler=LLVMCompiler(), runtime=JITRuntime())
 
 
+def description() -> str:
+  """The plugin version and the llvmlite and LLVM it runs on (imports llvmlite: asked only when devices are listed)."""
+  return f"{distribution_version('refgrad-llvm')} ({toolchain().versions})"
+
+
 @hookimpl
 def refgrad_devices() -> list[DeviceSpec]:
-  return [DeviceSpec("LLVM", make_device, plugin="refgrad-llvm", version=f"{plugin_version()} ({toolchain().versions})",
-                     probe=probe)]
+  return [DeviceSpec("LLVM", make_device, plugin="refgrad-llvm", version=description, probe=probe)]

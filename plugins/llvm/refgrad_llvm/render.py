@@ -22,11 +22,10 @@ import numpy as np
 from refgrad.alu import reduce_identity
 from refgrad.codegen.linearize import Program
 from refgrad.device import Capabilities
-from refgrad.dtype import DType, dtypes
+from refgrad.dtype import EMULATED_16BIT, DType, dtypes
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_llvm.prelude import needed_helpers
 
-EMULATED = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}  # computed in float, stored as 16 bits
 LL_TYPES: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
   dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64",
@@ -120,7 +119,7 @@ class _Kernel:
 
   def round16(self, value: str, dt: DType) -> str:
     """Round a float result to half/bfloat16; other dtypes are already rounded by the instruction."""
-    return self.call(f"rg_round_{EMULATED[dt]}", "float", ("float", value)) if dt in EMULATED else value
+    return self.call(f"rg_round_{EMULATED_16BIT[dt]}", "float", ("float", value)) if dt in EMULATED_16BIT else value
 
   def operand(self, u: UOp) -> str:
     """The value of u here: an accumulator is read from its slot at each use."""
@@ -266,13 +265,13 @@ class _Kernel:
     self.emit_void(f"store {STORAGE_TYPES[value.dtype]} {stored}, ptr {address}")
 
   def from_storage(self, raw: str, dt: DType) -> str:
-    if dt in EMULATED:
-      return self.call(f"rg_{EMULATED[dt]}_to_f32", "float", ("i16", raw))
+    if dt in EMULATED_16BIT:
+      return self.call(f"rg_{EMULATED_16BIT[dt]}_to_f32", "float", ("i16", raw))
     return self.emit(f"icmp ne i8 {raw}, 0") if dt == dtypes.bool else raw
 
   def to_storage(self, value: str, dt: DType) -> str:
-    if dt in EMULATED:
-      return self.call(f"rg_f32_to_{EMULATED[dt]}", "i16", ("float", value))
+    if dt in EMULATED_16BIT:
+      return self.call(f"rg_f32_to_{EMULATED_16BIT[dt]}", "i16", ("float", value))
     return self.emit(f"zext i1 {value} to i8") if dt == dtypes.bool else value
 
   # ---- values
@@ -297,15 +296,15 @@ class _Kernel:
 
   def bits(self, value: str, dt: DType) -> str:
     """The bit pattern of a value as an integer of its storage width."""
-    if dt in EMULATED:
-      return self.call(f"rg_f32_to_{EMULATED[dt]}", "i16", ("float", value))
+    if dt in EMULATED_16BIT:
+      return self.call(f"rg_f32_to_{EMULATED_16BIT[dt]}", "i16", ("float", value))
     if dtypes.is_float(dt):
       return self.emit(f"bitcast {ll_type(dt)} {value} to i{dt.bits}")
     return value
 
   def from_bits(self, bits: str, dt: DType) -> str:
-    if dt in EMULATED:
-      return self.call(f"rg_{EMULATED[dt]}_to_f32", "float", ("i16", bits))
+    if dt in EMULATED_16BIT:
+      return self.call(f"rg_{EMULATED_16BIT[dt]}_to_f32", "float", ("i16", bits))
     if dtypes.is_float(dt):
       return self.emit(f"bitcast i{dt.bits} {bits} to {ll_type(dt)}")
     return bits
@@ -429,7 +428,7 @@ def _int_to_int(k: _Kernel, a: str, src: DType, dst: DType) -> str:
 
 def _int_to_float(k: _Kernel, a: str, src: DType, dst: DType) -> str:
   convert = "sitofp" if src.kind == "i" else "uitofp"
-  if dst not in EMULATED or src.bits <= 16:  # one rounding (at most 16 bits are exact in float)
+  if dst not in EMULATED_16BIT or src.bits <= 16:  # one rounding (at most 16 bits are exact in float)
     return k.round16(k.emit(f"{convert} {ll_type(src)} {a} to {ll_type(dst)}"), dst)
   wide = _int_to_int(k, a, src, dtypes.int64 if src.kind == "i" else dtypes.uint64)
   odd = k.call(f"rg_{'i' if src.kind == 'i' else 'u'}64_to_f32_odd", "float", ("i64", wide))

@@ -7,19 +7,11 @@ here when it cannot: no pyopencl, no ICD loader, no platform, no device. It neve
 from __future__ import annotations
 
 import functools
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from refgrad.codegen.cstyle import CStyleRenderer
-from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl, DeviceSpec, distribution_version
 from refgrad.hookspecs import hookimpl
-
-
-def plugin_version() -> str:
-  try:
-    return version("refgrad-opencl")
-  except PackageNotFoundError:
-    return "0.1.0"
 
 
 @functools.cache
@@ -55,9 +47,9 @@ def description() -> str:
   """The plugin version, and the platform and device OPENCL runs on."""
   device, _ = find_device()
   if device is None:
-    return plugin_version()
+    return distribution_version("refgrad-opencl")
   from refgrad_opencl.runtime import describe
-  return f"{plugin_version()} ({describe(device)})"
+  return f"{distribution_version('refgrad-opencl')} ({describe(device)})"
 
 
 def make_device() -> DeviceImpl:
@@ -75,7 +67,7 @@ def make_device() -> DeviceImpl:
 
 @hookimpl
 def refgrad_devices() -> list[DeviceSpec]:
-  return [DeviceSpec("OPENCL", make_device, plugin="refgrad-opencl", version=description(), probe=probe)]
+  return [DeviceSpec("OPENCL", make_device, plugin="refgrad-opencl", version=description, probe=probe)]
 
 
 @hookimpl

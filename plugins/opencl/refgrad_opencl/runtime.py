@@ -13,6 +13,7 @@ import pyopencl as cl
 
 from refgrad.codegen.gpu import largest_divisor
 from refgrad.codegen.linearize import Program
+from refgrad.device import numbered_source
 from refgrad.uop import Ops
 from refgrad_opencl.dialect import DeviceLimits
 
@@ -29,9 +30,6 @@ class CompileError(RuntimeError):
 class LaunchError(RuntimeError):
   """A kernel needs more than the device allows (work-group size, local memory) and cannot be shrunk."""
 
-
-def numbered(source: str) -> str:
-  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
 
 
 def describe(device: cl.Device) -> str:
@@ -76,8 +74,8 @@ class CLCompiler:
       program.build(options=list(BUILD_OPTIONS), devices=[self.device])
     except cl.RuntimeError as e:
       log = program.get_build_info(self.device, cl.program_build_info.LOG).strip() or str(e)
-      raise CompileError(f"OpenCL ({describe(self.device)}) failed to build this program:\n{numbered(source)}\n\n"
-                         f"build log:\n{log}") from None
+      raise CompileError(f"OpenCL ({describe(self.device)}) failed to build this program:\n"
+                         f"{numbered_source(source)}\n\nbuild log:\n{log}") from None
     (binary,) = program.get_info(cl.program_info.BINARIES)
     return bytes(binary)
 
