@@ -113,16 +113,12 @@ class Job:
 
 
 def check_steps(device: str, rows: Collection[str] | None = None) -> list[tuple[str, Callable[[], list[Any]]]]:
-  """`refgrad check` as (label, run) steps in its own order, each run giving CaseResults (row, column, status,
-  detail); `rows` keeps the steps that check one of those rows. Works with the check of single cases
-  (all_cases/run_case) and with the batched one (all_units/run_unit, several cells per kernel)."""
+  """`refgrad check` as (label, run) steps in its own order (its batches and programs), each run giving CaseResults
+  (row, column, status, detail); `rows` keeps the steps that check one of those rows."""
   from refgrad.testing import conformance
   keep = (lambda step_rows: True) if rows is None else (lambda step_rows: bool(set(step_rows) & set(rows)))
-  if hasattr(conformance, "all_units"):
-    return [(unit.label, functools.partial(lambda u: conformance.run_unit(u, device).results, unit))
-            for unit in conformance.all_units() if keep(unit.rows)]
-  return [(f"{case.row} / {case.column}", functools.partial(lambda c: [conformance.run_case(c, device)], case))
-          for case in conformance.all_cases() if keep({case.row})]
+  return [(unit.label, functools.partial(lambda u: conformance.run_unit(u, device).results, unit))
+          for unit in conformance.all_units() if keep(unit.rows)]
 
 
 def _check(job: Job, send: Callable[..., None], started: float) -> list[str]:
