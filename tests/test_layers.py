@@ -80,3 +80,10 @@ def test_the_checker_sees_an_upward_import(tmp_path):
   bad = tmp_path / "bad.py"
   bad.write_text("def f():\n  from refgrad.tensor import Tensor\n  return Tensor\n")
   assert imports(bad) == {"refgrad.tensor"} and layer_of("refgrad.tensor") > layer_of("refgrad.uop")
+
+
+def test_the_old_path_of_the_semantics_is_the_same_module():
+  import refgrad.alu
+  import refgrad.interp.alu
+  from refgrad.interp.alu import exec_alu
+  assert refgrad.interp.alu is refgrad.alu and exec_alu is refgrad.alu.exec_alu
