@@ -116,28 +116,31 @@ FATAL = {"CRASHY_SEGFAULT": _crash_on_max, "CRASHY_HANG": _hang_on_max}
 NARROW_DTYPES = frozenset(ALL_DTYPES.values()) - {dtypes.float16, dtypes.bfloat16, dtypes.float64, dtypes.uint64}
 
 
-class _ListingRenderer:
-  caps = Capabilities(dtypes=NARROW_DTYPES)
+class ListingRenderer:
+  """Renders a program as its listing and claims `claimed` dtypes; the runtime interprets the program itself."""
+
+  def __init__(self, claimed: frozenset):
+    self.caps = Capabilities(dtypes=claimed)
 
   def render(self, program: Program) -> str:
     return program.listing()
 
 
-class _ListingCompiler:
-  cache_key = "tests-broken-devices-listing"
+class ListingCompiler:
+  cache_key = "tests-listing"
 
   def compile(self, source: str) -> bytes:
     return source.encode()
 
 
-class _InterpretingRuntime:
+class InterpretingRuntime:
   def load(self, binary: bytes, program: Program) -> PythonKernel:
     return PythonKernel(program)
 
 
 def make_narrow() -> DeviceImpl:
-  return DeviceImpl("NARROW", PythonAllocator(), renderer=_ListingRenderer(), compiler=_ListingCompiler(),
-                    runtime=_InterpretingRuntime())
+  return DeviceImpl("NARROW", PythonAllocator(), renderer=ListingRenderer(NARROW_DTYPES), compiler=ListingCompiler(),
+                    runtime=InterpretingRuntime())
 
 
 @hookimpl

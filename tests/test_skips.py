@@ -1,41 +1,23 @@
 """No silent skips: a test is skipped for a dtype only when its device's declared capabilities
 (Capabilities.dtypes) exclude it, and `refgrad check` lists the dtypes a device does not declare."""
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from refgrad import Device, Tensor, dtypes
 from refgrad.cli import main
-from refgrad.device import Capabilities, DeviceImpl, UnsupportedDTypeError
+from refgrad.device import DeviceImpl, UnsupportedDTypeError
 from refgrad.dtype import ALL_DTYPES
 from refgrad.interp.device import PythonAllocator
 from refgrad.interp.kernel import PythonKernel
 
+sys.path.insert(0, str(Path(__file__).parent))
+from broken_devices import InterpretingRuntime, ListingCompiler, ListingRenderer  # noqa: E402
+
 pytest_plugins = ["pytester"]
 NO_FLOAT64 = frozenset(ALL_DTYPES.values()) - {dtypes.float64}
-
-
-class ListingRenderer:
-  """Renders a program as its listing; the runtime interprets the program itself."""
-
-  def __init__(self, claimed: frozenset):
-    self.caps = Capabilities(dtypes=claimed)
-
-  def render(self, program) -> str:
-    return program.listing()
-
-
-class ListingCompiler:
-  cache_key = "test-skips-listing"
-
-  def compile(self, source: str) -> bytes:
-    return source.encode()
-
-
-class InterpretingRuntime:
-  def load(self, binary: bytes, program):
-    return PythonKernel(program)
 
 
 class RefusingRuntime:

@@ -19,7 +19,6 @@ unsupported, so a device that stops claiming a dtype shows it in the matrix and 
 from __future__ import annotations
 
 import html
-import itertools
 import json
 import sys
 import time
@@ -161,15 +160,14 @@ def explain_segment(segment: Segment, result: Comparison, actual: np.ndarray, ex
 
 
 def _pairs(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Every ordered pair of edge values: both operand orders of each pair."""
-  a, b = zip(*itertools.product(edges.tolist(), edges.tolist()))
-  return np.array(a, dtype=object).astype(edges.dtype), np.array(b, dtype=object).astype(edges.dtype)
+  """Every ordered pair of edge values (both operand orders of each pair), bits kept (NaN payloads included)."""
+  return np.repeat(edges, len(edges)), np.tile(edges, len(edges))
 
 
 def _shift_operands(dtype: DType, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  amounts = [0, 1, 3, dtype.bits - 1, dtype.bits, dtype.bits + 1] + ([-1] if dtype.kind == "i" else [])
-  a, b = zip(*itertools.product(edges.tolist(), amounts))
-  return np.array(a, dtype=object).astype(dtype.np), np.array(b, dtype=object).astype(dtype.np)
+  amounts = np.array([0, 1, 3, dtype.bits - 1, dtype.bits, dtype.bits + 1] + ([-1] if dtype.kind == "i" else []),
+                     dtype=object).astype(dtype.np)
+  return np.repeat(edges, len(amounts)), np.tile(amounts, len(edges))
 
 
 # ---- primitive ops over every edge pair
