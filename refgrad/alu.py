@@ -34,7 +34,12 @@ ULP_BOUNDS: dict[Ops, dict[DType, int]] = {op: dict(_TRANSCENDENTAL_ULPS) for op
 SIN_EXACT_RANGE: float = 1e4
 
 
-# ---- checking a call
+# ---- typing
+def result_dtype(op: Ops, src_dtypes: tuple[DType, ...]) -> DType:
+  """The dtype an ALU op produces: bool for comparisons, else its value operands' (WHERE's are the last two)."""
+  return dtypes.bool if op in GroupOp.Comparison else src_dtypes[-1]
+
+
 @functools.cache
 def check_alu_types(op: Ops, dtype: DType, src_dtypes: tuple[DType, ...]) -> DType:
   """Validate an ALU op's typing once; return its operand dtype. TypeError names what is wrong."""
@@ -44,7 +49,7 @@ def check_alu_types(op: Ops, dtype: DType, src_dtypes: tuple[DType, ...]) -> DTy
     raise TypeError(f"{op!r} takes {_ARITY[op]} sources, got {len(src_dtypes)}")
   operand = src_dtypes[0] if op in GroupOp.Comparison else dtype
   want = (dtypes.bool, operand, operand) if op is Ops.WHERE else (operand,) * len(src_dtypes)
-  if src_dtypes != want or dtype != (dtypes.bool if op in GroupOp.Comparison else operand):
+  if src_dtypes != want or dtype != result_dtype(op, src_dtypes):
     raise TypeError(f"{op!r} -> {dtype} cannot take sources of dtypes {src_dtypes}")
   if operand.kind not in OP_KINDS[op]:
     raise TypeError(f"{op!r} is not defined for {operand}")

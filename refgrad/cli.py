@@ -108,26 +108,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
   """The conformance suite: every op x dtype x edge value, casts, reductions and a corpus of programs."""
   from refgrad import Device
-  from refgrad.testing import conformance
+  from refgrad.testing import check_report, conformance
   device = Device.canonicalize(args.device)
   Device[device]  # fail early, with the reason, if the device cannot run here
   print(f"refgrad check on {device}", file=sys.stderr)
   run = conformance.run_conformance(device, conformance.progress_printer(), only=args.only)
   results = run.results
-  print(conformance.matrix_text(results))
-  counts = conformance.summary(results)
+  print(check_report.matrix_text(results))
+  counts = check_report.summary(results)
   lanes = sum(r.checked for r in results)
-  print(f"\n{conformance.paths_text(run)}")
-  print(conformance.unsupported_line(device))
+  print(f"\n{check_report.paths_text(run)}")
+  print(check_report.unsupported_line(device))
   print(f"{device}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported "
         f"({lanes} lanes checked in {run.seconds:.1f} s)")  # last: the verdict (CI prints this line)
   for r in results:
     if r.status == conformance.FAIL and args.verbose:
       print(f"\n--- {r.row} / {r.column}\n{r.detail}")
   if args.json:
-    conformance.write_json(args.json, run)
+    check_report.write_json(args.json, run)
   if args.html:
-    conformance.write_html(args.html, run)
+    check_report.write_html(args.html, run)
   return 1 if counts["fail"] else 0
 
 

@@ -322,6 +322,17 @@ def cache_dir() -> Path:
   return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "refgrad"
 
 
+def backend_cache_dir(backend: str) -> Path:
+  """A folder of the compile cache for one backend's own files, created on first use: for a JIT that cannot hand
+  back a binary from `compile` (numba, a driver's JIT) and keeps its own on-disk cache instead (docs/writing-a-
+  backend.md). The backend owns what is inside; refgrad's size limit and pruning cover only its own entries."""
+  if not backend or not all(c.isalnum() or c in "-_." for c in backend) or backend.strip(".") == "":
+    raise ValueError(f"backend_cache_dir: {backend!r} is not a valid folder name (letters, digits, '-', '_', '.')")
+  path = cache_dir() / "backends" / backend
+  path.mkdir(parents=True, exist_ok=True)
+  return path
+
+
 def _read_entry(path: Path) -> bytes | None:
   """The payload of a cache file, or None if it is missing, truncated or corrupt."""
   try:

@@ -139,6 +139,24 @@ DTYPES_BY_PRIORITY: list[DType] = sorted(ALL_DTYPES.values(), key=lambda d: d.pr
 # half and bfloat16 are computed in float32 and rounded to their format after every op (docs/SPEC.md): compiled
 # backends hold them in float registers and store 16 bits. The short names name their conversion helpers.
 EMULATED_16BIT: dict[DType, str] = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
+# the wide types converted to float32 with rounding to odd (see round_to_odd_source), and their helpers' short names
+ODD_HELPER: dict[DType, str] = {dtypes.float64: "f64", dtypes.int64: "i64", dtypes.uint64: "u64"}
+
+
+def round_to_odd_source(src: DType, dst: DType) -> DType | None:
+  """How a compiled backend converts src to an emulated 16-bit float with a single rounding: None when float32 holds
+  every src value exactly (convert to float32, then round once to dst); otherwise float64, int64 or uint64, the wide
+  type to convert src to and from there to float32 rounding to odd, so that the second rounding to dst is correct."""
+  exact_in_float32 = src.kind == "b" or src.bits <= (32 if src.kind == "f" else 16)
+  if dst not in EMULATED_16BIT or exact_in_float32:
+    return None
+  return dtypes.float64 if src.kind == "f" else dtypes.uint64 if src.kind == "u" else dtypes.int64
+
+
+def compute_dtype(dt: DType) -> DType:
+  """The dtype a composite computation on dt runs in before one final rounding back to dt: float32 for half and
+  bfloat16 (as torch does; rounding every intermediate in 16 bits would cost many ULP), dt itself otherwise."""
+  return dtypes.float32 if dt in EMULATED_16BIT else dt
 
 _TO_NUMPY: dict[str, np.dtype] = {name: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
                                   for name in ALL_DTYPES}

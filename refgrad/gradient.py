@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from refgrad.dtype import dtypes
+from refgrad.dtype import compute_dtype, dtypes
 from refgrad.rewrite import PatternMatcher, UPat
 from refgrad.uop import GroupOp, Ops, UOp
 
@@ -68,7 +68,7 @@ def _permute_grad(ctx: Any, node: UOp) -> tuple:
 def _expand_grad(ctx: Any, node: UOp) -> tuple:
   src_shape = node.src[0].shape
   axes = tuple(i for i, (s, t) in enumerate(zip(src_shape, node.shape)) if s != t)
-  grad = ctx.cast(dtypes.float32) if ctx.dtype in (dtypes.float16, dtypes.bfloat16) else ctx
+  grad = ctx.cast(compute_dtype(ctx.dtype))
   return (grad._reduce(Ops.ADD, axes, keepdim=True).cast(ctx.dtype) if axes else ctx,)
 
 

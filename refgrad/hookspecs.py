@@ -13,7 +13,8 @@ A device has four parts (see refgrad/device.py for their exact methods):
   the special cases it takes for that program, which ``refgrad check`` reports as reached;
 - a **compiler**: ``compile(source) -> bytes`` and ``cache_key`` (everything, besides the source, that changes
   the binary: compiler version, flags, the resolved target CPU and its features). refgrad caches binaries by
-  content, so it runs once per source, in a folder machines may share (docs/writing-a-backend.md);
+  content, so it runs once per source, in a folder machines may share (docs/writing-a-backend.md). A JIT that
+  cannot hand back a binary keeps its own cache in ``refgrad.device.backend_cache_dir(name)``;
 - a **runtime**: ``load(binary, program) -> runner``; ``runner(*handles)`` runs the kernel on the buffers'
   handles in the order of the program's PARAMs (0 is the output). Launch sizes are the program's
   (``program.global_shape``, and ``program.local_shape`` for GPU-shaped programs), fixed when it was rendered.

@@ -7,7 +7,6 @@ implements those gets the whole API.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,56 +19,11 @@ from refgrad.frontend.movement import MovementMixin
 from refgrad.frontend.nn_functional import NNFunctionalMixin
 from refgrad.frontend.random import RandomMixin
 from refgrad.frontend.reduce import ReduceMixin
+from refgrad.frontend.scatter import ScatterMixin
+from refgrad.frontend.shapes import Scalar, Shape, ShapeError, check_shape, normalize_dim, shape_args
 from refgrad.realize import run_schedule
 from refgrad.schedule import ScheduleItem, buffer_node, create_schedule, realized_buffer, remember_realized
 from refgrad.uop import Ops, UOp, prod
-
-Scalar = int | float | bool
-Shape = tuple[int, ...]
-
-
-class ShapeError(RuntimeError, ValueError):
-  """Shapes that do not fit together (broadcast, reshape, matmul). Catchable as RuntimeError or ValueError."""
-
-
-# ---- argument helpers
-def normalize_dim(dim: int, ndim: int) -> int:
-  """A dim in [-ndim, ndim) as a non-negative index; IndexError otherwise (0-d tensors accept -1 and 0)."""
-  if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
-    raise TypeError(f"dim must be an int, got {type(dim).__name__}")
-  size = max(ndim, 1)
-  if not -size <= dim < size:
-    raise IndexError(f"Dimension out of range (expected to be in range of [{-size}, {size - 1}], but got {dim})")
-  return int(dim) % size
-
-
-def shape_args(shape: Sequence[Any]) -> tuple:
-  """Accept f(2, 3) and f((2, 3)) alike."""
-  if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-    return tuple(shape[0])
-  return tuple(shape)
-
-
-def _check_shape(shape: tuple, what: str) -> Shape:
-  for s in shape:
-    if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
-      raise TypeError(f"{what}: sizes must be ints, got {shape}")
-    if s < 0:
-      raise ValueError(f"{what}: negative dimension in shape {shape}")
-  return tuple(int(s) for s in shape)
-
-
-def broadcast_shape(*shapes: Shape) -> Shape:
-  ndim = max(len(s) for s in shapes)
-  padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
-  out = []
-  for axis, sizes in enumerate(zip(*padded)):
-    non_one = {s for s in sizes if s != 1}
-    if len(non_one) > 1:
-      raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together: "
-                       f"sizes {sorted(non_one)} differ at dimension {axis}")
-    out.append(non_one.pop() if non_one else 1)
-  return tuple(out)
 
 
 def _nested_shape_and_kind(data: Any) -> tuple[Shape, DType]:
@@ -91,7 +45,8 @@ def _nested_shape_and_kind(data: Any) -> tuple[Shape, DType]:
   raise TypeError(f"cannot make a Tensor from an element of type {type(data).__name__}: {data!r}")
 
 
-class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, NNFunctionalMixin, RandomMixin, AutogradMixin):
+class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunctionalMixin, RandomMixin,
+             AutogradMixin):
   """A lazily evaluated n-dimensional array on a device."""
   __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
 
@@ -226,7 +181,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, NNFunctionalMixin, Ra
     >>> Tensor.full((2, 2), 7).tolist()
     [[7, 7], [7, 7]]
     """
-    shape = _check_shape(shape_args((shape,)) if not isinstance(shape, (tuple, list)) else tuple(shape), "full")
+    shape = check_shape(shape_args((shape,)) if not isinstance(shape, (tuple, list)) else tuple(shape), "full")
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     const = Tensor(_const_uop(fill_value, dt, Device.canonicalize(device)))
     return Tensor(const.reshape((1,) * len(shape)).expand(shape).uop, **kwargs)  # kwargs: requires_grad
@@ -256,7 +211,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, NNFunctionalMixin, Ra
     >>> Tensor.empty(2, 3, dtype=dtypes.int16).shape
     (2, 3)
     """
-    shape = _check_shape(shape_args(shape), "empty")
+    shape = check_shape(shape_args(shape), "empty")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     return Tensor(buffer_node(Buffer(Device.canonicalize(device), prod(shape), dt), shape), **kwargs)
 
@@ -288,7 +243,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, NNFunctionalMixin, Ra
     [[1, 0, 0], [0, 1, 0]]
     """
     m = n if m is None else m
-    _check_shape((n, m), "eye")
+    check_shape((n, m), "eye")
     rows = Tensor.arange(n, device=device).reshape(n, 1)
     cols = Tensor.arange(m, device=device).reshape(1, m)
     return Tensor((rows == cols).cast(to_dtype(dtype) if dtype else dtypes.default_float).uop, **kwargs)
@@ -362,7 +317,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, NNFunctionalMixin, Ra
     import ctypes
     if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr <= 0:
       raise TypeError(f"from_blob: ptr must be a (non-null) memory address int, got {ptr!r}")
-    shape = _check_shape(shape_args((shape,)) if not isinstance(shape, (tuple, list)) else tuple(shape), "from_blob")
+    shape = check_shape(shape_args((shape,)) if not isinstance(shape, (tuple, list)) else tuple(shape), "from_blob")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     raw = (ctypes.c_char * (prod(shape) * dt.itemsize)).from_address(ptr)
     return Tensor(np.frombuffer(raw, dtype=dt.np).reshape(shape).copy(), device=device, **kwargs)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.alu import exec_cast
+from refgrad.alu import exec_cast, result_dtype
 from refgrad.dtype import DType, as_python_scalar, dtypes
 from refgrad.ops import GroupOp, Ops  # noqa: F401  (re-exported: the IR's users import them from here)
 from refgrad.ranges import value_range
@@ -112,8 +112,7 @@ class UOp:
     return UOp(Ops.CONST, dtype, (), canonical_const(dtype, value))
 
   def alu(self, op: Ops, *others: UOp) -> UOp:
-    out_dtype = dtypes.bool if op in GroupOp.Comparison else (others[-1].dtype if op is Ops.WHERE else self.dtype)
-    return UOp(op, out_dtype, (self, *others))
+    return UOp(op, result_dtype(op, tuple(u.dtype for u in (self, *others))), (self, *others))
 
   def _binary(self, op: Ops, other: Any, reverse: bool = False) -> UOp:
     other_uop = other if isinstance(other, UOp) else UOp.const(self.dtype, other)

@@ -112,3 +112,19 @@ def test_pyloops_key_names_the_python_version(monkeypatch):
   assert here == PythonCompiler().cache_key and sys.version in here
   monkeypatch.setattr(sys, "version", "3.99.0 (main) [a future Python]")
   assert PythonCompiler().cache_key != here
+
+
+def test_a_jit_backend_gets_its_own_folder_in_the_cache(tmp_path, monkeypatch):
+  """backend_cache_dir: inside REFGRAD_CACHE (so it moves with a shared cache), one folder per backend, created on
+  first use; names that could leave the cache are refused; pruning refgrad's entries leaves the backend's files."""
+  from refgrad.device import backend_cache_dir, prune_cache
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
+  numba, driver = backend_cache_dir("NUMBA"), backend_cache_dir("my-gpu_jit.v2")
+  assert numba.is_dir() and driver.is_dir() and numba != driver
+  assert numba.parent == driver.parent and tmp_path in numba.parents
+  for bad in ("", "..", "a/b", "../x", "a\\b", "."):
+    with pytest.raises(ValueError, match="not a valid folder name"):
+      backend_cache_dir(bad)
+  (numba / "kernel.nbi").write_bytes(b"x" * 4096)
+  prune_cache(limit=0)
+  assert (numba / "kernel.nbi").exists()

@@ -10,7 +10,7 @@ import pytest
 from refgrad import Device
 from refgrad.cli import main
 from refgrad.dtype import dtypes
-from refgrad.testing import conformance
+from refgrad.testing import check_report, conformance
 from refgrad.testing.compare import compare
 from refgrad.testing.edges import cast_values, dtype_edges, float_neighbours, narrows
 from refgrad.testing.reference import check_against_reference
@@ -120,7 +120,7 @@ def test_check_reaches_split_reductions_and_their_remainder(device, capsys):
   run = conformance.run_conformance(device, only="REDUCE")
   assert all(r.status == conformance.PASS for r in run.results)
   assert run.paths["split reduction (8 accumulators)"] > 0 and run.paths["split reduction remainder loop"] > 0
-  assert "split reduction" in conformance.paths_text(run)
+  assert "split reduction" in check_report.paths_text(run)
 
 
 @pytest.mark.parametrize("device", ["PYTHON"] + COMPILED)

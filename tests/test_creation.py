@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import ALL_DTYPES, NP_DTYPE, check, edge_values, ids, to_numpy
+from helpers import ALL_DTYPES, NP_DTYPE, check, edge_values, ids, to_numpy
 
 from refgrad import Tensor, dtypes
 

@@ -37,18 +37,24 @@ def test_default_device_comes_from_the_environment():
 
 def test_unavailable_device_raises_with_its_reason():
   Device.register("BROKENTEST", lambda: None, plugin="tests", unavailable_reason="no widget found: tried a, b")
-  with pytest.raises(RuntimeError, match="no widget found"):
-    Tensor([1.0], device="BROKENTEST")
+  try:
+    with pytest.raises(RuntimeError, match="no widget found"):
+      Tensor([1.0], device="BROKENTEST")
+  finally:
+    Device.remove("BROKENTEST")
 
 
 def test_a_second_registered_device_runs_programs_and_copies():
   Device.register("PYCOPY", lambda: DeviceImpl("PYCOPY", PythonAllocator(), interpret=PythonKernel), plugin="tests")
-  x = np.arange(6, dtype=np.float32).reshape(2, 3)
-  t = Tensor(x, device="PYCOPY")
-  assert t.device == "PYCOPY"
-  moved = (t * 2).to("PYTHON")
-  assert moved.device == "PYTHON"
-  np.testing.assert_array_equal(moved.numpy(), x * 2)
+  try:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = Tensor(x, device="PYCOPY")
+    assert t.device == "PYCOPY"
+    moved = (t * 2).to("PYTHON")
+    assert moved.device == "PYTHON"
+    np.testing.assert_array_equal(moved.numpy(), x * 2)
+  finally:
+    Device.remove("PYCOPY")
 
 
 def test_buffers_round_trip_every_dtype():

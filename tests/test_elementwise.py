@@ -5,7 +5,7 @@ import operator
 import numpy as np
 import pytest
 import torch
-from conftest import (
+from helpers import (
   ALL_DTYPES,
   FLOAT_DTYPES,
   INT_DTYPES,

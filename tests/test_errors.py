@@ -3,7 +3,7 @@ dims or values involved. Also: a failed realize leaves every tensor usable."""
 import numpy as np
 import pytest
 import torch
-from conftest import check
+from helpers import check
 
 import refgrad.realize
 from refgrad import Tensor, dtypes

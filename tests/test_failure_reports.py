@@ -57,8 +57,10 @@ def raising_device():
       raise RuntimeError("the device under test broke")
     return run
   Device.register("RAISING_TEST", lambda: DeviceImpl("RAISING_TEST", PythonAllocator(), interpret=interpret))
-  yield "RAISING_TEST"
-  Device.remove("RAISING_TEST")
+  try:
+    yield "RAISING_TEST"
+  finally:
+    Device.remove("RAISING_TEST")
 
 
 def a_program():

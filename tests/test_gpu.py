@@ -34,8 +34,10 @@ def pygpu(request):
   name, caps = f"PYGPU{int(request.param)}", replace(GPU_CAPS, interleaved_groups=request.param)
   Device.register(name, lambda: DeviceImpl(name, PythonAllocator(), renderer=ListingRenderer(caps),
                                            interpret=kernel.PythonKernel))
-  yield name
-  Device.remove(name)
+  try:
+    yield name
+  finally:
+    Device.remove(name)
 
 
 def program_of(t: Tensor, caps=GPU_CAPS):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from conftest import NP_DTYPE, check, edge_values, to_torch
+from helpers import NP_DTYPE, check, edge_values, to_torch
 
 from refgrad import Tensor, dtypes
 

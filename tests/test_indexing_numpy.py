@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import check
+from helpers import check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -18,7 +18,9 @@ LAYERS = [
   ("device contract", ["refgrad.device", "refgrad.plugins"]),
   ("codegen", ["refgrad.codegen"]),
   ("reference device, schedule and realize", ["refgrad.interp", "refgrad.schedule", "refgrad.realize"]),
-  ("autograd, frontend and Tensor", ["refgrad.gradient", "refgrad.frontend", "refgrad.tensor"]),
+  ("autograd", ["refgrad.gradient"]),
+  ("frontend mixins", ["refgrad.frontend"]),  # they build tensors through type(self), never importing Tensor
+  ("Tensor", ["refgrad.tensor"]),
   ("package", ["refgrad"]),
   ("nn", ["refgrad.nn"]),
   ("oracle kit and CLI", ["refgrad.testing", "refgrad.cli"]),

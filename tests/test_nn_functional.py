@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual name
-from conftest import check
+from helpers import check
 
 from refgrad import Tensor, dtypes
 

@@ -19,12 +19,14 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pyloops"
 @pytest.fixture(scope="module")
 def pyloops():
   sys.path.insert(0, str(EXAMPLE))
-  import refgrad_pyloops
-  if "PYLOOPS" not in Device.available():
-    plugins.register(refgrad_pyloops)
-  yield "PYLOOPS"
-  plugins.unregister(refgrad_pyloops)
-  sys.path.remove(str(EXAMPLE))
+  try:
+    import refgrad_pyloops
+    if "PYLOOPS" not in Device.available():
+      plugins.register(refgrad_pyloops)
+    yield "PYLOOPS"
+    plugins.unregister(refgrad_pyloops)
+  finally:
+    sys.path.remove(str(EXAMPLE))
 
 
 def test_example_plugin_registers_and_computes(pyloops):
@@ -54,9 +56,11 @@ def test_unregistering_removes_the_device():
       return [DeviceSpec("TMPDEV", make_python_device, plugin="tmp")]
 
   plugin = Tmp()
-  assert plugins.register(plugin) == ["TMPDEV"]
-  assert Tensor([1, 2], device="TMPDEV").tolist() == [1, 2]
-  plugins.unregister(plugin)
+  try:
+    assert plugins.register(plugin) == ["TMPDEV"]
+    assert Tensor([1, 2], device="TMPDEV").tolist() == [1, 2]
+  finally:
+    plugins.unregister(plugin)
   with pytest.raises(ValueError, match="unknown device"):
     Tensor([1], device="TMPDEV")
 
@@ -64,6 +68,8 @@ def test_unregistering_removes_the_device():
 def test_a_plugin_that_fails_to_import_is_listed_unavailable():
   spec = plugins._broken_plugin_spec("badplugin", ImportError("No module named 'missing_dep'"))
   Device.add(spec)
-  with pytest.raises(RuntimeError, match="BADPLUGIN is unavailable: plugin failed to load: ImportError"):
-    Tensor([1], device="badplugin")
-  Device.remove("BADPLUGIN")
+  try:
+    with pytest.raises(RuntimeError, match="BADPLUGIN is unavailable: plugin failed to load: ImportError"):
+      Tensor([1], device="badplugin")
+  finally:
+    Device.remove("BADPLUGIN")

@@ -58,7 +58,7 @@ def test_same_seed_same_normals_on_every_device():
   here = Tensor.randn(4, 6).numpy()
   Tensor.manual_seed(99)
   ref = Tensor.randn(4, 6, device="PYTHON").numpy()
-  from conftest import check
+  from helpers import check
   check(Tensor(here), ref, D.float32, ulp=8, atol=8 * 2.0 ** -24)
 
 

@@ -3,7 +3,7 @@ counts: fusion and laziness."""
 import numpy as np
 import pytest
 import torch
-from conftest import NP_DTYPE, TORCH_DTYPE, check, to_numpy, to_torch, torch_ok
+from helpers import NP_DTYPE, TORCH_DTYPE, check, to_numpy, to_torch, torch_ok
 
 import refgrad.tensor
 from refgrad import Tensor, dtypes

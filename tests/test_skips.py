@@ -40,9 +40,11 @@ def test_devices():
   for name, (claimed, runtime) in DEVICES.items():
     Device.register(name, lambda name=name, claimed=claimed, runtime=runtime: DeviceImpl(
       name, PythonAllocator(), renderer=ListingRenderer(claimed), compiler=ListingCompiler(), runtime=runtime()))
-  yield
-  for name in DEVICES:
-    Device.remove(name)
+  try:
+    yield
+  finally:
+    for name in DEVICES:
+      Device.remove(name)
 
 
 def double(device: str):
@@ -51,7 +53,7 @@ def double(device: str):
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
 def test_only_the_declared_capabilities_check_counts_as_unsupported(device):
-  from conftest import declared_unsupported
+  from helpers import declared_unsupported
   with pytest.raises(UnsupportedDTypeError) as info:
     double(device)
   assert declared_unsupported(info.value) == (device == "NOFP64_DECLARED")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual name
-from conftest import NP_DTYPE, TORCH_DTYPE, check
+from helpers import NP_DTYPE, TORCH_DTYPE, check
 
 from refgrad import Tensor, dtypes
 from refgrad.nn import optim

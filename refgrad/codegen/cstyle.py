@@ -18,7 +18,7 @@ from refgrad.alu import reduce_identity
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
 from refgrad.codegen.linearize import Program
 from refgrad.device import Capabilities
-from refgrad.dtype import EMULATED_16BIT, DType, dtypes
+from refgrad.dtype import EMULATED_16BIT, ODD_HELPER, DType, dtypes, round_to_odd_source
 from refgrad.uop import GroupOp, Ops, UOp
 
 THREAD_INDEX_NAMES = {Ops.SPECIAL: "gidx", Ops.LOCAL_INDEX: "lidx", Ops.GROUP_INDEX: "gridx"}
@@ -156,15 +156,11 @@ class _Render:
       self.emit("}")
 
   def render_segment(self, start: int, stop: int) -> None:
-    uops, i = self.program.uops, start
-    while i < stop:
-      end = self.program.loop_ends.get(i)
-      if end is not None and self.program.splittable_reduce(i, self.d.reduce_lanes):
+    for i, end in self.program.pieces(start, stop, self.d.reduce_lanes):
+      if end is None:
+        self.render_uop(i, self.program.uops[i])
+      else:
         self.render_unrolled_reduce(i, end)
-        i = end + 1
-        continue
-      self.render_uop(i, uops[i])
-      i += 1
 
   # ---- reductions with several accumulators
   def render_unrolled_reduce(self, start: int, end: int) -> None:
@@ -314,15 +310,10 @@ class _Render:
     if dtypes.is_int(dst) or dst in (dtypes.float32, dtypes.float64):
       return f"({self.ctype(dst)})({a})"
     # to half / bfloat16: make a float that rounds to the right 16-bit value, then round once
-    if src == dtypes.float64:
-      wide = f"rg_f64_to_f32_odd({a})"
-    elif src == dtypes.uint64:
-      wide = f"rg_u64_to_f32_odd({a})"
-    elif dtypes.is_int(src):
-      wide = f"rg_i64_to_f32_odd(({self.ctype(dtypes.int64)})({a}))"
-    else:
-      wide = f"(float)({a})"
-    return self.round16(wide, dst)
+    wide = round_to_odd_source(src, dst)
+    if wide is None:
+      return self.round16(f"(float)({a})", dst)
+    return self.round16(f"rg_{ODD_HELPER[wide]}_to_f32_odd(({self.ctype(wide)})({a}))", dst)
 
   def bits_of(self, a: str, dt: DType) -> str:
     if dt in EMULATED_16BIT:

@@ -11,6 +11,7 @@ and later uses of the reduce read the accumulator.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from refgrad.codegen.lowering import lower_kernel
@@ -55,6 +56,19 @@ class Program:
     body = self.uops[start + 1:end]
     return (lanes > 1 and self.uops[start].arg[1] >= 2 * lanes and not any(u.op is Ops.RANGE for u in body)
             and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
+
+  def pieces(self, start: int, stop: int, lanes: int) -> Iterator[tuple[int, int | None]]:
+    """uops[start:stop] in render order: (i, end) for a reduce loop from i to end that splittable_reduce lets a
+    renderer run over `lanes` accumulators, (i, None) for any other uop, to render on its own."""
+    i = start
+    while i < stop:
+      end = self.loop_ends.get(i)
+      if end is not None and self.splittable_reduce(i, lanes):
+        yield i, end
+        i = end + 1
+      else:
+        yield i, None
+        i += 1
 
   def code_paths(self, lanes: int) -> list[str]:
     """The paths a renderer that splits reductions over `lanes` accumulators (see splittable_reduce) takes for

@@ -9,6 +9,8 @@ import contextlib
 import weakref
 from typing import Any
 
+from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.shapes import ShapeError
 from refgrad.gradient import compute_gradients, reachable_without_detach
 from refgrad.schedule import computed_buffer, realized_buffer
 from refgrad.uop import Ops, UOp
@@ -20,38 +22,36 @@ _WANT_GRAD: weakref.WeakSet = weakref.WeakSet()
 class _ClassSwitch(contextlib.ContextDecorator):
   """Set a class attribute of Tensor for the duration of a `with` block or a decorated function."""
 
-  def __init__(self, name: str, value: bool):
-    self.name, self.value = name, value
+  def __init__(self, cls: type, name: str, value: bool):
+    self.cls, self.name, self.value = cls, name, value
 
   def __enter__(self) -> None:
-    from refgrad.tensor import Tensor
-    self.previous = getattr(Tensor, self.name)
-    setattr(Tensor, self.name, self.value)
+    self.previous = getattr(self.cls, self.name)
+    setattr(self.cls, self.name, self.value)
 
   def __exit__(self, *exc: Any) -> None:
-    from refgrad.tensor import Tensor
-    setattr(Tensor, self.name, self.previous)
+    setattr(self.cls, self.name, self.previous)
 
 
-class AutogradMixin:
+class AutogradMixin(TensorBase):
   __slots__ = ()
   training: bool = False
   no_grad: bool = False
 
   # ---- switches
-  @staticmethod
-  def train(mode: bool = True) -> _ClassSwitch:
+  @classmethod
+  def train(cls, mode: bool = True) -> _ClassSwitch:
     """Context decorator: `with Tensor.train():` sets Tensor.training (dropout and batchnorm read it)."""
-    return _ClassSwitch("training", mode)
+    return _ClassSwitch(cls, "training", mode)
 
-  @staticmethod
-  def test() -> _ClassSwitch:
-    return _ClassSwitch("training", False)
+  @classmethod
+  def test(cls) -> _ClassSwitch:
+    return _ClassSwitch(cls, "training", False)
 
-  @staticmethod
-  def inference_mode(mode: bool = True) -> _ClassSwitch:
+  @classmethod
+  def inference_mode(cls, mode: bool = True) -> _ClassSwitch:
     """Context decorator: gradients are disabled inside (Tensor.no_grad is True)."""
-    return _ClassSwitch("no_grad", mode)
+    return _ClassSwitch(cls, "no_grad", mode)
 
   # ---- which tensors want gradients
   @property
@@ -67,16 +67,16 @@ class AutogradMixin:
     else:
       _WANT_GRAD.discard(self)
 
-  def requires_grad_(self, requires_grad: bool = True) -> Any:
+  def requires_grad_(self, requires_grad: bool = True) -> Self:
     self.requires_grad = requires_grad
     return self
 
-  def contiguous_backward(self) -> Any:
+  def contiguous_backward(self) -> Self:
     """Identity forward; the gradient flowing back through it is made contiguous (a scheduling hint)."""
     return self._from(self.uop)
 
   # ---- gradients
-  def gradient(self, *targets: Any, gradient: Any = None, materialize_grads: bool = False) -> list[Any]:
+  def gradient(self, *targets: Any, gradient: Any = None, materialize_grads: bool = False) -> list[Self]:
     """The gradients of this tensor with respect to `targets`. A scalar output seeds with 1.
     >>> x = Tensor([1.0, 2.0, 3.0]); (x * x).sum().gradient(x)[0].tolist()
     [2.0, 4.0, 6.0]
@@ -119,8 +119,7 @@ class AutogradMixin:
     wanted = {t.uop for t in list(_WANT_GRAD) if t.requires_grad and t is not self}
     return bool(wanted) and not wanted.isdisjoint(reachable_without_detach(self.uop))
 
-  def _seed(self, gradient: Any) -> Any:
-    from refgrad.tensor import ShapeError
+  def _seed(self, gradient: Any) -> Self:
     if gradient is None:
       if self.numel() != 1:
         raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this tensor has shape "
@@ -130,7 +129,7 @@ class AutogradMixin:
       raise ShapeError(f"gradient of shape {gradient.shape} does not match the output's shape {self.shape}")
     return gradient
 
-  def backward(self, gradient: Any = None) -> Any:
+  def backward(self, gradient: Any = None) -> Self:
     """Accumulate d(self)/d(t) into t.grad for every tensor t in the graph with requires_grad=True. As in torch,
     the stored gradients carry no graph of their own (they are detached)."""
     candidates = [t for t in list(_WANT_GRAD) if t.requires_grad]

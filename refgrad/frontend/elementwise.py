@@ -9,8 +9,18 @@ import functools
 import math
 from typing import Any
 
-from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, scalar_dtype_with, to_dtype
+from refgrad.dtype import (
+  DType,
+  compute_dtype,
+  dtypes,
+  least_upper_dtype,
+  least_upper_float,
+  scalar_dtype_with,
+  to_dtype,
+)
 from refgrad.frontend import special
+from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.shapes import ShapeError, broadcast_shape
 from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp
 
@@ -24,8 +34,8 @@ def _half_in_float32(fn: Any) -> Any:
   intermediates (x * log2(e), pi/2 - x, ...) in half precision would cost many ULP."""
   @functools.wraps(fn)
   def wrapper(self: Any) -> Any:
-    if self.dtype in (dtypes.float16, dtypes.bfloat16):
-      return fn(self.cast(dtypes.float32)).cast(self.dtype)
+    if compute_dtype(self.dtype) != self.dtype:
+      return fn(self.cast(compute_dtype(self.dtype))).cast(self.dtype)
     return fn(self)
   return wrapper
 
@@ -35,22 +45,21 @@ class BitwiseDTypeError(TypeError, NotImplementedError):
   error a NotImplementedError, so a RuntimeError too."""
 
 
-class ElementwiseMixin:
+class ElementwiseMixin(TensorBase):
   __slots__ = ()
 
   # ---- plumbing
-  def _alu(self, op: Ops, *others: Any) -> Any:
-    out_dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else (others[-1].dtype if op is Ops.WHERE else self.dtype)
-    return self._from(UOp(op, out_dtype, (self.uop, *(o.uop for o in others))))
+  def _alu(self, op: Ops, *others: Any) -> Self:
+    return self._from(self.uop.alu(op, *(o.uop for o in others)))
 
-  def _to_tensor(self, y: Any, dtype: DType | None = None) -> Any:
+  def _to_tensor(self, y: Any, dtype: DType | None = None) -> Self:
     if isinstance(y, type(self)):
       return y
     if isinstance(y, (bool, int, float)):
       return self._const(y, dtype or scalar_dtype_with(self.dtype, y))
     return type(self)(y, device=self.device)
 
-  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Any, Any]:
+  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Self, Self]:
     """self and y with one shape and (if match_dtype) one dtype; reverse swaps them for r-ops."""
     x, y = self, self._to_tensor(y)
     if reverse:
@@ -62,12 +71,11 @@ class ElementwiseMixin:
       out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
     if x.shape != y.shape:
-      from refgrad.tensor import broadcast_shape
       shape = broadcast_shape(x.shape, y.shape)
       x, y = x._broadcast_to(shape), y._broadcast_to(shape)
     return x, y
 
-  def _broadcast_to(self, shape: tuple[int, ...]) -> Any:
+  def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
     if self.shape == shape:
       return self
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
@@ -77,21 +85,21 @@ class ElementwiseMixin:
       raise TypeError(f"{what} is not supported for dtype {self.dtype.name}")
 
   # ---- arithmetic
-  def add(self, y: Any, reverse: bool = False) -> Any:
+  def add(self, y: Any, reverse: bool = False) -> Self:
     x, y = self._broadcasted(y, reverse)
     return x._alu(Ops.OR, y) if x.dtype == dtypes.bool else x._alu(Ops.ADD, y)
 
-  def sub(self, y: Any, reverse: bool = False) -> Any:
+  def sub(self, y: Any, reverse: bool = False) -> Self:
     x, y = self._broadcasted(y, reverse)
     if x.dtype == dtypes.bool:
       raise TypeError("subtraction of bool tensors is not supported; use logical_xor or ^")
     return x._alu(Ops.ADD, y.neg())
 
-  def mul(self, y: Any, reverse: bool = False) -> Any:
+  def mul(self, y: Any, reverse: bool = False) -> Self:
     x, y = self._broadcasted(y, reverse)
     return x._alu(Ops.AND, y) if x.dtype == dtypes.bool else x._alu(Ops.MUL, y)
 
-  def div(self, y: Any, reverse: bool = False, rounding_mode: str | None = None) -> Any:
+  def div(self, y: Any, reverse: bool = False, rounding_mode: str | None = None) -> Self:
     """True division (ints promote to the default float); rounding_mode 'trunc' or 'floor' as in torch."""
     if rounding_mode == "trunc":
       return self.idiv(y, reverse) if self._int_pair(y) else self.div(y, reverse).trunc()
@@ -106,7 +114,7 @@ class ElementwiseMixin:
     return dtypes.is_int(least_upper_dtype(self.dtype, other.dtype)) or \
       least_upper_dtype(self.dtype, other.dtype) == dtypes.bool
 
-  def idiv(self, y: Any, reverse: bool = False) -> Any:
+  def idiv(self, y: Any, reverse: bool = False) -> Self:
     """Integer division truncating toward zero, like C."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
@@ -114,7 +122,7 @@ class ElementwiseMixin:
     x._require("iu", "idiv")
     return x._alu(Ops.IDIV, y)
 
-  def floordiv(self, y: Any, reverse: bool = False) -> Any:
+  def floordiv(self, y: Any, reverse: bool = False) -> Self:
     """Floor division, like Python's // and torch.floor_divide."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
@@ -127,7 +135,7 @@ class ElementwiseMixin:
     signs_differ = x.lt(0)._alu(Ops.CMPNE, y.lt(0))
     return (inexact & signs_differ).where(q - 1, q)
 
-  def mod(self, y: Any, reverse: bool = False) -> Any:
+  def mod(self, y: Any, reverse: bool = False) -> Self:
     """Remainder with the sign of the divisor, like Python's % and torch.remainder."""
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
@@ -140,14 +148,14 @@ class ElementwiseMixin:
     fix = r._alu(Ops.CMPNE, x._const(0)) & r.lt(0)._alu(Ops.CMPNE, y.lt(0))
     return fix.where(r + y, r)
 
-  def neg(self) -> Any:
+  def neg(self) -> Self:
     return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
 
-  def reciprocal(self) -> Any:
+  def reciprocal(self) -> Self:
     x = self.cast(least_upper_float(self.dtype))
     return x._alu(Ops.RECIP)
 
-  def pow(self, y: Any, reverse: bool = False) -> Any:
+  def pow(self, y: Any, reverse: bool = False) -> Self:
     """x ** y. Integer exponents given as Python ints use exact repeated multiplication."""
     if not reverse and isinstance(y, int) and not isinstance(y, bool) and 0 <= y <= 64:
       return self._int_power(y)
@@ -157,7 +165,7 @@ class ElementwiseMixin:
       return x.cast(dtypes.float32).pow(y.cast(dtypes.float32)).round().cast(out)
     return custom_gradient(_float_pow(x, y), ("pow",), x, y)
 
-  def _int_power(self, n: int) -> Any:
+  def _int_power(self, n: int) -> Self:
     result, base = self.ones_like(), self
     while n:
       if n & 1:
@@ -165,11 +173,11 @@ class ElementwiseMixin:
       base, n = base * base, n >> 1
     return result
 
-  def maximum(self, y: Any) -> Any:
+  def maximum(self, y: Any) -> Self:
     x, y = self._broadcasted(y)
     return x._alu(Ops.MAX, y) if x.dtype != dtypes.bool else x._alu(Ops.OR, y)
 
-  def minimum(self, y: Any) -> Any:
+  def minimum(self, y: Any) -> Self:
     x, y = self._broadcasted(y)
     if dtypes.is_float(x.dtype):
       return x.neg()._alu(Ops.MAX, y.neg()).neg()  # exact, NaN-propagating, min(-0, +0) = -0
@@ -177,12 +185,12 @@ class ElementwiseMixin:
       return x._alu(Ops.AND, y)
     return x.bitwise_not()._alu(Ops.MAX, y.bitwise_not()).bitwise_not()  # ~ reverses the order of any int
 
-  def abs(self) -> Any:
+  def abs(self) -> Self:
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
       return self
     return self._alu(Ops.MAX, self.neg())
 
-  def sign(self) -> Any:
+  def sign(self) -> Self:
     """-1, 0 or 1 by the sign of each element; zeros and NaN give 0, as torch.sign.
 
     >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist()
@@ -192,7 +200,7 @@ class ElementwiseMixin:
       return self
     return self.gt(0).where(self._const(1), self.lt(0).where(self._const(-1), self._const(0)))
 
-  def square(self) -> Any:
+  def square(self) -> Self:
     """self * self.
 
     >>> Tensor([-3, 2]).square().tolist()
@@ -200,7 +208,7 @@ class ElementwiseMixin:
     """
     return self * self
 
-  def clamp(self, min_: Any = None, max_: Any = None) -> Any:
+  def clamp(self, min_: Any = None, max_: Any = None) -> Self:
     """Limit to [min_, max_] (either may be None); NaN stays NaN, and min_ > max_ gives max_, like torch.clamp.
 
     >>> Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1).tolist()
@@ -216,7 +224,7 @@ class ElementwiseMixin:
     inputs = [t.cast(out.dtype)._broadcast_to(out.shape) for t in inputs]  # the rule sees one shape and dtype
     return custom_gradient(out, ("clamp", min_ is not None, max_ is not None), *inputs)
 
-  def clip(self, min_: Any = None, max_: Any = None) -> Any:
+  def clip(self, min_: Any = None, max_: Any = None) -> Self:
     """Alias of clamp.
 
     >>> Tensor([-2, 5]).clip(0, 3).tolist()
@@ -224,7 +232,7 @@ class ElementwiseMixin:
     """
     return self.clamp(min_, max_)
 
-  def lerp(self, end: Any, weight: Any) -> Any:
+  def lerp(self, end: Any, weight: Any) -> Self:
     """self + weight * (end - self), computed from the nearer end as torch does (exact at weight 0 and 1).
 
     >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.25).tolist()
@@ -238,39 +246,39 @@ class ElementwiseMixin:
     return w.abs().lt(0.5).where(x + w * diff, end - diff * (1 - w))
 
   # ---- math (float results; ints are cast to the default float first)
-  def _float(self) -> Any:
+  def _float(self) -> Self:
     return self.cast(least_upper_float(self.dtype))
 
-  def exp2(self) -> Any:
+  def exp2(self) -> Self:
     return self._float()._alu(Ops.EXP2)
 
-  def log2(self) -> Any:
+  def log2(self) -> Self:
     return self._float()._alu(Ops.LOG2)
 
   @_half_in_float32
-  def exp(self) -> Any:
+  def exp(self) -> Self:
     return (self._float() * LOG2_E)._alu(Ops.EXP2)
 
   @_half_in_float32
-  def log(self) -> Any:
+  def log(self) -> Self:
     return self._float()._alu(Ops.LOG2) * LN_2
 
-  def sqrt(self) -> Any:
+  def sqrt(self) -> Self:
     return self._float()._alu(Ops.SQRT)
 
-  def sin(self) -> Any:
+  def sin(self) -> Self:
     return self._float()._alu(Ops.SIN)
 
   @_half_in_float32
-  def cos(self) -> Any:
+  def cos(self) -> Self:
     x = self._float()
     return custom_gradient((math.pi / 2 - x).sin(), ("cos",), x)
 
   @_half_in_float32
-  def tan(self) -> Any:
+  def tan(self) -> Self:
     return self.sin() / self.cos()
 
-  def rsqrt(self) -> Any:
+  def rsqrt(self) -> Self:
     """1 / sqrt(x).
 
     >>> Tensor([4.0, 0.25]).rsqrt().tolist()
@@ -279,7 +287,7 @@ class ElementwiseMixin:
     return self.sqrt().reciprocal()
 
   @_half_in_float32
-  def atan(self) -> Any:
+  def atan(self) -> Self:
     """Inverse tangent, in (-pi/2, pi/2).
 
     >>> round(Tensor(1.0).atan().item(), 6)
@@ -289,7 +297,7 @@ class ElementwiseMixin:
     return custom_gradient(special.with_sign_of(x, special.atan_of_magnitude(x.abs())), ("atan",), x)
 
   @_half_in_float32
-  def asin(self) -> Any:
+  def asin(self) -> Self:
     """Inverse sine, as atan(x / sqrt((1-x)(1+x))): the factored form keeps precision near |x| = 1.
 
     >>> round(Tensor(0.5).asin().item(), 6)
@@ -299,7 +307,7 @@ class ElementwiseMixin:
     return custom_gradient((x / ((1.0 - x) * (1.0 + x)).sqrt()).atan(), ("asin",), x)
 
   @_half_in_float32
-  def acos(self) -> Any:
+  def acos(self) -> Self:
     """Inverse cosine, as 2 atan(sqrt((1-x)/(1+x))): accurate relative to the result even near x = 1.
 
     >>> round(Tensor(0.5).acos().item(), 6)
@@ -309,7 +317,7 @@ class ElementwiseMixin:
     return custom_gradient(((1.0 - x) / (1.0 + x)).sqrt().atan() * 2.0, ("acos",), x)
 
   @_half_in_float32
-  def sinh(self) -> Any:
+  def sinh(self) -> Self:
     """Hyperbolic sine: from expm1 below |x| = 1 (no cancellation), else e^|x|/2 - e^-|x|/2 (no early overflow).
 
     >>> Tensor([0.0, -0.0]).sinh().tolist()
@@ -323,7 +331,7 @@ class ElementwiseMixin:
     return custom_gradient(special.with_sign_of(x, a.lt(1.0).where((t + t / (t + 1.0)) * 0.5, large)), ("sinh",), x)
 
   @_half_in_float32
-  def cosh(self) -> Any:
+  def cosh(self) -> Self:
     """Hyperbolic cosine, e^|x|/2 + e^-|x|/2 with e^|x|/2 computed without overflowing early.
 
     >>> Tensor([0.0]).cosh().tolist()
@@ -334,7 +342,7 @@ class ElementwiseMixin:
     return custom_gradient(half_exp + 0.25 / half_exp, ("cosh",), x)
 
   @_half_in_float32
-  def asinh(self) -> Any:
+  def asinh(self) -> Self:
     """Inverse hyperbolic sine: log1p form below 2, log(a) + log(1 + sqrt(1 + 1/a^2)) above (no overflow).
 
     >>> Tensor([0.0]).asinh().tolist()
@@ -347,7 +355,7 @@ class ElementwiseMixin:
     return custom_gradient(special.with_sign_of(x, a.lt(2.0).where(small, large)), ("asinh",), x)
 
   @_half_in_float32
-  def acosh(self) -> Any:
+  def acosh(self) -> Self:
     """Inverse hyperbolic cosine (NaN below 1): log1p(t + sqrt(2t + t^2)) with t = x - 1 below 2, else
     log(x) + log(1 + sqrt(1 - 1/x^2)).
 
@@ -361,7 +369,7 @@ class ElementwiseMixin:
     return custom_gradient(x.lt(1.0).where(math.nan, x.lt(2.0).where(small, large)), ("acosh",), x)
 
   @_half_in_float32
-  def atanh(self) -> Any:
+  def atanh(self) -> Self:
     """Inverse hyperbolic tangent, 0.5 * log1p(2|x| / (1 - |x|)) with the sign of x.
 
     >>> Tensor([0.0, 1.0]).atanh().tolist()
@@ -372,7 +380,7 @@ class ElementwiseMixin:
     return custom_gradient(special.with_sign_of(x, special.log1p(a * 2.0 / (1.0 - a)) * 0.5), ("atanh",), x)
 
   @_half_in_float32
-  def erf(self) -> Any:
+  def erf(self) -> Self:
     """The error function (polynomial and exp(-x^2)-scaled fits; see frontend/special.py).
 
     >>> Tensor([0.0, 10.0, -10.0]).erf().tolist()
@@ -382,7 +390,7 @@ class ElementwiseMixin:
     return custom_gradient(special.with_sign_of(x, special.erf_of_magnitude(x.abs())), ("erf",), x)
 
   @_half_in_float32
-  def tanh(self) -> Any:
+  def tanh(self) -> Self:
     """Hyperbolic tangent, as -t / (t + 2) with t = expm1(-2|x|): no cancellation near 0, exactly 1 far out.
 
     >>> Tensor([0.0, 20.0]).tanh().tolist()
@@ -393,31 +401,31 @@ class ElementwiseMixin:
     return custom_gradient(special.with_sign_of(x, -t / (t + 2.0)), ("tanh",), x)
 
   @_half_in_float32
-  def sigmoid(self) -> Any:
+  def sigmoid(self) -> Self:
     x = self._float()
     return custom_gradient((1.0 + (-x).exp()).reciprocal(), ("sigmoid",), x)
 
-  def relu(self) -> Any:
+  def relu(self) -> Self:
     """max(x, 0) like torch.relu: NaN stays NaN, -0.0 stays -0.0, and the gradient at 0 is 0."""
     out = self.lt(0).where(self._const(0), self)
     return custom_gradient(out, ("relu",), self) if dtypes.is_float(self.dtype) else out
 
-  def trunc(self) -> Any:
+  def trunc(self) -> Self:
     return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
 
-  def floor(self) -> Any:
+  def floor(self) -> Self:
     if not dtypes.is_float(self.dtype):
       return self
     t = self.trunc()
     return (self.lt(t)).where(t - 1, t)
 
-  def ceil(self) -> Any:
+  def ceil(self) -> Self:
     if not dtypes.is_float(self.dtype):
       return self
     t = self.trunc()
     return (t.lt(self)).where(t + 1, t)
 
-  def round(self) -> Any:
+  def round(self) -> Self:
     """Round half to even, like torch.round."""
     if not dtypes.is_float(self.dtype):
       return self
@@ -428,42 +436,41 @@ class ElementwiseMixin:
     return out.eq(0).where(self * 0.0, out)  # a zero result keeps the sign of the input, like torch
 
   # ---- comparisons (NaN-correct: only CMPLT and CMPNE are primitive)
-  def lt(self, y: Any) -> Any:
+  def lt(self, y: Any) -> Self:
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPLT, y)
 
-  def gt(self, y: Any) -> Any:
+  def gt(self, y: Any) -> Self:
     x, y = self._broadcasted(y)
     return y._alu(Ops.CMPLT, x)
 
-  def eq(self, y: Any) -> Any:
+  def eq(self, y: Any) -> Self:
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPNE, y).logical_not()
 
-  def ne(self, y: Any) -> Any:
+  def ne(self, y: Any) -> Self:
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPNE, y)
 
-  def le(self, y: Any) -> Any:
+  def le(self, y: Any) -> Self:
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPLT, y) | x.eq(y)
 
-  def ge(self, y: Any) -> Any:
+  def ge(self, y: Any) -> Self:
     x, y = self._broadcasted(y)
     return y._alu(Ops.CMPLT, x) | x.eq(y)
 
-  def where(self, x: Any, y: Any) -> Any:
+  def where(self, x: Any, y: Any) -> Self:
     """self ? x : y, lanewise; self is the condition."""
     cond = self.cast(dtypes.bool) if self.dtype != dtypes.bool else self
     if not isinstance(x, type(self)):  # a Python scalar takes the other branch's dtype when it fits its kind
       x = y._to_tensor(x) if isinstance(y, type(self)) else self._const(x, dtypes.from_py(x))
     x, y = x._broadcasted(y)
-    from refgrad.tensor import broadcast_shape
     shape = broadcast_shape(cond.shape, x.shape)
     cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
     return cond._alu(Ops.WHERE, x, y)
 
-  def isnan(self) -> Any:
+  def isnan(self) -> Self:
     """True where NaN.
 
     >>> Tensor([1.0, float("nan")]).isnan().tolist()
@@ -471,7 +478,7 @@ class ElementwiseMixin:
     """
     return self.ne(self)
 
-  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Any:
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Self:
     """True where +inf (if detect_positive) or -inf (if detect_negative).
 
     >>> Tensor([1.0, float("inf"), -float("inf")]).isinf(detect_negative=False).tolist()
@@ -482,7 +489,7 @@ class ElementwiseMixin:
     hits = [self.eq(v) for v, wanted in ((math.inf, detect_positive), (-math.inf, detect_negative)) if wanted]
     return functools.reduce(lambda a, b: a | b, hits) if hits else self.ne(self) & self.eq(self)
 
-  def isfinite(self) -> Any:
+  def isfinite(self) -> Self:
     """True where neither inf nor NaN.
 
     >>> Tensor([1.0, float("inf"), float("nan")]).isfinite().tolist()
@@ -492,7 +499,7 @@ class ElementwiseMixin:
       return self._const(True, dtypes.bool)._broadcast_to(self.shape)
     return (self - self).eq(0)  # inf - inf and NaN - NaN are NaN
 
-  def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Any:
+  def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Self:
     """|self - other| <= atol + rtol * |other|, elementwise; equal infinities are close; NaN only with equal_nan.
 
     >>> Tensor([1.0, 2.0]).isclose(Tensor([1.0 + 1e-7, 2.1])).tolist()
@@ -508,34 +515,34 @@ class ElementwiseMixin:
     diff = (fx - fy).abs()
     return close | (diff.isfinite() & diff.le((fy * rtol).abs() + atol))
 
-  def logical_not(self) -> Any:
+  def logical_not(self) -> Self:
     return self.cast(dtypes.bool)._alu(Ops.XOR, self._const(True, dtypes.bool))
 
   # ---- bitwise
-  def _bitwise(self, op: Ops, y: Any, reverse: bool = False) -> Any:
+  def _bitwise(self, op: Ops, y: Any, reverse: bool = False) -> Self:
     x, y = self._broadcasted(y, reverse)
     if dtypes.is_float(x.dtype):
       raise BitwiseDTypeError(f"bitwise {op.name.lower()} is not supported for float dtype {x.dtype.name}")
     return x._alu(op, y)
 
-  def bitwise_and(self, y: Any, reverse: bool = False) -> Any:
+  def bitwise_and(self, y: Any, reverse: bool = False) -> Self:
     return self._bitwise(Ops.AND, y, reverse)
 
-  def bitwise_or(self, y: Any, reverse: bool = False) -> Any:
+  def bitwise_or(self, y: Any, reverse: bool = False) -> Self:
     return self._bitwise(Ops.OR, y, reverse)
 
-  def bitwise_xor(self, y: Any, reverse: bool = False) -> Any:
+  def bitwise_xor(self, y: Any, reverse: bool = False) -> Self:
     return self._bitwise(Ops.XOR, y, reverse)
 
-  def xor(self, y: Any, reverse: bool = False) -> Any:
+  def xor(self, y: Any, reverse: bool = False) -> Self:
     return self._bitwise(Ops.XOR, y, reverse)
 
-  def bitwise_not(self) -> Any:
+  def bitwise_not(self) -> Self:
     if dtypes.is_float(self.dtype):
       raise BitwiseDTypeError(f"bitwise not is not supported for float dtype {self.dtype.name}")
     return self._alu(Ops.XOR, self._const(True if self.dtype == dtypes.bool else -1))
 
-  def _shift(self, op: Ops, y: Any, reverse: bool = False) -> Any:
+  def _shift(self, op: Ops, y: Any, reverse: bool = False) -> Self:
     """Shift by a Python int (keeps the dtype) or an int tensor (promotes like other binary ops)."""
     if self.dtype == dtypes.bool:
       raise BitwiseDTypeError("shifts need integer tensors, got bool")
@@ -547,7 +554,7 @@ class ElementwiseMixin:
       raise BitwiseDTypeError(f"shifts need integer tensors, got {x.dtype.name}")
     return x._alu(op, amount)
 
-  def lshift(self, y: Any, reverse: bool = False) -> Any:
+  def lshift(self, y: Any, reverse: bool = False) -> Self:
     """Shift left; bits shifted out are lost. Shifting by less than 0 or at least the width is undefined.
 
     >>> (Tensor([1, 3], dtype="int8") << 2).tolist()
@@ -555,7 +562,7 @@ class ElementwiseMixin:
     """
     return self._shift(Ops.SHL, y, reverse)
 
-  def rshift(self, y: Any, reverse: bool = False) -> Any:
+  def rshift(self, y: Any, reverse: bool = False) -> Self:
     """Shift right: arithmetic (sign-filling) on signed dtypes, logical on unsigned.
 
     >>> (Tensor([-8, 8]) >> Tensor([1, 2])).tolist()
@@ -564,93 +571,92 @@ class ElementwiseMixin:
     return self._shift(Ops.SHR, y, reverse)
 
   # ---- casts
-  def cast(self, dtype: DType | str) -> Any:
+  def cast(self, dtype: DType | str) -> Self:
     dt = to_dtype(dtype)
     return self if dt == self.dtype else self._from(UOp(Ops.CAST, dt, (self.uop,)))
 
-  def bitcast(self, dtype: DType | str) -> Any:
+  def bitcast(self, dtype: DType | str) -> Self:
     dt = to_dtype(dtype)
     if dt.itemsize != self.dtype.itemsize:
       raise TypeError(f"bitcast from {self.dtype.name} to {dt.name}: itemsizes differ "
                       f"({self.dtype.itemsize} vs {dt.itemsize})")
     return self if dt == self.dtype else self._from(UOp(Ops.BITCAST, dt, (self.uop,)))
 
-  def float(self) -> Any:
+  def float(self) -> Self:
     return self.cast(dtypes.float32)
 
-  def half(self) -> Any:
+  def half(self) -> Self:
     return self.cast(dtypes.float16)
 
-  def int(self) -> Any:
+  def int(self) -> Self:
     return self.cast(dtypes.int32)
 
-  def bool(self) -> Any:
+  def bool(self) -> Self:
     return self.cast(dtypes.bool)
 
-  def double(self) -> Any:
+  def double(self) -> Self:
     return self.cast(dtypes.float64)
 
-  def long(self) -> Any:
+  def long(self) -> Self:
     return self.cast(dtypes.int64)
 
   # ---- operators
-  def __add__(self, y: Any) -> Any: return self.add(y)  # noqa: E704
-  def __radd__(self, y: Any) -> Any: return self.add(y, True)  # noqa: E704
-  def __sub__(self, y: Any) -> Any: return self.sub(y)  # noqa: E704
-  def __rsub__(self, y: Any) -> Any: return self.sub(y, True)  # noqa: E704
-  def __mul__(self, y: Any) -> Any: return self.mul(y)  # noqa: E704
-  def __rmul__(self, y: Any) -> Any: return self.mul(y, True)  # noqa: E704
-  def __truediv__(self, y: Any) -> Any: return self.div(y)  # noqa: E704
-  def __rtruediv__(self, y: Any) -> Any: return self.div(y, True)  # noqa: E704
-  def __floordiv__(self, y: Any) -> Any: return self.floordiv(y)  # noqa: E704
-  def __rfloordiv__(self, y: Any) -> Any: return self.floordiv(y, True)  # noqa: E704
-  def __mod__(self, y: Any) -> Any: return self.mod(y)  # noqa: E704
-  def __rmod__(self, y: Any) -> Any: return self.mod(y, True)  # noqa: E704
-  def __pow__(self, y: Any) -> Any: return self.pow(y)  # noqa: E704
-  def __rpow__(self, y: Any) -> Any: return self.pow(y, True)  # noqa: E704
-  def __neg__(self) -> Any: return self.neg()  # noqa: E704
-  def __abs__(self) -> Any: return self.abs()  # noqa: E704
-  def __and__(self, y: Any) -> Any: return self.bitwise_and(y)  # noqa: E704
-  def __rand__(self, y: Any) -> Any: return self.bitwise_and(y, True)  # noqa: E704
-  def __or__(self, y: Any) -> Any: return self.bitwise_or(y)  # noqa: E704
-  def __ror__(self, y: Any) -> Any: return self.bitwise_or(y, True)  # noqa: E704
-  def __xor__(self, y: Any) -> Any: return self.bitwise_xor(y)  # noqa: E704
-  def __rxor__(self, y: Any) -> Any: return self.bitwise_xor(y, True)  # noqa: E704
-  def __invert__(self) -> Any: return self.bitwise_not()  # noqa: E704
-  def __lshift__(self, y: Any) -> Any: return self.lshift(y)  # noqa: E704
-  def __rshift__(self, y: Any) -> Any: return self.rshift(y)  # noqa: E704
-  def __rlshift__(self, y: Any) -> Any: return self.lshift(y, True)  # noqa: E704
-  def __rrshift__(self, y: Any) -> Any: return self.rshift(y, True)  # noqa: E704
+  def __add__(self, y: Any) -> Self: return self.add(y)  # noqa: E704
+  def __radd__(self, y: Any) -> Self: return self.add(y, True)  # noqa: E704
+  def __sub__(self, y: Any) -> Self: return self.sub(y)  # noqa: E704
+  def __rsub__(self, y: Any) -> Self: return self.sub(y, True)  # noqa: E704
+  def __mul__(self, y: Any) -> Self: return self.mul(y)  # noqa: E704
+  def __rmul__(self, y: Any) -> Self: return self.mul(y, True)  # noqa: E704
+  def __truediv__(self, y: Any) -> Self: return self.div(y)  # noqa: E704
+  def __rtruediv__(self, y: Any) -> Self: return self.div(y, True)  # noqa: E704
+  def __floordiv__(self, y: Any) -> Self: return self.floordiv(y)  # noqa: E704
+  def __rfloordiv__(self, y: Any) -> Self: return self.floordiv(y, True)  # noqa: E704
+  def __mod__(self, y: Any) -> Self: return self.mod(y)  # noqa: E704
+  def __rmod__(self, y: Any) -> Self: return self.mod(y, True)  # noqa: E704
+  def __pow__(self, y: Any) -> Self: return self.pow(y)  # noqa: E704
+  def __rpow__(self, y: Any) -> Self: return self.pow(y, True)  # noqa: E704
+  def __neg__(self) -> Self: return self.neg()  # noqa: E704
+  def __abs__(self) -> Self: return self.abs()  # noqa: E704
+  def __and__(self, y: Any) -> Self: return self.bitwise_and(y)  # noqa: E704
+  def __rand__(self, y: Any) -> Self: return self.bitwise_and(y, True)  # noqa: E704
+  def __or__(self, y: Any) -> Self: return self.bitwise_or(y)  # noqa: E704
+  def __ror__(self, y: Any) -> Self: return self.bitwise_or(y, True)  # noqa: E704
+  def __xor__(self, y: Any) -> Self: return self.bitwise_xor(y)  # noqa: E704
+  def __rxor__(self, y: Any) -> Self: return self.bitwise_xor(y, True)  # noqa: E704
+  def __invert__(self) -> Self: return self.bitwise_not()  # noqa: E704
+  def __lshift__(self, y: Any) -> Self: return self.lshift(y)  # noqa: E704
+  def __rshift__(self, y: Any) -> Self: return self.rshift(y)  # noqa: E704
+  def __rlshift__(self, y: Any) -> Self: return self.lshift(y, True)  # noqa: E704
+  def __rrshift__(self, y: Any) -> Self: return self.rshift(y, True)  # noqa: E704
   # in-place forms update this tensor (t += 1); the result must keep its shape and be castable to its dtype
-  def __iadd__(self, y: Any) -> Any: return self._inplace(self.add(y))  # noqa: E704
-  def __isub__(self, y: Any) -> Any: return self._inplace(self.sub(y))  # noqa: E704
-  def __imul__(self, y: Any) -> Any: return self._inplace(self.mul(y))  # noqa: E704
-  def __itruediv__(self, y: Any) -> Any: return self._inplace(self.div(y))  # noqa: E704
-  def __ifloordiv__(self, y: Any) -> Any: return self._inplace(self.floordiv(y))  # noqa: E704
-  def __imod__(self, y: Any) -> Any: return self._inplace(self.mod(y))  # noqa: E704
-  def __ipow__(self, y: Any) -> Any: return self._inplace(self.pow(y))  # noqa: E704
-  def __iand__(self, y: Any) -> Any: return self._inplace(self.bitwise_and(y))  # noqa: E704
-  def __ior__(self, y: Any) -> Any: return self._inplace(self.bitwise_or(y))  # noqa: E704
-  def __ixor__(self, y: Any) -> Any: return self._inplace(self.bitwise_xor(y))  # noqa: E704
-  def __ilshift__(self, y: Any) -> Any: return self._inplace(self.lshift(y))  # noqa: E704
-  def __irshift__(self, y: Any) -> Any: return self._inplace(self.rshift(y))  # noqa: E704
-  def __imatmul__(self, y: Any) -> Any: return self._inplace(self.matmul(y))  # noqa: E704
+  def __iadd__(self, y: Any) -> Self: return self._inplace(self.add(y))  # noqa: E704
+  def __isub__(self, y: Any) -> Self: return self._inplace(self.sub(y))  # noqa: E704
+  def __imul__(self, y: Any) -> Self: return self._inplace(self.mul(y))  # noqa: E704
+  def __itruediv__(self, y: Any) -> Self: return self._inplace(self.div(y))  # noqa: E704
+  def __ifloordiv__(self, y: Any) -> Self: return self._inplace(self.floordiv(y))  # noqa: E704
+  def __imod__(self, y: Any) -> Self: return self._inplace(self.mod(y))  # noqa: E704
+  def __ipow__(self, y: Any) -> Self: return self._inplace(self.pow(y))  # noqa: E704
+  def __iand__(self, y: Any) -> Self: return self._inplace(self.bitwise_and(y))  # noqa: E704
+  def __ior__(self, y: Any) -> Self: return self._inplace(self.bitwise_or(y))  # noqa: E704
+  def __ixor__(self, y: Any) -> Self: return self._inplace(self.bitwise_xor(y))  # noqa: E704
+  def __ilshift__(self, y: Any) -> Self: return self._inplace(self.lshift(y))  # noqa: E704
+  def __irshift__(self, y: Any) -> Self: return self._inplace(self.rshift(y))  # noqa: E704
+  def __imatmul__(self, y: Any) -> Self: return self._inplace(self.matmul(y))  # noqa: E704
 
-  def _inplace(self, result: Any) -> Any:
+  def _inplace(self, result: Any) -> Self:
     """Make this tensor hold `result`, as torch's in-place ops do: same shape, and a result dtype of a kind this
     tensor can hold (float into int is a RuntimeError, as in torch)."""
     if result.shape != self.shape:
-      from refgrad.tensor import ShapeError
       raise ShapeError(f"output with shape {self.shape} doesn't match the broadcast shape {result.shape}")
     if _KIND_RANK[result.dtype.kind] > _KIND_RANK[self.dtype.kind]:
       raise RuntimeError(f"result type {result.dtype.name} can't be cast to the desired output type {self.dtype.name}")
     return self.assign(result.cast(self.dtype))
-  def __lt__(self, y: Any) -> Any: return self.lt(y)  # noqa: E704
-  def __gt__(self, y: Any) -> Any: return self.gt(y)  # noqa: E704
-  def __le__(self, y: Any) -> Any: return self.le(y)  # noqa: E704
-  def __ge__(self, y: Any) -> Any: return self.ge(y)  # noqa: E704
-  def __eq__(self, y: Any) -> Any: return self.eq(y)  # type: ignore[override]  # noqa: E704
-  def __ne__(self, y: Any) -> Any: return self.ne(y)  # type: ignore[override]  # noqa: E704
+  def __lt__(self, y: Any) -> Self: return self.lt(y)  # noqa: E704
+  def __gt__(self, y: Any) -> Self: return self.gt(y)  # noqa: E704
+  def __le__(self, y: Any) -> Self: return self.le(y)  # noqa: E704
+  def __ge__(self, y: Any) -> Self: return self.ge(y)  # noqa: E704
+  def __eq__(self, y: Any) -> Self: return self.eq(y)  # type: ignore[override]  # noqa: E704
+  def __ne__(self, y: Any) -> Self: return self.ne(y)  # type: ignore[override]  # noqa: E704
 
 
 def _half_exp(a: Any) -> Any:
@@ -677,8 +683,8 @@ def _float_floordiv(x: Any, y: Any) -> Any:
 
 def _float_pow(x: Any, y: Any) -> Any:
   """x ** y for floats via exp2(y * log2|x|), with the sign, zero and infinity rules of C's pow (as torch)."""
-  if x.dtype in (dtypes.float16, dtypes.bfloat16):  # the log2/mul/exp2 chain would round three times in half
-    return _float_pow(x.cast(dtypes.float32), y.cast(dtypes.float32)).cast(x.dtype)
+  if (wide := compute_dtype(x.dtype)) != x.dtype:  # the log2/mul/exp2 chain would round three times in half
+    return _float_pow(x.cast(wide), y.cast(wide)).cast(x.dtype)
   magnitude = (y * x.abs().log2()).exp2()
   y_is_int = y.trunc().eq(y)  # True for +-inf, False for NaN
   y_is_odd = y_is_int & (y * 0.5).trunc().ne(y * 0.5)

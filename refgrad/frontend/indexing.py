@@ -1,4 +1,4 @@
-"""Indexing: t[...], t[...] = v, gather, scatter, scatter_reduce, masked_fill and one_hot.
+"""Indexing: t[...], t[...] = v, gather, masked_fill and one_hot (scatter and scatter_reduce: scatter.py).
 
 Basic indices (ints, slices with any step, None, one Ellipsis) are movement ops and copy nothing. Advanced indices
 (lists, int tensors, bool masks) pick elements by value, and there is no gather primitive: an index is compared with
@@ -8,14 +8,15 @@ costs numel(result) * n work and no memory of that size: the comparison fuses in
 """
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from refgrad.dtype import dtypes
+from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.shapes import ShapeError, broadcast_shape, normalize_dim
+from refgrad.schedule import realized_buffer
 from refgrad.uop import GroupOp, Ops, prod
 
 Shape = tuple[int, ...]
@@ -23,25 +24,6 @@ Shape = tuple[int, ...]
 
 class IndexDTypeError(TypeError, RuntimeError):
   """An index or mask tensor of the wrong dtype. Catchable as TypeError, or as RuntimeError like torch's."""
-
-
-class ReduceModeError(ValueError, RuntimeError):
-  """An unknown reduce mode for scatter or scatter_reduce. Catchable as ValueError, or as RuntimeError like torch's."""
-
-
-def _tensor_type() -> type:
-  from refgrad.tensor import Tensor
-  return Tensor
-
-
-def _shape_error(msg: str) -> Exception:
-  from refgrad.tensor import ShapeError
-  return ShapeError(msg)
-
-
-def _norm(dim: int, ndim: int) -> int:
-  from refgrad.tensor import normalize_dim
-  return normalize_dim(dim, ndim)
 
 
 def _is_int(x: Any) -> bool:
@@ -153,7 +135,7 @@ def _index_items(index: Any) -> list[Any]:
   if isinstance(index, tuple):
     return list(index)
   if isinstance(index, list) and len(index) < _TUPLE_LIKE_MAX_LEN and \
-     any(isinstance(i, (*_TUPLE_LIKE, _tensor_type())) for i in index):
+     any(isinstance(i, (*_TUPLE_LIKE, TensorBase)) for i in index):
     return list(index)
   return [index]
 
@@ -164,7 +146,7 @@ def _normalize_item(item: Any) -> Any:
     return item
   if _is_int(item):
     return int(item)
-  if isinstance(item, _tensor_type()):
+  if isinstance(item, TensorBase):
     if item.dtype == dtypes.bool:
       return item.numpy()  # a mask: the result's shape depends on its values
     if not dtypes.is_int(item.dtype):
@@ -330,7 +312,6 @@ class AdvancedPlan:
 
 
 def advanced_plan(y: Any, parsed: ParsedIndex) -> AdvancedPlan:
-  from refgrad.tensor import ShapeError, broadcast_shape
   advanced = parsed.advanced
   dims = [d for d, _ in advanced]
   try:
@@ -421,7 +402,6 @@ def set_index(t: Any, index: Any, value: Any) -> Any:
 def _check_writable(t: Any) -> None:
   """refgrad never writes through views, so writing a view of another tensor's data would silently leave that
   tensor unchanged: refuse, as tinygrad does for non-contiguous targets."""
-  from refgrad.schedule import realized_buffer
   node = t.uop
   buf = realized_buffer(node)
   if buf is not None and buf.size == t.numel():
@@ -433,167 +413,50 @@ def _check_writable(t: Any) -> None:
 
 def _value_tensor(t: Any, value: Any, shape: Shape) -> Any:
   """value as a tensor of t's dtype and device that broadcasts to shape (extra leading 1s are dropped)."""
-  tensor = _tensor_type()
-  if isinstance(value, tensor):
+  if isinstance(value, TensorBase):
     v = value.cast(t.dtype).to(t.device)
   elif isinstance(value, (bool, int, float, np.generic)):
     v = t._const(value.item() if isinstance(value, np.generic) else value)
   elif isinstance(value, (list, tuple, np.ndarray)):
-    v = tensor(value, dtype=t.dtype, device=t.device)
+    v = type(t)(value, dtype=t.dtype, device=t.device)
   else:
     raise TypeError(f"cannot assign a {type(value).__name__} to a Tensor")
   while v.ndim > len(shape) and v.shape[0] == 1:
     v = v.reshape(v.shape[1:])
-  from refgrad.tensor import ShapeError, broadcast_shape
   try:
     fits = broadcast_shape(v.shape, shape) == shape
   except ShapeError:
     fits = False
   if not fits:
-    raise _shape_error(f"setitem: value of shape {v.shape} cannot be broadcast to the indexed shape {shape}")
+    raise ShapeError(f"setitem: value of shape {v.shape} cannot be broadcast to the indexed shape {shape}")
   return v
 
 
-# ---- scatter: a (index.shape with n at dim) + (M,) layout, M = index.shape[dim] candidate writers per lane
-@dataclass(frozen=True)
-class ScatterLayout:
-  """hit[..., j, ..., m]: index[..., m, ...] == j, with j (a position of self along dim) in place of dim and the
-  index's own dim-th coordinate m moved to a last axis. src is laid out the same way; region is the part of self
-  the index covers."""
-  hit: Any
-  src: Any
-  region: Any
-
-
-def scatter_layout(t: Any, dim: int, index: Any, src: Any, what: str) -> tuple[int, ScatterLayout]:
-  d = _norm(dim, t.ndim)
-  tensor = _tensor_type()
-  index = _int_index(index, what)
-  if isinstance(src, tensor):
-    if src.ndim != t.ndim or index.ndim != t.ndim:
-      raise _shape_error(f"{what}: index {index.shape} and src {src.shape} must have as many dims as self {t.shape}")
-    too_big = [k for k, (i, s) in enumerate(zip(index.shape, src.shape)) if i > s]
-    if too_big:
-      raise _shape_error(f"{what}: index {index.shape} must be no larger than src {src.shape} in every dim, but is "
-                         f"larger in dim {too_big[0]}")
-    src = src.cast(t.dtype).to(t.device).shrink(tuple((0, s) for s in index.shape))
-  elif isinstance(src, (bool, int, float)):
-    src = t._const(src)
-  else:
-    raise TypeError(f"{what}: src must be a Tensor or a Python number, got {type(src).__name__}")
-  _check_index_fits(t, index, d, what)
-  n, ndim = t.shape[d], t.ndim
-  idx, valid = wrap_index(index.to(t.device), n, negative_wraps=False)
-  positions = idx.arange(n, dtype=idx.dtype, device=t.device).reshape(tuple(n if k == d else 1 for k in range(ndim)))
-  hit = _along_last(idx, d).eq(positions.unsqueeze(-1)) & _along_last(valid, d)
-  region = t.shrink(tuple(None if k == d else (0, s) for k, s in enumerate(index.shape)))
-  return d, ScatterLayout(hit, _along_last(src, d) if src.ndim else src, region)
-
-
-def _along_last(x: Any, d: int) -> Any:
+# ---- shared with gather and scatter (refgrad/frontend/scatter.py)
+def along_last(x: Any, d: int) -> Any:
   """x's dim d moved to a new last axis, leaving a size-1 dim in its place."""
   return x.unsqueeze(-1).transpose(d, -1)
 
 
-def _int_index(index: Any, what: str) -> Any:
-  if not isinstance(index, _tensor_type()):
+def int_index(index: Any, what: str) -> Any:
+  if not isinstance(index, TensorBase):
     raise TypeError(f"{what}: index must be a Tensor, got {type(index).__name__}")
   if not dtypes.is_int(index.dtype):
     raise IndexDTypeError(f"{what}: index must be an int tensor, got dtype {index.dtype.name}")
   return index
 
 
-def _check_index_fits(t: Any, index: Any, d: int, what: str) -> None:
+def check_index_fits(t: Any, index: Any, d: int, what: str) -> None:
   if index.ndim != t.ndim:
-    raise _shape_error(f"{what}: index {index.shape} must have as many dims as self {t.shape}")
+    raise ShapeError(f"{what}: index {index.shape} must have as many dims as self {t.shape}")
   if any(i > s for k, (i, s) in enumerate(zip(index.shape, t.shape)) if k != d):
-    raise _shape_error(f"{what}: index {index.shape} must be no larger than self {t.shape} apart from dim {d}")
+    raise ShapeError(f"{what}: index {index.shape} must be no larger than self {t.shape} apart from dim {d}")
 
 
-def _place_region(t: Any, region: Any, d: int) -> Any:
-  """The scattered region written back into all of t (the index may cover only part of t)."""
-  if region.shape == t.shape:
-    return region
-  grow = tuple((0, s - r) for s, r in zip(t.shape, region.shape))
-  inside = t._const(True, dtypes.bool)._broadcast_to(region.shape).pad(grow)
-  return inside.where(region.pad(grow), t)
-
-
-def _in_float32(fn: Callable) -> Callable:
-  """Sums and products of float16/bfloat16 accumulate in float32 and round once."""
-  @functools.wraps(fn)
-  def run(layout: ScatterLayout, include_self: bool) -> Any:
-    half = layout.region.dtype in (dtypes.float16, dtypes.bfloat16)
-    if not half:
-      return fn(layout, include_self)
-    wide = ScatterLayout(layout.hit, layout.src.cast(dtypes.float32), layout.region.cast(dtypes.float32))
-    return fn(wide, include_self).cast(layout.region.dtype)
-  return run
-
-
-def _any_hit(layout: ScatterLayout) -> Any:
-  return layout.hit._reduce(Ops.MAX, -1)
-
-
-@_in_float32
-def _scatter_sum(layout: ScatterLayout, include_self: bool) -> Any:
-  total = layout.hit.where(layout.src, layout.region._const(0))._reduce(Ops.ADD, -1)
-  return _any_hit(layout).where(layout.region + total if include_self else total, layout.region)
-
-
-@_in_float32
-def _scatter_prod(layout: ScatterLayout, include_self: bool) -> Any:
-  product = layout.hit.where(layout.src, layout.region._const(1))._reduce(Ops.MUL, -1)
-  return layout.region * product if include_self else _any_hit(layout).where(product, layout.region)
-
-
-@_in_float32
-def _scatter_mean(layout: ScatterLayout, include_self: bool) -> Any:
-  """Float mean, or floor division for ints (as torch); lanes with no hit keep self."""
-  total = layout.hit.where(layout.src, layout.region._const(0))._reduce(Ops.ADD, -1)
-  count = layout.hit.cast(dtypes.int32)._reduce(Ops.ADD, -1) + int(include_self)
-  total = layout.region + total if include_self else total
-  count = count.maximum(1).cast(total.dtype)  # no division by zero, even in lanes that keep self
-  mean = total / count if dtypes.is_float(total.dtype) else total // count
-  return _any_hit(layout).where(mean, layout.region)
-
-
-def _scatter_amax(layout: ScatterLayout, include_self: bool) -> Any:
-  best = pick(layout.src._broadcast_to(layout.hit.shape), layout.hit, -1)
-  return layout.region.maximum(best) if include_self else _any_hit(layout).where(best, layout.region)
-
-
-def _order_flip(x: Any) -> Any:
-  """An exact order-reversing map: -x for floats, ~x for ints and bools."""
-  return x.neg() if dtypes.is_float(x.dtype) else x.bitwise_not()
-
-
-def _scatter_amin(layout: ScatterLayout, include_self: bool) -> Any:
-  flipped = ScatterLayout(layout.hit, _order_flip(layout.src), _order_flip(layout.region))
-  return _order_flip(_scatter_amax(flipped, include_self))
-
-
-SCATTER_REDUCE = {"sum": _scatter_sum, "prod": _scatter_prod, "mean": _scatter_mean, "amax": _scatter_amax,
-                  "amin": _scatter_amin}
-SCATTER_MODES = {"add": "sum", "multiply": "prod"}
-
-
-def _scatter_last(layout: ScatterLayout) -> Any:
-  """Plain scatter: the writer with the largest position along dim wins, like a loop over the index would."""
-  m = layout.hit.shape[-1]
-  writer = layout.hit.arange(m, dtype=dtypes.int32, device=layout.region.device)
-  last = layout.hit.where(writer, -1)._reduce(Ops.MAX, -1)
-  if layout.src.ndim == 0:
-    value = layout.src
-  else:
-    value = pick(layout.src._broadcast_to(layout.hit.shape), writer.eq(last.unsqueeze(-1)), -1)
-  return last.ge(0).where(value, layout.region)
-
-
-class IndexingMixin:
+class IndexingMixin(TensorBase):
   __slots__ = ()
 
-  def __getitem__(self, index: Any) -> Any:
+  def __getitem__(self, index: Any) -> Self:
     """Numpy/torch indexing: ints, slices (any step), None, ..., lists and int tensors (advanced indexing, which
     broadcast together; out-of-range values in tensors select 0), bool masks and 0-d bools. The index dims go first
     when the advanced indices (counting ints) are apart, as in numpy; a list holding lists is read as a tuple of
@@ -623,81 +486,43 @@ class IndexingMixin:
     """
     self.assign(set_index(self, index, value)).realize()
 
-  def gather(self, dim: int, index: Any) -> Any:
+  def gather(self, dim: int, index: Any) -> Self:
     """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1 (and so on); index has self's number of dims and may be
     smaller than self in the other dims. Out-of-range index values select 0.
 
     >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
     [[1, 1], [4, 3]]
     """
-    d = _norm(dim, self.ndim)
-    index = _int_index(index, "gather")
-    _check_index_fits(self, index, d, "gather")
+    d = normalize_dim(dim, self.ndim)
+    index = int_index(index, "gather")
+    check_index_fits(self, index, d, "gather")
     if self.ndim == 0:
       return self.reshape(1).gather(0, index.reshape(1)).reshape(())
     n = self.shape[d]
     idx, valid = wrap_index(index.to(self.device), n, negative_wraps=False)
-    source = _along_last(self.shrink(tuple(None if k == d else (0, s) for k, s in enumerate(index.shape))), d)
+    source = along_last(self.shrink(tuple(None if k == d else (0, s) for k, s in enumerate(index.shape))), d)
     hit = idx.unsqueeze(-1).eq(idx.arange(n, dtype=idx.dtype, device=self.device))
     out = pick(source.expand(index.shape + (n,)), hit, -1)
     return valid.where(out, out._const(0))
 
-  def scatter(self, dim: int, index: Any, src: Any, reduce: str | None = None) -> Any:
-    """A copy of self with src written at index along dim: out[i][index[i][j]] = src[i][j] for dim=1. src may be a
-    Python number. reduce="add" or "multiply" combines with self instead; for repeated indices the last write wins.
-
-    >>> Tensor([0, 0, 0]).scatter(0, Tensor([2, 0]), Tensor([5, 6])).tolist()
-    [6, 0, 5]
-    >>> Tensor([1, 1, 1]).scatter(0, Tensor([1, 1]), 3, reduce="add").tolist()
-    [1, 7, 1]
-    """
-    if reduce is not None and reduce not in SCATTER_MODES:
-      raise ReduceModeError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
-    _norm(dim, self.ndim)  # checked here too because a 0-d self is scattered along dim 0 of a 1-d one
-    if self.ndim == 0:
-      return _zero_d(self, lambda x, i, s: x.scatter(0, i, s, reduce), index, src)
-    d, layout = scatter_layout(self, dim, index, src, "scatter")
-    region = _scatter_last(layout) if reduce is None else SCATTER_REDUCE[SCATTER_MODES[reduce]](layout, True)
-    return _place_region(self, region, d)
-
-  def scatter_reduce(self, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True) -> Any:
-    """Combine src into a copy of self at index along dim with "sum", "prod", "mean" (floor division for ints),
-    "amax" or "amin"; include_self=False ignores self's values where something is written.
-
-    >>> Tensor([1, 1, 1]).scatter_reduce(0, Tensor([0, 0, 2]), Tensor([5, 6, 7]), "amax").tolist()
-    [6, 1, 7]
-    >>> Tensor([1., 1.]).scatter_reduce(0, Tensor([1, 1]), Tensor([2., 4.]), "mean", include_self=False).tolist()
-    [1.0, 3.0]
-    """
-    if reduce not in SCATTER_REDUCE:
-      raise ReduceModeError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCE)}, got {reduce!r}")
-    if not isinstance(src, _tensor_type()):
-      raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
-    _norm(dim, self.ndim)  # checked here too because a 0-d self is scattered along dim 0 of a 1-d one
-    if self.ndim == 0:
-      return _zero_d(self, lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self), index, src)
-    d, layout = scatter_layout(self, dim, index, src, "scatter_reduce")
-    return _place_region(self, SCATTER_REDUCE[reduce](layout, include_self), d)
-
-  def masked_fill(self, mask: Any, value: Any) -> Any:
+  def masked_fill(self, mask: Any, value: Any) -> Self:
     """value where mask (bool, broadcastable to self's shape) is True, self elsewhere.
 
     >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
     [0, 2, 0]
     """
-    from refgrad.tensor import ShapeError, broadcast_shape
-    if not isinstance(mask, _tensor_type()) or mask.dtype != dtypes.bool:
-      got = mask.dtype.name if isinstance(mask, _tensor_type()) else type(mask).__name__
+    if not isinstance(mask, TensorBase) or mask.dtype != dtypes.bool:
+      got = mask.dtype.name if isinstance(mask, TensorBase) else type(mask).__name__
       raise IndexDTypeError(f"masked_fill: mask must be a bool tensor, got {got}")
     try:
       fits = broadcast_shape(self.shape, mask.shape) == self.shape
     except ShapeError:
       fits = False
     if not fits:
-      raise _shape_error(f"masked_fill: mask of shape {mask.shape} does not broadcast to self's shape {self.shape}")
-    if isinstance(value, _tensor_type()):
+      raise ShapeError(f"masked_fill: mask of shape {mask.shape} does not broadcast to self's shape {self.shape}")
+    if isinstance(value, TensorBase):
       if value.ndim:
-        raise _shape_error(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+        raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
       fill = value.cast(self.dtype)
     elif isinstance(value, (bool, int, float)):
       fill = self._const(value)
@@ -705,7 +530,7 @@ class IndexingMixin:
       raise TypeError(f"masked_fill: value must be a number or a 0-d tensor, got {type(value).__name__}")
     return mask.to(self.device).where(fill, self)
 
-  def one_hot(self, num_classes: int = -1) -> Any:
+  def one_hot(self, num_classes: int = -1) -> Self:
     """A new last dim of num_classes with 1 at each value's position (default int dtype, like tinygrad);
     num_classes=-1 uses max + 1. Values outside [0, num_classes) give all zeros.
 
@@ -718,16 +543,8 @@ class IndexingMixin:
       raise ValueError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
     if num_classes == -1:
       if self.numel() == 0:
-        raise _shape_error(f"one_hot: cannot infer the number of classes from an empty tensor of shape {self.shape}")
+        raise ShapeError(f"one_hot: cannot infer the number of classes from an empty tensor of shape {self.shape}")
       num_classes = int(self.max().item()) + 1
     idx, _ = wrap_index(self, max(num_classes, 0), negative_wraps=False)
     classes = idx.arange(num_classes, dtype=idx.dtype, device=self.device)
     return idx.unsqueeze(-1).eq(classes).where(1, 0)
-
-
-def _zero_d(t: Any, fn: Callable, index: Any, src: Any) -> Any:
-  """scatter on a 0-d tensor: as a 1-element 1-d one."""
-  tensor = _tensor_type()
-  index = _int_index(index, "scatter")
-  src = src.reshape(-1) if isinstance(src, tensor) else src
-  return fn(t.reshape(1), index.reshape(-1), src).reshape(())

@@ -12,7 +12,10 @@ from typing import Any
 import numpy as np
 
 from refgrad.dtype import dtypes, least_upper_dtype
+from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.indexing import IndexingMixin
+from refgrad.frontend.rearrange import plan_rearrange
+from refgrad.frontend.shapes import ShapeError, normalize_dim, shape_args
 from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp, prod
 
@@ -21,19 +24,10 @@ class InvalidArgumentError(RuntimeError, ValueError):
   """An argument value torch rejects with RuntimeError (meshgrid's indexing); also a ValueError."""
 
 
-def _shape_error():
-  from refgrad.tensor import ShapeError
-  return ShapeError
 
 
-def _norm(dim: int, ndim: int) -> int:
-  from refgrad.tensor import normalize_dim
-  return normalize_dim(dim, ndim)
 
 
-def _args(shape: Sequence[Any]) -> tuple:
-  from refgrad.tensor import shape_args
-  return shape_args(shape)
 
 
 def _is_int(x: Any) -> bool:
@@ -56,36 +50,36 @@ def _on_dim(ndim: int, dim: int, value: Any, other: Any = None) -> tuple:
 class MovementMixin(IndexingMixin):
   __slots__ = ()
 
-  def _movement(self, op: Ops, arg: Any) -> Any:
+  def _movement(self, op: Ops, arg: Any) -> Self:
     return self._from(UOp(op, self.dtype, (self.uop,), arg))
 
   # ---- the primitives
-  def reshape(self, *shape: Any) -> Any:
+  def reshape(self, *shape: Any) -> Self:
     """The same elements in a new shape; one -1 is inferred, None keeps that dim.
 
     >>> Tensor([1, 2, 3, 4, 5, 6]).reshape(2, -1).tolist()
     [[1, 2, 3], [4, 5, 6]]
     """
-    shape = _args(shape)
+    shape = shape_args(shape)
     new = [self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(shape)]
     for s in new:
       if not _is_int(s):
         raise TypeError(f"reshape: sizes must be ints, got {shape}")
     if new.count(-1) > 1:
-      raise _shape_error()(f"reshape: only one dimension can be inferred (-1), got {tuple(shape)}")
+      raise ShapeError(f"reshape: only one dimension can be inferred (-1), got {tuple(shape)}")
     if any(s < -1 for s in new):
-      raise _shape_error()(f"reshape: invalid size in shape {tuple(shape)}")
+      raise ShapeError(f"reshape: invalid size in shape {tuple(shape)}")
     if -1 in new:
       known = prod(s for s in new if s != -1)
       if known == 0 or self.numel() % known:
-        raise _shape_error()(f"shape {tuple(shape)} is invalid for input of size {self.numel()}")
+        raise ShapeError(f"shape {tuple(shape)} is invalid for input of size {self.numel()}")
       new[new.index(-1)] = self.numel() // known
     new_shape = tuple(new)
     if prod(new_shape) != self.numel():
-      raise _shape_error()(f"shape {new_shape} is invalid for input of size {self.numel()} (shape {self.shape})")
+      raise ShapeError(f"shape {new_shape} is invalid for input of size {self.numel()} (shape {self.shape})")
     return self if new_shape == self.shape else self._movement(Ops.RESHAPE, new_shape)
 
-  def view(self, *shape: Any) -> Any:
+  def view(self, *shape: Any) -> Self:
     """Same as reshape (refgrad views never need contiguous memory).
 
     >>> Tensor([[1, 2], [3, 4]]).view(4).tolist()
@@ -93,15 +87,15 @@ class MovementMixin(IndexingMixin):
     """
     return self.reshape(*shape)
 
-  def expand(self, *shape: Any) -> Any:
+  def expand(self, *shape: Any) -> Self:
     """Broadcast size-1 dims to a larger size (-1 keeps a dim); new leading dims may be added.
 
     >>> Tensor([[1], [2]]).expand(2, 3).tolist()
     [[1, 1, 1], [2, 2, 2]]
     """
-    shape = _args(shape)
+    shape = shape_args(shape)
     if len(shape) < self.ndim:
-      raise _shape_error()(f"expand: the number of sizes {len(shape)} in {tuple(shape)} must be >= the number of "
+      raise ShapeError(f"expand: the number of sizes {len(shape)} in {tuple(shape)} must be >= the number of "
                            f"dims {self.ndim} of the tensor's shape {self.shape}")
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     new = tuple(old if s == -1 else s for s, old in zip(shape, padded))
@@ -109,40 +103,40 @@ class MovementMixin(IndexingMixin):
       if not _is_int(s):
         raise TypeError(f"expand: sizes must be ints, got {tuple(shape)}")
       if s < 0:
-        raise _shape_error()(f"expand: invalid size {s} in {tuple(shape)}")
+        raise ShapeError(f"expand: invalid size {s} in {tuple(shape)}")
       if old != s and old != 1:
-        raise _shape_error()(f"expand: the expanded size {s} must match the existing size {old} at a non-singleton "
+        raise ShapeError(f"expand: the expanded size {s} must match the existing size {old} at a non-singleton "
                              f"dimension (tensor shape {self.shape}, target {tuple(shape)})")
     base = self.reshape(padded) if padded != self.shape else self
     return base if new == base.shape else base._movement(Ops.EXPAND, new)
 
-  def permute(self, *order: Any) -> Any:
+  def permute(self, *order: Any) -> Self:
     """Reorder the dims.
 
     >>> Tensor([[1, 2, 3]]).permute(1, 0).tolist()
     [[1], [2], [3]]
     """
-    order = _args(order)
+    order = shape_args(order)
     if len(order) != self.ndim:
-      raise _shape_error()(f"permute: {order} names {len(order)} dims, but the tensor has shape {self.shape}")
-    order = tuple(_norm(d, self.ndim) for d in order)
+      raise ShapeError(f"permute: {order} names {len(order)} dims, but the tensor has shape {self.shape}")
+    order = tuple(normalize_dim(d, self.ndim) for d in order)
     if sorted(order) != list(range(self.ndim)):
-      raise _shape_error()(f"permute: {order} is not a permutation of the dims of a {self.ndim}-d tensor")
+      raise ShapeError(f"permute: {order} is not a permutation of the dims of a {self.ndim}-d tensor")
     return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
 
-  def transpose(self, dim0: int = 1, dim1: int = 0) -> Any:
+  def transpose(self, dim0: int = 1, dim1: int = 0) -> Self:
     """Swap two dims.
 
     >>> Tensor([[1, 2], [3, 4]]).transpose(0, 1).tolist()
     [[1, 3], [2, 4]]
     """
     order = list(range(self.ndim))
-    a, b = _norm(dim0, self.ndim), _norm(dim1, self.ndim)
+    a, b = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
     order[a], order[b] = order[b], order[a]
     return self.permute(order)
 
   @property
-  def T(self) -> Any:  # noqa: N802
+  def T(self) -> Self:  # noqa: N802
     """All dims reversed.
 
     >>> Tensor([[1, 2, 3]]).T.tolist()
@@ -150,32 +144,32 @@ class MovementMixin(IndexingMixin):
     """
     return self.permute(tuple(reversed(range(self.ndim))))
 
-  def flip(self, *axis: Any) -> Any:
+  def flip(self, *axis: Any) -> Self:
     """Reverse the order of the elements along the given dims.
 
     >>> Tensor([[1, 2], [3, 4]]).flip(1).tolist()
     [[2, 1], [4, 3]]
     """
-    axes = [_norm(a, self.ndim) for a in _args(axis)]
+    axes = [normalize_dim(a, self.ndim) for a in shape_args(axis)]
     if len(set(axes)) != len(axes):
       raise RuntimeError(f"flip: dim {axis} appears multiple times")
     return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else self
 
-  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Any:
+  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Self:
     """Keep [start, end) of each dim (None keeps the whole dim).
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).shrink((None, (1, 3))).tolist()
     [[2, 3], [5, 6]]
     """
     if len(arg) != self.ndim:
-      raise _shape_error()(f"shrink: expected {self.ndim} ranges for shape {self.shape}, got {len(arg)}")
+      raise ShapeError(f"shrink: expected {self.ndim} ranges for shape {self.shape}, got {len(arg)}")
     bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
     for (start, end), s in zip(bounds, self.shape):
       if not 0 <= start <= end <= s:
-        raise _shape_error()(f"shrink: range {(start, end)} does not fit in size {s} (shape {self.shape})")
+        raise ShapeError(f"shrink: range {(start, end)} does not fit in size {s} (shape {self.shape})")
     return self if all(b == (0, s) for b, s in zip(bounds, self.shape)) else self._movement(Ops.SHRINK, bounds)
 
-  def pad(self, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Any:
+  def pad(self, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Self:
     """Pad (or, with negative amounts, crop) each dim.
 
     padding: flat torch-style (left, right) pairs starting from the last dim, or one (before, after) pair or None
@@ -197,7 +191,7 @@ class MovementMixin(IndexingMixin):
     return self if all(p == (0, 0) for p in pairs) else PAD_MODES[mode](self, pairs, value)
 
   # ---- dims of size one
-  def squeeze(self, dim: int | Sequence[int] | None = None) -> Any:
+  def squeeze(self, dim: int | Sequence[int] | None = None) -> Self:
     """Remove dims of size 1 (all of them, or those among `dim` that have size 1).
 
     >>> Tensor([[[1], [2]]]).squeeze().tolist()
@@ -207,72 +201,72 @@ class MovementMixin(IndexingMixin):
     """
     if dim is None:
       return self.reshape(tuple(s for s in self.shape if s != 1))
-    dims = [_norm(d, self.ndim) for d in _ints(dim, "squeeze: dims")]
+    dims = [normalize_dim(d, self.ndim) for d in _ints(dim, "squeeze: dims")]
     if len(set(dims)) != len(dims):
       raise RuntimeError(f"squeeze: dim {dim} appears multiple times in the list of dims")
     if self.ndim == 0:
       return self
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims or s != 1))
 
-  def unsqueeze(self, dim: int) -> Any:
+  def unsqueeze(self, dim: int) -> Self:
     """Insert a dim of size 1 at `dim` (negative counts from the end of the result).
 
     >>> Tensor([1, 2]).unsqueeze(-1).tolist()
     [[1], [2]]
     """
-    d = _norm(dim, self.ndim + 1)
+    d = normalize_dim(dim, self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Any:
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
     """Merge dims start_dim..end_dim (inclusive) into one.
 
     >>> Tensor([[[1, 2], [3, 4]]]).flatten(1).tolist()
     [[1, 2, 3, 4]]
     """
-    start, end = _norm(start_dim, self.ndim), _norm(end_dim, self.ndim)
+    start, end = normalize_dim(start_dim, self.ndim), normalize_dim(end_dim, self.ndim)
     if self.ndim == 0:
       return self.reshape(1)
     if start > end:
-      raise _shape_error()(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+      raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     return self.reshape(self.shape[:start] + (prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
 
-  def unflatten(self, dim: int, sizes: Sequence[int]) -> Any:
+  def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
     """Split dim `dim` into several dims of the given sizes (one may be -1).
 
     >>> Tensor([1, 2, 3, 4, 5, 6]).unflatten(0, (2, -1)).tolist()
     [[1, 2, 3], [4, 5, 6]]
     """
-    d = _norm(dim, self.ndim)
+    d = normalize_dim(dim, self.ndim)
     sizes = list(_ints(sizes, "unflatten: sizes"))
     known, size = prod(s for s in sizes if s != -1), self.shape[d]
     fits = sizes.count(-1) <= 1 and all(s >= -1 for s in sizes) and (known * (size // known) == size if known
                                                                       else size == 0 and -1 not in sizes)
     if not sizes or not fits or (-1 not in sizes and known != size):
-      raise _shape_error()(f"unflatten: sizes {tuple(sizes)} don't multiply up to the size {size} of dim {dim} "
+      raise ShapeError(f"unflatten: sizes {tuple(sizes)} don't multiply up to the size {size} of dim {dim} "
                            f"(shape {self.shape})")
     if -1 in sizes:
       sizes[sizes.index(-1)] = size // known
     return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
 
   # ---- copies by index math
-  def repeat(self, *repeats: Any) -> Any:
+  def repeat(self, *repeats: Any) -> Self:
     """Tile the tensor: repeats[i] copies along dim i (extra leading repeats add dims).
 
     >>> Tensor([1, 2]).repeat(2, 2).tolist()
     [[1, 2, 1, 2], [1, 2, 1, 2]]
     """
-    repeats = _ints(_args(repeats), "repeat: repeats")
+    repeats = _ints(shape_args(repeats), "repeat: repeats")
     if len(repeats) < self.ndim:
-      raise _shape_error()(f"repeat: the number of repeats {len(repeats)} in {repeats} can not be smaller than the "
+      raise ShapeError(f"repeat: the number of repeats {len(repeats)} in {repeats} can not be smaller than the "
                            f"number of dims {self.ndim} of the tensor's shape {self.shape}")
     if any(r < 0 for r in repeats):
-      raise _shape_error()(f"repeat: repeats must be non-negative, got {repeats}")
+      raise ShapeError(f"repeat: repeats must be non-negative, got {repeats}")
     base = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
     pairs = tuple(x for s in base.shape for x in (1, s))
     tiled = tuple(x for r, s in zip(repeats, base.shape) for x in (r, s))
     return base.reshape(pairs).expand(tiled).reshape(tuple(r * s for r, s in zip(repeats, base.shape)))
 
-  def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Any:
+  def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Self:
     """Repeat each element `repeats` times along dim (the flattened tensor when dim is None). repeats may also be
     a list or int tensor with one count per element, which is read on the host.
 
@@ -282,18 +276,18 @@ class MovementMixin(IndexingMixin):
     [[1, 2], [3, 4], [3, 4]]
     """
     x = self.flatten() if dim is None else self
-    d = 0 if dim is None else _norm(dim, x.ndim)
+    d = 0 if dim is None else normalize_dim(dim, x.ndim)
     if x.ndim == 0:
       x, d = x.reshape(1), 0
     if _is_int(repeats):
       if repeats < 0:
-        raise _shape_error()(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+        raise ShapeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
       return x.unsqueeze(d + 1).expand(_on_dim(x.ndim + 1, d + 1, repeats, -1)).flatten(d, d + 1)
     counts = _repeat_counts(repeats, x.shape[d])
     index = type(self)([i for i, c in enumerate(counts) for _ in range(c)], dtype=dtypes.int32, device=self.device)
     return x[(slice(None),) * d + (index,)]
 
-  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Any:
+  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Self:
     """Rotate elements along dims by shifts (the flattened tensor when dims is None).
 
     >>> Tensor([1, 2, 3]).roll(1).tolist()
@@ -304,17 +298,17 @@ class MovementMixin(IndexingMixin):
     shifts = _ints(shifts, "roll: shifts")
     if dims is None:
       if len(shifts) != 1:
-        raise _shape_error()(f"roll: shifts {shifts} need matching dims when more than one shift is given")
+        raise ShapeError(f"roll: shifts {shifts} need matching dims when more than one shift is given")
       return self.flatten().roll(shifts, 0).reshape(self.shape)
     dims = _ints(dims, "roll: dims")
     if len(shifts) != len(dims):
-      raise _shape_error()(f"roll: shifts {shifts} and dims {dims} must have the same length")
+      raise ShapeError(f"roll: shifts {shifts} and dims {dims} must have the same length")
     x = self.reshape(1) if self.ndim == 0 else self
     for shift, dim in zip(shifts, dims):
-      x = x._roll_one(shift, _norm(dim, x.ndim))
+      x = x._roll_one(shift, normalize_dim(dim, x.ndim))
     return x.reshape(self.shape)
 
-  def _roll_one(self, shift: int, d: int) -> Any:
+  def _roll_one(self, shift: int, d: int) -> Self:
     """Two copies side by side along d, then the window that starts `shift` before the end of the first."""
     n = self.shape[d]
     k = shift % n if n else 0
@@ -324,7 +318,7 @@ class MovementMixin(IndexingMixin):
     return doubled.shrink(_on_dim(self.ndim, d, (n - k, 2 * n - k)))
 
   # ---- pieces and joins
-  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Any, ...]:
+  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
     """Cut into pieces along dim: of `sizes` elements each (the last may be smaller), or of the listed sizes.
 
     >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).split(2)]
@@ -333,14 +327,14 @@ class MovementMixin(IndexingMixin):
     [[1], [2, 3]]
     """
     if self.ndim == 0:
-      raise _shape_error()("split: cannot split a 0-d tensor")
-    d = _norm(dim, self.ndim)
+      raise ShapeError("split: cannot split a 0-d tensor")
+    d = normalize_dim(dim, self.ndim)
     n = self.shape[d]
     pieces = _split_sizes(sizes, n, d)
     starts = [sum(pieces[:i]) for i in range(len(pieces))]
     return tuple(self.shrink(_on_dim(self.ndim, d, (s, s + p))) for s, p in zip(starts, pieces))
 
-  def chunk(self, chunks: int, dim: int = 0) -> list[Any]:
+  def chunk(self, chunks: int, dim: int = 0) -> list[Self]:
     """Cut into `chunks` pieces of ceil(size / chunks) along dim (fewer if the size runs out).
 
     >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).chunk(3)]
@@ -349,11 +343,11 @@ class MovementMixin(IndexingMixin):
     if not _is_int(chunks):
       raise TypeError(f"chunk: chunks must be an int, got {type(chunks).__name__}")
     if chunks <= 0:
-      raise _shape_error()(f"chunk: chunks must be greater than 0, got {chunks}")
-    n = self.shape[_norm(dim, self.ndim)] if self.ndim else 0
+      raise ShapeError(f"chunk: chunks must be greater than 0, got {chunks}")
+    n = self.shape[normalize_dim(dim, self.ndim)] if self.ndim else 0
     return list(self.split(math.ceil(n / chunks) if n else [0] * chunks, dim))
 
-  def cat(self, *args: Any, dim: int = 0) -> Any:
+  def cat(self, *args: Any, dim: int = 0) -> Self:
     """Join tensors along an existing dim (dtypes promote; 1-d empty tensors are skipped, as in torch).
     Also callable as Tensor.cat([a, b, ...], dim=...).
 
@@ -365,13 +359,13 @@ class MovementMixin(IndexingMixin):
     tensors = _tensor_list(self, args, "cat")
     for i, t in enumerate(tensors):
       if t.ndim == 0:
-        raise _shape_error()(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
+        raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
     kept = [t for t in tensors if t.shape != (0,)] or tensors[:1]
     first = kept[0]
-    d = _norm(dim, first.ndim)
+    d = normalize_dim(dim, first.ndim)
     for t in kept:
       if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != d):
-        raise _shape_error()(f"cat: sizes of tensors must match except in dimension {d}: got shapes "
+        raise ShapeError(f"cat: sizes of tensors must match except in dimension {d}: got shapes "
                              f"{', '.join(str(u.shape) for u in kept)}")
       if t.device != first.device:
         raise RuntimeError(f"cat: all tensors must be on one device, got {first.device} and {t.device}")
@@ -383,7 +377,7 @@ class MovementMixin(IndexingMixin):
     # empty inputs add nothing to the value, but autograd must still reach them (torch gives them empty gradients)
     return custom_gradient(out, ("cat", d), *(t.cast(out_dtype) for t in tensors))
 
-  def stack(self, *args: Any, dim: int = 0) -> Any:
+  def stack(self, *args: Any, dim: int = 0) -> Self:
     """Join equally shaped tensors along a new dim. Also callable as Tensor.stack([a, b, ...], dim=...).
 
     >>> Tensor([1, 2]).stack(Tensor([3, 4]), dim=1).tolist()
@@ -392,12 +386,12 @@ class MovementMixin(IndexingMixin):
     tensors = _tensor_list(self, args, "stack")
     for i, t in enumerate(tensors):
       if t.shape != tensors[0].shape:
-        raise _shape_error()(f"stack expects each tensor to be equal size, but got {tensors[0].shape} at entry 0 "
+        raise ShapeError(f"stack expects each tensor to be equal size, but got {tensors[0].shape} at entry 0 "
                              f"and {t.shape} at entry {i}")
-    d = _norm(dim, tensors[0].ndim + 1)
+    d = normalize_dim(dim, tensors[0].ndim + 1)
     return type(tensors[0]).cat([t.unsqueeze(d) for t in tensors], dim=d)
 
-  def meshgrid(self, *args: Any, indexing: str = "ij") -> tuple[Any, ...]:
+  def meshgrid(self, *args: Any, indexing: str = "ij") -> tuple[Self, ...]:
     """Coordinate grids from 1-d tensors: with "ij" the i-th output varies along dim i; "xy" swaps the first two
     dims (cartesian order). Also callable as Tensor.meshgrid([x, y]).
 
@@ -409,7 +403,7 @@ class MovementMixin(IndexingMixin):
     tensors = _tensor_list(self, args, "meshgrid")
     for i, t in enumerate(tensors):
       if t.ndim > 1:
-        raise _shape_error()(f"meshgrid: expected 0-d or 1-d tensors, got shape {t.shape} at position {i}")
+        raise ShapeError(f"meshgrid: expected 0-d or 1-d tensors, got shape {t.shape} at position {i}")
     flat = [t.reshape(-1) for t in tensors]
     axes = list(range(len(flat)))
     if indexing == "xy" and len(flat) > 1:
@@ -419,7 +413,7 @@ class MovementMixin(IndexingMixin):
       shape[axis] = t.shape[0]
     return tuple(t.reshape(_on_dim(len(flat), axis, -1, 1)).expand(shape) for t, axis in zip(flat, axes))
 
-  def rearrange(self, formula: str, **sizes: int) -> Any:
+  def rearrange(self, formula: str, **sizes: int) -> Self:
     """einops-style reshape and permute: "b (h w) c -> b h w c" with sizes for split axes, "..." (or "…") for
     the dims not named, "1" or "()" for a dim of size 1. A malformed formula raises RearrangeError (a ValueError and
     an AssertionError).
@@ -429,7 +423,7 @@ class MovementMixin(IndexingMixin):
     >>> Tensor([1, 2, 3, 4]).rearrange("(h w) -> h w", h=2).tolist()
     [[1, 2], [3, 4]]
     """
-    split_shape, order, out_shape = _plan_rearrange(formula, self.shape, sizes)
+    split_shape, order, out_shape = plan_rearrange(formula, self.shape, sizes)
     return self.reshape(split_shape).permute(order).reshape(out_shape)
 
 
@@ -466,7 +460,7 @@ def _pad_edges(edge_fn: Any) -> Any:
 def _reflect_edges(x: Any, d: int, b: int, a: int) -> tuple[Any, Any]:
   n = x.shape[d]
   if max(b, a) >= n:
-    raise _shape_error()(f"pad: reflect padding ({b}, {a}) must be less than the size {n} of dim {d} "
+    raise ShapeError(f"pad: reflect padding ({b}, {a}) must be less than the size {n} of dim {d} "
                          f"(shape {x.shape})")
   before = x.shrink(_on_dim(x.ndim, d, (1, b + 1))).flip(d) if b else None
   after = x.shrink(_on_dim(x.ndim, d, (n - 1 - a, n - 1))).flip(d) if a else None
@@ -476,7 +470,7 @@ def _reflect_edges(x: Any, d: int, b: int, a: int) -> tuple[Any, Any]:
 def _replicate_edges(x: Any, d: int, b: int, a: int) -> tuple[Any, Any]:
   n = x.shape[d]
   if n == 0:
-    raise _shape_error()(f"pad: cannot replicate the edge of empty dim {d} (shape {x.shape})")
+    raise ShapeError(f"pad: cannot replicate the edge of empty dim {d} (shape {x.shape})")
   before = x.shrink(_on_dim(x.ndim, d, (0, 1))).expand(_on_dim(x.ndim, d, b, -1)) if b else None
   after = x.shrink(_on_dim(x.ndim, d, (n - 1, n))).expand(_on_dim(x.ndim, d, a, -1)) if a else None
   return before, after
@@ -488,7 +482,7 @@ def _pad_circular(x: Any, pairs: tuple[tuple[int, int], ...], value: Any) -> Any
   for d, (b, a) in enumerate(pairs):
     b, a, n = max(b, 0), max(a, 0), x.shape[d]
     if b > n or a > n:
-      raise _shape_error()(f"pad: circular padding ({b}, {a}) wraps around more than once for size {n} of dim {d}")
+      raise ShapeError(f"pad: circular padding ({b}, {a}) wraps around more than once for size {n} of dim {d}")
     if b or a:
       x = x.repeat(_on_dim(x.ndim, d, 3, 1)).shrink(_on_dim(x.ndim, d, (n - b, 2 * n + a)))
   return x
@@ -504,18 +498,18 @@ def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[in
     raise TypeError(f"pad: padding must be a sequence, got {type(padding).__name__}")
   if all(isinstance(p, (tuple, list)) or p is None for p in padding) and len(padding):
     if len(padding) != ndim:
-      raise _shape_error()(f"pad: got {len(padding)} (before, after) pairs for a {ndim}-d tensor of shape {shape}")
+      raise ShapeError(f"pad: got {len(padding)} (before, after) pairs for a {ndim}-d tensor of shape {shape}")
     pairs = tuple((0, 0) if p is None else tuple(_ints(p, "pad: padding")) for p in padding)
     if any(len(p) != 2 for p in pairs):
       raise ValueError(f"pad: each per-dim padding must be a (before, after) pair, got {tuple(padding)}")
   else:
     flat = _ints(padding, "pad: padding")
     if len(flat) % 2 or len(flat) // 2 > ndim:
-      raise _shape_error()(f"pad: flat padding {flat} must have an even length of at most {2 * ndim}")
+      raise ShapeError(f"pad: flat padding {flat} must have an even length of at most {2 * ndim}")
     pairs = ((0, 0),) * (ndim - len(flat) // 2) + tuple((flat[i], flat[i + 1]) for i in range(len(flat) - 2, -1, -2))
   for (b, a), s in zip(pairs, shape):
     if s + b + a < 0:
-      raise _shape_error()(f"pad: padding {tuple(padding)} leaves a negative size for shape {shape}")
+      raise ShapeError(f"pad: padding {tuple(padding)} leaves a negative size for shape {shape}")
   return pairs
 
 
@@ -544,9 +538,8 @@ def _tensor_list(first: Any, rest: tuple, what: str) -> list[Any]:
     tensors = list(tensors[0])
   if not tensors:
     raise ValueError(f"{what}: expected a non-empty list of tensors")
-  from refgrad.tensor import Tensor
   for i, t in enumerate(tensors):
-    if not isinstance(t, Tensor):
+    if not isinstance(t, TensorBase):
       raise TypeError(f"{what}: expected Tensors, got {type(t).__name__} at position {i}")
   return tensors
 
@@ -554,11 +547,11 @@ def _tensor_list(first: Any, rest: tuple, what: str) -> list[Any]:
 def _split_sizes(sizes: Any, n: int, d: int) -> list[int]:
   if _is_int(sizes):
     if sizes < 0 or (sizes == 0 and n):
-      raise _shape_error()(f"split: split size must be positive (0 only for an empty dim), got {sizes} for size {n}")
+      raise ShapeError(f"split: split size must be positive (0 only for an empty dim), got {sizes} for size {n}")
     return [min(sizes, n - i) for i in range(0, n, sizes)] if n else [0]
   pieces = list(_ints(sizes, "split: sizes"))
   if any(p < 0 for p in pieces) or sum(pieces) != n:
-    raise _shape_error()(f"split: sizes {tuple(pieces)} must be non-negative and sum exactly to {n}, the size of "
+    raise ShapeError(f"split: sizes {tuple(pieces)} must be non-negative and sum exactly to {n}, the size of "
                          f"dim {d}")
   return pieces
 
@@ -572,110 +565,6 @@ def _repeat_counts(repeats: Any, n: int) -> list[int]:
   if len(counts) == 1:
     counts = counts * n
   if len(counts) != n or any(c < 0 for c in counts):
-    raise _shape_error()(f"repeat_interleave: repeats must be {n} non-negative counts (one per element), got "
+    raise ShapeError(f"repeat_interleave: repeats must be {n} non-negative counts (one per element), got "
                          f"{counts}")
   return counts
-
-
-# ---- rearrange: parse "a (b c) ... -> ..." into reshape, permute, reshape
-class RearrangeError(ValueError, AssertionError, RuntimeError):
-  """A malformed rearrange pattern: a ValueError, an AssertionError like tinygrad's asserts, and a RuntimeError like
-  einops' EinopsError."""
-
-
-def _is_axis_name(token: str) -> bool:
-  """einops' rule: a Python identifier that neither starts nor ends with '_'."""
-  return token.isidentifier() and not token.startswith("_") and not token.endswith("_")
-
-
-def _parse_side(side: str, formula: str) -> list[Sequence[str]]:
-  """'b (h w) 1 ...' -> [['b'], ['h', 'w'], [], ('...',)]: each axis as the names merged into it; a standalone
-  ellipsis is the tuple ('...',) (it stands for several axes), one inside parentheses is merged like a name."""
-  axes: list[Sequence[str]] = []
-  group: list[str] | None = None
-  for token in side.replace("(", " ( ").replace(")", " ) ").split():
-    if token == "(" and group is None:
-      group = []
-    elif token == ")" and group is not None:
-      axes.append(group)
-      group = None
-    elif token in ("(", ")"):
-      raise RearrangeError(f"rearrange: unbalanced or nested parentheses in {formula!r}")
-    elif token == "1":
-      if group is None:
-        axes.append([])
-    elif token == "..." or _is_axis_name(token):
-      if group is not None:
-        group.append(token)
-      else:
-        axes.append(("...",) if token == "..." else [token])
-    else:
-      raise RearrangeError(f"rearrange: invalid axis name {token!r} in {formula!r} (names are identifiers that "
-                           "neither start nor end with '_')")
-  if group is not None:
-    raise RearrangeError(f"rearrange: unbalanced parentheses in {formula!r}")
-  return axes
-
-
-def _expand_ellipsis(lhs: list, rhs: list, ndim: int, formula: str) -> tuple[list, list]:
-  """Replace "..." by one name per dim it stands for: separate axes where it stands alone, one merged axis where
-  it sits inside parentheses (only allowed on the right)."""
-  if any("..." in g and not isinstance(g, tuple) for g in lhs):
-    raise RearrangeError(f"rearrange: '...' cannot be inside parentheses on the left of {formula!r}")
-  if ("...",) not in lhs:
-    return lhs, rhs
-  names = [f"...{i}" for i in range(max(ndim - len(lhs) + 1, 0))]
-
-  def expand(side: list) -> list:
-    out: list = []
-    for g in side:
-      out += [[n] for n in names] if isinstance(g, tuple) else [[n for x in g for n in (names if x == "..." else [x])]]
-    return out
-  return expand(lhs), expand(rhs)
-
-
-def _plan_rearrange(formula: str, shape: tuple[int, ...], sizes: dict[str, int]) -> tuple[tuple, tuple, tuple]:
-  """(shape with every named axis split out, permutation to the right side's order, final shape)."""
-  if not isinstance(formula, str):
-    raise TypeError(f"rearrange: formula must be a str, got {type(formula).__name__}")
-  formula = formula.replace("\u2026", "...")  # einops accepts the unicode ellipsis too
-  if formula.count("->") != 1:
-    raise RearrangeError(f"rearrange: need exactly one '->' in {formula!r}, found {formula.count('->')}")
-  lhs, rhs = (_parse_side(s, formula) for s in formula.split("->"))
-  for side, where in ((lhs, "left"), (rhs, "right")):
-    names = [n for g in side for n in g]
-    if repeated := sorted({n for n in names if names.count(n) > 1}):
-      raise RearrangeError(f"rearrange: {repeated} repeated on the {where} side of {formula!r}")
-  left, right = ({n for g in side for n in g} for side in (lhs, rhs))
-  if left != right:
-    only = [f"{sorted(a - b)} only on the {where}" for a, b, where in ((left, right, "left"), (right, left, "right"))
-            if a - b]
-    raise RearrangeError(f"rearrange: the two sides of {formula!r} must name the same axes: {' and '.join(only)}")
-  if unused := set(sizes) - left:
-    raise RearrangeError(f"rearrange: sizes given for axes {sorted(unused)} that {formula!r} does not use")
-  lhs, rhs = _expand_ellipsis(lhs, rhs, len(shape), formula)
-  if len(lhs) != len(shape):
-    raise _shape_error()(f"rearrange: the left side of {formula!r} has {len(lhs)} axes but the tensor has shape "
-                         f"{shape}")
-  size_of = dict(sizes)
-  for group, dim_size in zip(lhs, shape):
-    size_of.update(_group_sizes(group, dim_size, sizes, formula))
-  split = [n for g in lhs for n in g]
-  return (tuple(size_of[n] for n in split), tuple(split.index(n) for g in rhs for n in g),
-          tuple(prod(size_of[n] for n in g) for g in rhs))
-
-
-def _group_sizes(group: list[str], dim_size: int, sizes: dict[str, int], formula: str) -> dict[str, int]:
-  """Sizes of the names merged into one input dim: all but at most one must be given."""
-  unknown = [n for n in group if n not in sizes]
-  if len(unknown) > 1:
-    raise ValueError(f"rearrange: cannot infer the sizes of {unknown} in {formula!r}; pass all but one as keywords")
-  for n in group:
-    if n in sizes and not _is_int(sizes[n]):
-      raise TypeError(f"rearrange: size of {n!r} must be an int, got {sizes[n]!r}")
-  known = prod(sizes[n] for n in group if n in sizes)
-  inferred = dim_size // known if known and dim_size % known == 0 else None
-  if (unknown and inferred is None) or (not unknown and known != dim_size):
-    raise _shape_error()(f"rearrange: axes {group or '1'} of sizes {[sizes.get(n, '?') for n in group]} do not fit "
-                         f"dim size {dim_size} in {formula!r}")
-  return {unknown[0]: inferred} if unknown else {}

@@ -12,8 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from refgrad.dtype import DType, compute_dtype, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from refgrad.frontend import special
+from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.einsum import evaluate_einsum
+from refgrad.frontend.reduce import triangle_mask
+from refgrad.frontend.shapes import ShapeError, normalize_dim
 from refgrad.gradient import custom_gradient
 from refgrad.uop import prod
 
@@ -21,9 +25,6 @@ REDUCTIONS = ("mean", "sum", "none")
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
-def _shape_error(msg: str) -> Exception:
-  from refgrad.tensor import ShapeError
-  return ShapeError(msg)
 
 
 def _tuple(value: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
@@ -57,27 +58,25 @@ def _window_count(size: int, kernel: int, stride: int, dilation: int) -> int:
 
 def _one_hot_on(index: Any, classes: int, axis: int) -> Any:
   """bool, True where index equals the class; the class dim is inserted at `axis` (compares along it only)."""
-  from refgrad.tensor import Tensor
   shape = [1] * (index.ndim + 1)
   shape[axis] = classes
-  return index.unsqueeze(axis).eq(Tensor.arange(classes, device=index.device).reshape(shape))
+  return index.unsqueeze(axis).eq(index.arange(classes, device=index.device).reshape(shape))
 
 
 def _take(x: Any, axis: int, index: np.ndarray) -> Any:
   """x indexed by the host ints `index` along axis: a one-hot select and a sum along that axis only (exact)."""
-  from refgrad.tensor import Tensor
   n = x.shape[axis]
   moved = x.transpose(axis, -1).unsqueeze(-2)  # (..., 1, n)
-  pick = Tensor(index.reshape(-1, 1) == np.arange(n).reshape(1, -1), device=x.device)  # (m, n)
+  pick = type(x)(index.reshape(-1, 1) == np.arange(n).reshape(1, -1), device=x.device)  # (m, n)
   out = pick.where(moved, x._const(0)).sum(-1).cast(x.dtype)
   return out.transpose(axis, -1)
 
 
-class NNFunctionalMixin:
+class NNFunctionalMixin(TensorBase):
   __slots__ = ()
 
   # ---- linear algebra
-  def linear(self, weight: Any, bias: Any = None) -> Any:
+  def linear(self, weight: Any, bias: Any = None) -> Self:
     """self @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-d weight multiplies elementwise).
 
     >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
@@ -87,23 +86,23 @@ class NNFunctionalMixin:
     return out if bias is None else out + bias
 
   @staticmethod
-  def einsum(formula: str, *operands: Any, acc_dtype: DType | str | None = None) -> Any:
+  def einsum(formula: str, *operands: Any, acc_dtype: DType | str | None = None) -> Self:
     """Einstein summation, e.g. "ij,jk->ik", with "...", implicit output and repeated letters (diagonals).
 
     >>> Tensor.einsum("ij,j->i", Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
     [3, 7]
     """
     xs = tuple(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
-    return _einsum(formula, xs, acc_dtype)
+    return evaluate_einsum(formula, xs, acc_dtype)
 
   # ---- windows, convolution, pooling
-  def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Any:
+  def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Self:
     """Sliding windows over the last len(kernel) dims: shape (..., *out, *kernel), a view made of movement ops."""
     n = len(kernel)
     lead, sizes = self.shape[:-n], self.shape[-n:]
     outs = [_window_count(i, k, s, d) for i, k, s, d in zip(sizes, kernel, stride, dilation)]
     if any(o <= 0 for o in outs):
-      raise _shape_error(f"kernel {kernel} with dilation {dilation} is larger than the (padded) input {sizes}")
+      raise ShapeError(f"kernel {kernel} with dilation {dilation} is larger than the (padded) input {sizes}")
     if all(k <= s and d == 1 for k, s, d in zip(kernel, stride, dilation)):
       return self._pool_disjoint(kernel, stride, outs)
     # window element (o, k) is x[o*s + k*d]: repeat the input along a new dim, then read the copies with a row
@@ -123,7 +122,7 @@ class NNFunctionalMixin:
     nl = len(lead)
     return x.permute(*range(nl), *[nl + 2 * j + 1 for j in range(n)], *[nl + 2 * j for j in range(n)])
 
-  def _pool_disjoint(self, kernel: tuple[int, ...], stride: tuple[int, ...], outs: list[int]) -> Any:
+  def _pool_disjoint(self, kernel: tuple[int, ...], stride: tuple[int, ...], outs: list[int]) -> Self:
     """Windows that do not overlap (k <= s, no dilation): split each dim into (out, stride), keep k of each."""
     n, lead = len(kernel), self.shape[:-len(kernel)]
     x = _spatial_pad(self, [(0, o * s - i) for o, s, i in zip(outs, stride, self.shape[-n:])])
@@ -134,7 +133,7 @@ class NNFunctionalMixin:
 
   def conv2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-             acc_dtype: DType | str | None = None) -> Any:
+             acc_dtype: DType | str | None = None) -> Self:
     """Convolution (cross-correlation, as torch) of (N, C_in, *spatial) with weight (C_out, C_in/groups, *kernel);
     1, 2 or 3 spatial dims. padding: an int, one per dim, or flat (before, after) pairs, last dim first.
 
@@ -157,13 +156,13 @@ class NNFunctionalMixin:
     out = out.reshape(batch, weight.shape[0], *outs)
     return out if bias is None else out + bias.reshape(1, -1, *[1] * n)
 
-  def _conv_operands(self, weight: Any) -> tuple[Any, Any]:
+  def _conv_operands(self, weight: Any) -> tuple[Self, Self]:
     dt = least_upper_dtype(self.dtype, weight.dtype)
     return self.cast(dt), weight.cast(dt)
 
   def conv_transpose2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: int | Sequence[int] = 1,
                        dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                       output_padding: int | Sequence[int] = 0) -> Any:
+                       output_padding: int | Sequence[int] = 0) -> Self:
     """Transposed convolution with weight (C_in, C_out/groups, *kernel), as torch's conv_transpose: the input is
     spread out by stride, padded by dilation*(k-1) - padding (+ output_padding at the end), and convolved with the
     flipped kernel.
@@ -184,7 +183,7 @@ class NNFunctionalMixin:
     return x.conv2d(w, bias, groups, dilation=dilation_)
 
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: Any = None, dilation: Any = 1,
-                 padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Any:
+                 padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Self:
     """Average over windows of the last len(kernel_size) dims (an int means 2 dims). Padding counts in the divisor
     when count_include_pad; the extra windows of ceil_mode never do.
 
@@ -195,14 +194,13 @@ class NNFunctionalMixin:
     sums = plan.windows(self.cast(least_upper_float(self.dtype)), 0.0).sum(plan.axes)
     if not plan.ceil_extra_any() and (count_include_pad or not plan.padded()):
       return sums / prod(plan.kernel)
-    from refgrad.tensor import Tensor
-    ones = Tensor.ones(*self.shape[-plan.n:], dtype=sums.dtype, device=self.device)
+    ones = self.ones(*self.shape[-plan.n:], dtype=sums.dtype, device=self.device)
     counted = _spatial_pad(ones, plan.pads, 1.0 if count_include_pad else 0.0)
     divisor = _spatial_pad(counted, plan.ceil_extra)._pool(plan.kernel, plan.stride, plan.dilation).sum(plan.axes)
     return sums / divisor
 
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: Any = None, dilation: Any = 1,
-                 padding: Any = 0, ceil_mode: bool = False) -> Any:
+                 padding: Any = 0, ceil_mode: bool = False) -> Self:
     """Maximum over windows of the last len(kernel_size) dims (an int means 2 dims); padding never wins.
 
     >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d().tolist()
@@ -211,7 +209,7 @@ class NNFunctionalMixin:
     plan = PoolPlan.make(self, kernel_size, stride, dilation, padding, ceil_mode)
     return plan.windows(self, dtypes.min(self.dtype)).max(plan.axes)
 
-  def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Any:
+  def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Self:
     """Resize the last len(size) dims: "linear" (n-linear), "nearest" or "nearest-exact", with torch's source
     coordinates (computed in float32 like torch for every dtype but float64). Integer tensors keep their dtype:
     "linear" then works like torch's uint8 kernel (fixed-point weights, each dim rounded half up, last dim first).
@@ -233,7 +231,7 @@ class NNFunctionalMixin:
     return x
 
   # ---- normalization
-  def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Any:
+  def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Self:
     """(x - mean) / sqrt(var + eps) over axis (biased variance, no affine parameters).
 
     >>> Tensor([[1.0, 3.0]]).layernorm(eps=0.0).tolist()
@@ -242,13 +240,12 @@ class NNFunctionalMixin:
     y = self - self.mean(axis, keepdim=True)
     return y * ((y * y).mean(axis, keepdim=True) + eps).rsqrt()
 
-  def batchnorm(self, weight: Any, bias: Any, mean: Any, invstd: Any, axis: int | Sequence[int] = 1) -> Any:
+  def batchnorm(self, weight: Any, bias: Any, mean: Any, invstd: Any, axis: int | Sequence[int] = 1) -> Self:
     """(x - mean) * weight * invstd + bias, the parameters laid along `axis` (weight and bias may be None).
 
     >>> Tensor([[1.0, 2.0]]).batchnorm(None, None, Tensor([1.0, 1.0]), Tensor([2.0, 2.0])).tolist()
     [[0.0, 2.0]]
     """
-    from refgrad.tensor import normalize_dim
     axes = tuple(normalize_dim(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis))
     shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
     x = self - mean.reshape(shape)
@@ -259,7 +256,7 @@ class NNFunctionalMixin:
 
   # ---- attention
   def scaled_dot_product_attention(self, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
-                                   is_causal: bool = False) -> Any:
+                                   is_causal: bool = False) -> Self:
     """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool attn_mask keeps the True positions, a float one is added.
 
     >>> q = Tensor.ones(1, 2, 4)
@@ -269,18 +266,17 @@ class NNFunctionalMixin:
     if is_causal and attn_mask is not None:
       raise RuntimeError("scaled_dot_product_attention: an explicit attn_mask must not be set when is_causal=True")
     if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
-      raise _shape_error(f"attention needs at least 2-d query, key and value, got {self.shape}, {key.shape}, "
+      raise ShapeError(f"attention needs at least 2-d query, key and value, got {self.shape}, {key.shape}, "
                          f"{value.shape}")
     scores = self.matmul(key.transpose(-2, -1)) * (1.0 / math.sqrt(self.shape[-1]))
     if is_causal:
-      from refgrad.frontend.reduce import triangle_mask
-      attn_mask = triangle_mask(self.shape[-2], key.shape[-2], 0, False, self.device)
+      attn_mask = triangle_mask(self, self.shape[-2], key.shape[-2], 0, False)
     if attn_mask is not None:
       scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
     return scores.softmax(-1).dropout(dropout_p).matmul(value)
 
   # ---- activations
-  def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Any:
+  def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Self:
     """exp(x - max) / sum(exp(x - max)) along axis, optionally computed in dtype.
 
     >>> Tensor([0.0, 0.0]).softmax().tolist()
@@ -292,7 +288,7 @@ class NNFunctionalMixin:
     e = (x - x.max(axis, keepdim=True)).exp()
     return custom_gradient(e / e.sum(axis, keepdim=True), ("softmax", axis), x)
 
-  def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Any:
+  def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Self:
     """x - max - log(sum(exp(x - max))) along axis, optionally computed in dtype.
 
     >>> Tensor([0.0, 0.0]).log_softmax().exp().tolist()
@@ -305,10 +301,9 @@ class NNFunctionalMixin:
     return custom_gradient(shifted - shifted.exp().sum(axis, keepdim=True).log(), ("log_softmax", axis), x)
 
   def _empty_along(self, axis: int) -> bool:
-    from refgrad.tensor import normalize_dim
     return self.ndim > 0 and self.shape[normalize_dim(axis, self.ndim)] == 0
 
-  def relu6(self) -> Any:
+  def relu6(self) -> Self:
     """min(max(x, 0), 6).
 
     >>> Tensor([-1.0, 3.0, 9.0]).relu6().tolist()
@@ -316,7 +311,7 @@ class NNFunctionalMixin:
     """
     return custom_gradient(self.relu().minimum(6), ("hardtanh", 0.0, 6.0), self)
 
-  def leakyrelu(self, neg_slope: float = 0.01) -> Any:
+  def leakyrelu(self, neg_slope: float = 0.01) -> Self:
     """x for x >= 0, neg_slope * x below.
 
     >>> Tensor([-2.0, 3.0]).leakyrelu(0.5).tolist()
@@ -324,7 +319,7 @@ class NNFunctionalMixin:
     """
     return self.gt(0).where(self, self * neg_slope)  # the slope at 0 is neg_slope, as in torch
 
-  def elu(self, alpha: float = 1.0) -> Any:
+  def elu(self, alpha: float = 1.0) -> Self:
     """x for x > 0, alpha * (exp(x) - 1) below (via expm1, accurate near 0).
 
     >>> Tensor([0.0, 2.0]).elu().tolist()
@@ -333,7 +328,7 @@ class NNFunctionalMixin:
     x = self._float()
     return custom_gradient(x.gt(0).where(x, special.expm1(x) * alpha), ("elu", alpha, 1.0), x)
 
-  def celu(self, alpha: float = 1.0) -> Any:
+  def celu(self, alpha: float = 1.0) -> Self:
     """x for x > 0, alpha * (exp(x / alpha) - 1) below.
 
     >>> Tensor([0.0, 2.0]).celu().tolist()
@@ -342,7 +337,7 @@ class NNFunctionalMixin:
     x = self._float()
     return custom_gradient(x.gt(0).where(x, special.expm1(x / alpha) * alpha), ("elu", alpha, 1 / alpha), x)
 
-  def selu(self) -> Any:
+  def selu(self) -> Self:
     """scale * elu(x, alpha) with the self-normalizing constants.
 
     >>> Tensor([0.0]).selu().tolist()
@@ -350,7 +345,7 @@ class NNFunctionalMixin:
     """
     return self.elu(SELU_ALPHA) * SELU_SCALE
 
-  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Any:
+  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Self:
     """clamp(alpha * x + beta, 0, 1).
 
     >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
@@ -359,7 +354,7 @@ class NNFunctionalMixin:
     z = self._float() * alpha + beta
     return custom_gradient(z.clamp(0, 1), ("hardtanh", 0.0, 1.0), z)
 
-  def silu(self) -> Any:
+  def silu(self) -> Self:
     """x * sigmoid(x).
 
     >>> Tensor([0.0]).silu().tolist()
@@ -367,7 +362,7 @@ class NNFunctionalMixin:
     """
     return self * self.sigmoid()
 
-  def swish(self) -> Any:
+  def swish(self) -> Self:
     """Alias of silu.
 
     >>> Tensor([0.0]).swish().tolist()
@@ -375,7 +370,7 @@ class NNFunctionalMixin:
     """
     return self.silu()
 
-  def hardswish(self) -> Any:
+  def hardswish(self) -> Self:
     """x * relu6(x + 3) / 6.
 
     >>> Tensor([-4.0, 0.0, 4.0]).hardswish().tolist()
@@ -384,7 +379,7 @@ class NNFunctionalMixin:
     x = self._float()
     return custom_gradient(x * (x + 3).relu6() / 6, ("hardswish",), x)
 
-  def gelu(self, approximate: str = "tanh") -> Any:
+  def gelu(self, approximate: str = "tanh") -> Self:
     """GELU. tinygrad's default is the tanh approximation (torch's gelu(approximate="tanh")); approximate="none"
     gives the exact x * Phi(x) (torch's default).
 
@@ -398,7 +393,7 @@ class NNFunctionalMixin:
       raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     return x * 0.5 * (1.0 + ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)).tanh())
 
-  def quick_gelu(self) -> Any:
+  def quick_gelu(self) -> Self:
     """x * sigmoid(1.702 x).
 
     >>> Tensor([0.0]).quick_gelu().tolist()
@@ -406,7 +401,7 @@ class NNFunctionalMixin:
     """
     return self * (self._float() * 1.702).sigmoid()
 
-  def mish(self) -> Any:
+  def mish(self) -> Self:
     """x * tanh(softplus(x)).
 
     >>> Tensor([0.0]).mish().tolist()
@@ -414,7 +409,7 @@ class NNFunctionalMixin:
     """
     return self * self.softplus().tanh()
 
-  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Any:
+  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Self:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (as torch).
 
     >>> Tensor([0.0, 30.0]).softplus().tolist()
@@ -425,7 +420,7 @@ class NNFunctionalMixin:
     return custom_gradient(scaled.gt(threshold).where(x, special.log1p(scaled.exp()) / beta),
                            ("softplus", beta, threshold), x)
 
-  def logsigmoid(self) -> Any:
+  def logsigmoid(self) -> Self:
     """log(sigmoid(x)) = -softplus(-x), stable for large |x|.
 
     >>> Tensor([-100.0]).logsigmoid().tolist()
@@ -434,7 +429,7 @@ class NNFunctionalMixin:
     x = self._float()
     return custom_gradient(-(-x).softplus(), ("logsigmoid",), x)
 
-  def softsign(self) -> Any:
+  def softsign(self) -> Self:
     """x / (1 + |x|).
 
     >>> Tensor([-3.0, 1.0]).softsign().tolist()
@@ -443,7 +438,7 @@ class NNFunctionalMixin:
     x = self._float()
     return x / (1 + x.abs())
 
-  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Any:
+  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Self:
     """clamp(x, min_val, max_val).
 
     >>> Tensor([-3.0, 0.5, 2.0]).hardtanh().tolist()
@@ -452,12 +447,12 @@ class NNFunctionalMixin:
     return custom_gradient(self.clamp(min_val, max_val), ("hardtanh", min_val, max_val), self)
 
   # ---- losses
-  def _do_reduction(self, reduction: str) -> Any:
+  def _do_reduction(self, reduction: str) -> Self:
     if reduction not in REDUCTIONS:
       raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     return self.mean() if reduction == "mean" else self.sum() if reduction == "sum" else self
 
-  def binary_crossentropy(self, Y: Any, reduction: str = "mean") -> Any:  # noqa: N803 -- tinygrad's name
+  def binary_crossentropy(self, Y: Any, reduction: str = "mean") -> Self:  # noqa: N803 -- tinygrad's name
     """-(Y log(p) + (1 - Y) log(1 - p)) for probabilities p = self; logs are clamped at -100, as torch.
 
     >>> round(Tensor([0.5]).binary_crossentropy(Tensor([1.0])).item(), 6)
@@ -468,7 +463,7 @@ class NNFunctionalMixin:
     loss = -(Y * p.log().maximum(-100.0) + (1 - Y) * (1 - p).log().maximum(-100.0))
     return custom_gradient(loss, ("binary_crossentropy",), p, Y.cast(p.dtype))._do_reduction(reduction)
 
-  def binary_crossentropy_logits(self, Y: Any, reduction: str = "mean", pos_weight: Any = None) -> Any:  # noqa: N803
+  def binary_crossentropy_logits(self, Y: Any, reduction: str = "mean", pos_weight: Any = None) -> Self:  # noqa: N803
     """binary_crossentropy(sigmoid(self), Y) computed stably from logits; pos_weight scales the positive term.
 
     >>> round(Tensor([0.0]).binary_crossentropy_logits(Tensor([1.0])).item(), 6)
@@ -482,7 +477,7 @@ class NNFunctionalMixin:
     return ((1 - Y) * x + weight * log_sig_neg)._do_reduction(reduction)
 
   def sparse_categorical_crossentropy(self, Y: Any, ignore_index: int = -1, label_smoothing: float = 0.0,  # noqa: N803
-                                      reduction: str = "mean") -> Any:
+                                      reduction: str = "mean") -> Self:
     """Cross entropy of logits (..., C) with integer labels Y (...); labels equal to ignore_index count for
     nothing (and not in the mean); label_smoothing mixes in the uniform distribution.
 
@@ -490,7 +485,7 @@ class NNFunctionalMixin:
     0.693147
     """
     if Y.shape != self.shape[:-1]:
-      raise _shape_error(f"sparse_categorical_crossentropy: labels of shape {Y.shape} do not match logits of shape "
+      raise ShapeError(f"sparse_categorical_crossentropy: labels of shape {Y.shape} do not match logits of shape "
                          f"{self.shape} (expected {self.shape[:-1]})")
     _check_smoothing(label_smoothing)
     log_probs = self.log_softmax(-1)
@@ -499,7 +494,7 @@ class NNFunctionalMixin:
     loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1)) * keep
     return loss.sum() / keep.sum() if reduction == "mean" else loss._do_reduction(reduction)
 
-  def cross_entropy(self, Y: Any, reduction: str = "mean", label_smoothing: float = 0.0) -> Any:  # noqa: N803
+  def cross_entropy(self, Y: Any, reduction: str = "mean", label_smoothing: float = 0.0) -> Self:  # noqa: N803
     """Cross entropy of logits (N, C, ...) with class indices (N, ...) or class probabilities (N, C, ...), as
     torch.nn.functional.cross_entropy.
 
@@ -511,17 +506,17 @@ class NNFunctionalMixin:
     target = Y
     if dtypes.is_int(target.dtype):
       if target.shape != self.shape[:axis] + self.shape[axis + 1:]:
-        raise _shape_error(f"cross_entropy: class indices of shape {target.shape} do not match logits of shape "
+        raise ShapeError(f"cross_entropy: class indices of shape {target.shape} do not match logits of shape "
                            f"{self.shape}")
       target = _one_hot_on(target, self.shape[axis], axis).cast(least_upper_float(self.dtype))
     elif target.shape != self.shape:
-      raise _shape_error(f"cross_entropy: probabilities of shape {target.shape} do not match logits of shape "
+      raise ShapeError(f"cross_entropy: probabilities of shape {target.shape} do not match logits of shape "
                          f"{self.shape}")
     target = target * (1 - label_smoothing) + label_smoothing / self.shape[axis]
     return (-(self.log_softmax(axis) * target).sum(axis))._do_reduction(reduction)
 
   def nll_loss(self, Y: Any, weight: Any = None, ignore_index: int | None = None,  # noqa: N803
-               reduction: str = "mean") -> Any:
+               reduction: str = "mean") -> Self:
     """Negative log likelihood of log-probabilities (N, C, ...) at class indices Y (N, ...), weighted per class;
     the mean divides by the total weight of the counted targets, as torch.
 
@@ -530,7 +525,7 @@ class NNFunctionalMixin:
     """
     axis = 1 if self.ndim > 1 else 0
     if Y.shape != self.shape[:axis] + self.shape[axis + 1:]:
-      raise _shape_error(f"nll_loss: targets of shape {Y.shape} do not match input of shape {self.shape}")
+      raise ShapeError(f"nll_loss: targets of shape {Y.shape} do not match input of shape {self.shape}")
     hot = _one_hot_on(Y, self.shape[axis], axis)
     picked = hot.where(self, 0.0).sum(axis)
     if weight is None:
@@ -543,7 +538,7 @@ class NNFunctionalMixin:
     return loss.sum() / w.sum() if reduction == "mean" else loss._do_reduction(reduction)
 
   # ---- training helpers
-  def dropout(self, p: float = 0.5) -> Any:
+  def dropout(self, p: float = 0.5) -> Self:
     """In training mode (Tensor.training), zero each element with probability p and scale the rest by 1/(1-p).
 
     >>> Tensor([1.0, 2.0]).dropout(0.5).tolist()  # not training: unchanged
@@ -558,7 +553,7 @@ class NNFunctionalMixin:
     keep = type(self).rand(*self.shape, device=self.device).ge(p)
     return keep.where(self, 0) * (1 / (1 - p))
 
-  def sequential(self, ll: Sequence[Callable[[Any], Any]]) -> Any:
+  def sequential(self, ll: Sequence[Callable[[Any], Any]]) -> Self:
     """Apply the callables in order.
 
     >>> Tensor([-1.0, 2.0]).sequential([Tensor.relu, lambda t: t * 2]).tolist()
@@ -567,90 +562,10 @@ class NNFunctionalMixin:
     return functools.reduce(lambda x, f: f(x), ll, self)
 
 
-# ---- einsum
-class EinsumError(RuntimeError, ValueError):
-  """A malformed einsum formula or the wrong number of operands: torch's RuntimeError, also a ValueError."""
-
-
-ELLIPSIS_LETTERS = [chr(0x3B1 + i) for i in range(24)]  # stand-ins for the dims of "..." (user letters are ASCII)
-
-
-def _einsum(formula: str, xs: tuple, acc_dtype: DType | str | None) -> Any:
-  if not isinstance(formula, str):
-    raise TypeError(f"einsum(): the formula must be a str, got {type(formula).__name__}")
-  lhs, arrow, rhs = formula.replace(" ", "").partition("->")
-  terms = _einsum_terms(lhs.split(","), xs, formula)
-  ellipsis = [c for c in ELLIPSIS_LETTERS if any(c in t for t in terms)]
-  if arrow:
-    out = _einsum_letters(rhs, ellipsis, formula)
-    unknown = [c for c in out if not any(c in t for t in terms)]
-    repeated = sorted({c for c in out if out.count(c) > 1})
-    if unknown or repeated:
-      raise EinsumError(f"einsum(): output subscripts {rhs!r} of {formula!r} must be distinct and appear in the "
-                        f"inputs (not in the inputs: {unknown}, repeated: {repeated})")
-  else:
-    counts = {c: sum(t.count(c) for t in terms) for t in terms for c in t}
-    out = ellipsis + sorted(c for c, k in counts.items() if k == 1 and c not in ellipsis)
-  summed = list(dict.fromkeys(c for t in terms for c in t if c not in out))
-  order = out + summed
-  dt = least_upper_dtype(*(x.dtype for x in xs))
-  aligned = [_einsum_align(*_einsum_diagonals(x.cast(dt), t), order) for x, t in zip(xs, terms)]
-  product = functools.reduce(lambda a, b: a * b, aligned)
-  if summed:
-    product = product.sum(tuple(range(len(out), len(order))), acc_dtype=acc_dtype)
-  return product.cast(to_dtype(acc_dtype) if acc_dtype else dt)
-
-
-def _einsum_letters(term: str, ellipsis: list[str], formula: str) -> list[str]:
-  pre, dots, post = term.partition("...")
-  if not all(c.isascii() and c.isalpha() for c in pre + post) or "." in post:
-    raise EinsumError(f"einsum(): invalid subscripts {term!r} in {formula!r}: use letters and at most one '...'")
-  return list(pre) + (ellipsis if dots else []) + list(post)
-
-
-def _einsum_terms(inputs: list[str], xs: tuple, formula: str) -> list[list[str]]:
-  """Each operand's letters, with "..." spelled out as stand-in letters aligned from the right."""
-  if len(inputs) != len(xs):
-    raise EinsumError(f"einsum(): {formula!r} names {len(inputs)} operands, but {len(xs)} were given")
-  widest = max((x.ndim - len(t.replace("...", "")) for t, x in zip(inputs, xs) if "..." in t), default=0)
-  terms = []
-  for k, (term, x) in enumerate(zip(inputs, xs)):
-    named = len(term.replace("...", ""))
-    covered = x.ndim - named if "..." in term else 0
-    letters = _einsum_letters(term, ELLIPSIS_LETTERS[widest - covered:widest] if covered >= 0 else [], formula)
-    if len(letters) != x.ndim:
-      raise EinsumError(f"einsum(): subscripts {term!r} name {named} dims, but operand {k} has shape {x.shape}")
-    terms.append(letters)
-  return terms
-
-
-def _einsum_diagonals(x: Any, term: list[str]) -> tuple[Any, list[str]]:
-  """Take the diagonal for each letter repeated within one operand ("ii->i")."""
-  while (dup := next((c for c in term if term.count(c) > 1), None)) is not None:
-    first, second = [i for i, c in enumerate(term) if c == dup][:2]
-    n = x.shape[first]
-    if x.shape[second] != n:
-      raise _shape_error(f"einsum(): subscript {dup!r} is repeated for dims of different sizes {n} and "
-                         f"{x.shape[second]} (operand shape {x.shape})")
-    rest = [i for i in range(x.ndim) if i not in (first, second)]
-    x = x.permute(*rest, first, second).reshape(*[x.shape[i] for i in rest], n * n)
-    x = x.pad(((0, 0),) * len(rest) + ((0, n),)).reshape(*[x.shape[i] for i in range(len(rest))], n, n + 1)
-    x = x.shrink(tuple((0, s) for s in x.shape[:-1]) + ((0, 1),)).reshape(x.shape[:-1])
-    term = [term[i] for i in rest] + [dup]
-  return x, term
-
-
-def _einsum_align(x: Any, term: list[str], order: list[str]) -> Any:
-  """Permute x's dims into `order` and add size-1 dims for the letters it lacks."""
-  present = [c for c in order if c in term]
-  x = x.permute(*[term.index(c) for c in present])
-  return x.reshape(*[x.shape[present.index(c)] if c in term else 1 for c in order])
-
-
 # ---- argument checks
 def _check_same_shape(x: Any, y: Any, what: str) -> None:
   if x.shape != y.shape:
-    raise _shape_error(f"{what}: target shape {y.shape} must match input shape {x.shape}")
+    raise ShapeError(f"{what}: target shape {y.shape} must match input shape {x.shape}")
 
 
 def _check_smoothing(label_smoothing: float) -> None:
@@ -660,21 +575,21 @@ def _check_smoothing(label_smoothing: float) -> None:
 
 def _check_conv(x: Any, weight: Any, groups: int, bias: Any) -> None:
   if weight.ndim < 3 or x.ndim != weight.ndim:
-    raise _shape_error(f"conv: input of shape {x.shape} needs {weight.ndim} dims for a weight of shape "
+    raise ShapeError(f"conv: input of shape {x.shape} needs {weight.ndim} dims for a weight of shape "
                        f"{weight.shape} (N, C, *spatial)")
   if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups:
-    raise _shape_error(f"conv: groups={groups} must divide the {weight.shape[0]} output channels of weight "
+    raise ShapeError(f"conv: groups={groups} must divide the {weight.shape[0]} output channels of weight "
                        f"{weight.shape}")
   if x.shape[1] != weight.shape[1] * groups:
-    raise _shape_error(f"conv: input of shape {x.shape} has {x.shape[1]} channels, but weight of shape "
+    raise ShapeError(f"conv: input of shape {x.shape} has {x.shape[1]} channels, but weight of shape "
                        f"{weight.shape} with groups={groups} expects {weight.shape[1] * groups}")
   if bias is not None and bias.shape != (weight.shape[0],):
-    raise _shape_error(f"conv: bias of shape {bias.shape} must be ({weight.shape[0]},)")
+    raise ShapeError(f"conv: bias of shape {bias.shape} must be ({weight.shape[0]},)")
 
 
 def _check_conv_transpose(x: Any, weight: Any, groups: int, stride: tuple, dilation: tuple, extra: tuple) -> None:
   if weight.ndim < 3 or x.ndim != weight.ndim or x.shape[1] != weight.shape[0] or weight.shape[0] % groups:
-    raise _shape_error(f"conv_transpose: input of shape {x.shape} does not fit weight of shape {weight.shape} "
+    raise ShapeError(f"conv_transpose: input of shape {x.shape} does not fit weight of shape {weight.shape} "
                        f"(C_in, C_out/groups, *kernel) with groups={groups}")
   for e, s, d in zip(extra, stride, dilation):
     if e >= max(s, d):
@@ -706,7 +621,7 @@ class PoolPlan:
     kernel = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size)
     n = len(kernel)
     if n > x.ndim:
-      raise _shape_error(f"pool: kernel {kernel} has more dims than the input of shape {x.shape}")
+      raise ShapeError(f"pool: kernel {kernel} has more dims than the input of shape {x.shape}")
     stride_ = kernel if stride is None or stride == () else _tuple(stride, n, "stride")
     dilation_ = _tuple(dilation, n, "dilation")
     pads = _pad_pairs(padding, n)
@@ -747,9 +662,8 @@ def _interpolate_linear(x: Any, axis: int, m: int, align_corners: bool) -> Any:
   frac = np.clip(src - low.astype(ft), 0, 1).astype(ft)
   shape = [1] * x.ndim
   shape[axis] = m
-  from refgrad.tensor import Tensor
-  compute = dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32  # halves compute in float32, as torch
-  w_high = Tensor(frac.reshape(shape), device=x.device).cast(compute)
+  compute = compute_dtype(least_upper_float(x.dtype))
+  w_high = type(x)(frac.reshape(shape), device=x.device).cast(compute)
   xf = x.cast(compute)
   out = _take(xf, axis, low) * (1 - w_high) + _take(xf, axis, high) * w_high
   return out.cast(least_upper_float(x.dtype))
@@ -772,11 +686,10 @@ def _fixed_point_weights(n: int, m: int, align_corners: bool) -> tuple[np.ndarra
 
 def _interpolate_linear_int(x: Any, axis: int, m: int, align_corners: bool) -> Any:
   """One linear pass in integer arithmetic, rounded half up and clamped to x's dtype (torch's uint8 kernel)."""
-  from refgrad.tensor import Tensor
   low, high, weights, bits = _fixed_point_weights(x.shape[axis], m, align_corners)
   shape = [1] * x.ndim
   shape[axis] = m
-  w_low, w_high = (Tensor(w.reshape(shape), device=x.device) for w in weights)
+  w_low, w_high = (type(x)(w.reshape(shape), device=x.device) for w in weights)
   wide = x.cast(dtypes.int64)
   acc = _take(wide, axis, low) * w_low + _take(wide, axis, high) * w_high + (1 << (bits - 1))
   return (acc >> bits).clip(dtypes.min(x.dtype), dtypes.max(x.dtype)).cast(x.dtype)

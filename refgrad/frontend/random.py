@@ -13,7 +13,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from refgrad.device import Device
 from refgrad.dtype import DType, dtypes, to_dtype
+from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.reduce import triangle_mask
+from refgrad.frontend.shapes import check_shape, shape_args
 from refgrad.uop import prod
 
 MASK32 = 0xFFFFFFFF
@@ -52,27 +58,24 @@ def threefry2x32(key: tuple[Any, Any], x0: Any, x1: Any) -> tuple[Any, Any]:
   return x0, x1
 
 
-def random_words(n: int, device: str) -> tuple[Any, Any]:
+def random_words(cls: type, n: int, device: str) -> tuple[Any, Any]:
   """Two uint32 tensors of n random words each, from the next n counters of the stream. The key and the counter
   offset are read from a small buffer rather than baked in as constants, so every call of one size runs the same
-  kernel (no recompiling per call or per seed)."""
-  import numpy as np
-
-  from refgrad.tensor import Tensor
+  kernel (no recompiling per call or per seed). `cls` is the Tensor class."""
   offset = STATE.counter
   STATE.counter += n
   words = [STATE.seed & MASK32, (STATE.seed >> 32) & MASK32, offset & MASK32, (offset >> 32) & MASK32]
-  params = Tensor(np.array(words, np.uint32), device=device)
+  params = cls(np.array(words, np.uint32), device=device)
   key_low, key_high, offset_low, offset_high = (params[i] for i in range(4))
-  low = Tensor.arange(n, dtype=dtypes.uint32, device=device) + offset_low
+  low = cls.arange(n, dtype=dtypes.uint32, device=device) + offset_low
   high = low.lt(offset_low).cast(dtypes.uint32) + offset_high  # carry when the low word wrapped around
   return threefry2x32((key_low, key_high), low, high)
 
 
-def _uniform(n: int, dtype: DType, device: str) -> Any:
+def _uniform(cls: type, n: int, dtype: DType, device: str) -> Any:
   """n floats in [0, 1): random mantissa bits under the exponent of 1.0, minus 1 (exact)."""
   uint, mantissa, one = UNIFORM_BITS[dtype]
-  x0, x1 = random_words(n, device)
+  x0, x1 = random_words(cls, n, device)
   if dtype == dtypes.float64:
     bits = ((x0.cast(uint) << 32) | x1.cast(uint)) >> (64 - mantissa)
   else:
@@ -80,10 +83,10 @@ def _uniform(n: int, dtype: DType, device: str) -> Any:
   return (bits | one).bitcast(dtype) - 1.0
 
 
-def _normal(n: int, dtype: DType, device: str) -> Any:
+def _normal(cls: type, n: int, dtype: DType, device: str) -> Any:
   """Box-Muller on the two words of each counter: u1 in (0, 1], u2 in [0, 1), computed in float32 (float64 for
   float64) and rounded once to dtype."""
-  x0, x1 = random_words(n, device)
+  x0, x1 = random_words(cls, n, device)
   if dtype == dtypes.float64:
     u1, u2 = (x0.cast(dtype) + 1.0) * 2.0 ** -32, x1.cast(dtype) * 2.0 ** -32
   else:
@@ -93,8 +96,7 @@ def _normal(n: int, dtype: DType, device: str) -> Any:
 
 
 def _shape(shape: tuple) -> tuple[int, ...]:
-  from refgrad.tensor import _check_shape, shape_args
-  return _check_shape(shape_args(shape), "random")
+  return check_shape(shape_args(shape), "random")
 
 
 def _float_dtype(dtype: Any) -> DType:
@@ -104,12 +106,11 @@ def _float_dtype(dtype: Any) -> DType:
   return dt
 
 
-def _finish(flat: Any, shape: tuple[int, ...], kwargs: dict) -> Any:
-  from refgrad.tensor import Tensor
-  return Tensor(flat.reshape(shape).uop, **kwargs)
+def _finish(cls: type, flat: Any, shape: tuple[int, ...], kwargs: dict) -> Any:
+  return cls(flat.reshape(shape).uop, **kwargs)
 
 
-class RandomMixin:
+class RandomMixin(TensorBase):
   __slots__ = ()
 
   @staticmethod
@@ -124,37 +125,34 @@ class RandomMixin:
       raise TypeError(f"manual_seed expects an int, got {type(seed).__name__}")
     STATE.seed, STATE.counter = seed & ((1 << 64) - 1), 0
 
-  @staticmethod
-  def rand(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Any:
+  @classmethod
+  def rand(cls, *shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Self:
     """Uniform in [0, 1).
 
     >>> Tensor.manual_seed(0); t = Tensor.rand(2, 3); t.shape, bool((t >= 0).all().item() and (t < 1).all().item())
     ((2, 3), True)
     """
-    from refgrad.device import Device
     shape_ = _shape(shape)
-    return _finish(_uniform(prod(shape_), _float_dtype(dtype), Device.canonicalize(device)), shape_, kwargs)
+    return _finish(cls, _uniform(cls, prod(shape_), _float_dtype(dtype), Device.canonicalize(device)), shape_, kwargs)
 
-  @staticmethod
-  def randn(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Any:
+  @classmethod
+  def randn(cls, *shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Self:
     """Standard normal (Box-Muller).
 
     >>> Tensor.manual_seed(0); Tensor.randn(2, 2).shape
     (2, 2)
     """
-    from refgrad.device import Device
     shape_ = _shape(shape)
-    return _finish(_normal(prod(shape_), _float_dtype(dtype), Device.canonicalize(device)), shape_, kwargs)
+    return _finish(cls, _normal(cls, prod(shape_), _float_dtype(dtype), Device.canonicalize(device)), shape_, kwargs)
 
-  @staticmethod
-  def randint(*shape: Any, low: int = 0, high: int = 10, device: str | None = None, dtype: Any = dtypes.int32,
-              **kwargs: Any) -> Any:
+  @classmethod
+  def randint(cls, *shape: Any, low: int = 0, high: int = 10, device: str | None = None, dtype: Any = dtypes.int32,
+              **kwargs: Any) -> Self:
     """Uniform integers in [low, high) (64 random bits reduced mod the range: bias below range / 2**64).
 
     >>> Tensor.manual_seed(0); v = Tensor.randint(100, low=3, high=5).tolist(); set(v) <= {3, 4}
     True
     """
-    from refgrad.device import Device
     for name, v in (("low", low), ("high", high)):
       if not isinstance(v, int) or isinstance(v, bool):
         raise TypeError(f"randint: {name} must be an int, got {v!r}")
@@ -164,40 +162,40 @@ class RandomMixin:
     if high <= low:
       raise ValueError(f"randint: low must be less than high, got low={low} >= high={high}")
     shape_ = _shape(shape)
-    x0, x1 = random_words(prod(shape_), Device.canonicalize(device))
+    x0, x1 = random_words(cls, prod(shape_), Device.canonicalize(device))
     bits = (x0.cast(dtypes.uint64) << 32) | x1.cast(dtypes.uint64)
     value = (bits % (high - low)).cast(dtypes.int64) + low
-    return _finish(value.cast(dt), shape_, kwargs)
+    return _finish(cls, value.cast(dt), shape_, kwargs)
 
-  @staticmethod
-  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Any:
+  @classmethod
+  def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Self:
     """Normal with the given mean and standard deviation.
 
     >>> Tensor.manual_seed(0); Tensor.normal(3, mean=5.0, std=0.0).tolist()
     [5.0, 5.0, 5.0]
     """
-    return (RandomMixin.randn(*shape, **kwargs) * std) + mean
+    return (cls.randn(*shape, **kwargs) * std) + mean
 
-  @staticmethod
-  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Any:
+  @classmethod
+  def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Self:
     """Uniform in [low, high).
 
     >>> Tensor.manual_seed(0); t = Tensor.uniform(100, low=-2.0, high=-1.0); bool((t < -1).all().item())
     True
     """
-    return RandomMixin.rand(*shape, **kwargs) * (high - low) + low
+    return cls.rand(*shape, **kwargs) * (high - low) + low
 
-  @staticmethod
-  def scaled_uniform(*shape: Any, **kwargs: Any) -> Any:
+  @classmethod
+  def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Self:
     """Uniform in [-1, 1) scaled by 1/sqrt(numel).
 
     >>> Tensor.manual_seed(0); bool((Tensor.scaled_uniform(4, 4).abs() <= 0.25).all().item())
     True
     """
-    return RandomMixin.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (prod(_shape(shape)) ** -0.5)
+    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (prod(_shape(shape)) ** -0.5)
 
-  @staticmethod
-  def glorot_uniform(*shape: Any, **kwargs: Any) -> Any:
+  @classmethod
+  def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Self:
     """Uniform in +-sqrt(6 / (fan_out + fan_in)) with fan_out = shape[0], fan_in = prod(shape[1:]).
 
     >>> Tensor.manual_seed(0); bool((Tensor.glorot_uniform(3, 3).abs() <= 1.0).all().item())
@@ -205,10 +203,10 @@ class RandomMixin:
     """
     shape_ = _shape(shape)
     bound = math.sqrt(6 / (shape_[0] + prod(shape_[1:])))
-    return RandomMixin.uniform(*shape_, low=-1.0, high=1.0, **kwargs) * bound
+    return cls.uniform(*shape_, low=-1.0, high=1.0, **kwargs) * bound
 
-  @staticmethod
-  def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Any:
+  @classmethod
+  def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Self:
     """Uniform in +-sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)), fan_in = prod(shape[1:]).
 
     >>> Tensor.manual_seed(0); Tensor.kaiming_uniform(4, 2).shape
@@ -216,10 +214,10 @@ class RandomMixin:
     """
     shape_ = _shape(shape)
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape_[1:]))
-    return RandomMixin.uniform(*shape_, low=-bound, high=bound, **kwargs)
+    return cls.uniform(*shape_, low=-bound, high=bound, **kwargs)
 
-  @staticmethod
-  def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Any:
+  @classmethod
+  def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Self:
     """Normal with std gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)), fan_in = prod(shape[1:]).
 
     >>> Tensor.manual_seed(0); Tensor.kaiming_normal(4, 2).shape
@@ -227,9 +225,9 @@ class RandomMixin:
     """
     shape_ = _shape(shape)
     std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape_[1:]))
-    return RandomMixin.normal(*shape_, mean=0.0, std=std, **kwargs)
+    return cls.normal(*shape_, mean=0.0, std=std, **kwargs)
 
-  def rand_like(self, **kwargs: Any) -> Any:
+  def rand_like(self, **kwargs: Any) -> Self:
     """rand with this tensor's shape, device and (float) dtype.
 
     >>> Tensor.manual_seed(0); Tensor.zeros(2, 3, dtype="float16").rand_like().dtype
@@ -238,7 +236,7 @@ class RandomMixin:
     dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
     return type(self).rand(*self.shape, device=kwargs.pop("device", self.device), dtype=dtype, **kwargs)
 
-  def randn_like(self, **kwargs: Any) -> Any:
+  def randn_like(self, **kwargs: Any) -> Self:
     """randn with this tensor's shape, device and (float) dtype.
 
     >>> Tensor.manual_seed(0); Tensor.zeros(5).randn_like().shape
@@ -247,7 +245,7 @@ class RandomMixin:
     dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
     return type(self).randn(*self.shape, device=kwargs.pop("device", self.device), dtype=dtype, **kwargs)
 
-  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Any:
+  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Self:
     """Sample category indices (int32) from the weights in the last dim of a 1-d or 2-d tensor. With replacement:
     inverse-CDF sampling; without: the Gumbel-top-k trick.
 
@@ -267,24 +265,21 @@ class RandomMixin:
 
 def _with_replacement(weights: Any, k: int) -> Any:
   """Index of the first cumulative weight above u * total, for k uniforms u per row (compares along one dim)."""
-  from refgrad.tensor import Tensor
   cdf = weights.cumsum(1)
   rows, n = weights.shape
-  target = Tensor.rand(rows, k, 1, device=weights.device) * cdf[:, -1:].unsqueeze(1)
+  target = weights.rand(rows, k, 1, device=weights.device) * cdf[:, -1:].unsqueeze(1)
   return cdf.unsqueeze(1).le(target).sum(2).minimum(n - 1).cast(dtypes.int32)
 
 
 def _without_replacement(weights: Any, k: int) -> Any:
   """Gumbel-top-k: the k largest of log(w) + Gumbel noise. Each key's rank is the number of keys ahead of it (ties
   go to the lower index), and sample r is the category of rank r: two kernels whatever k is."""
-  from refgrad.frontend.reduce import triangle_mask
-  from refgrad.tensor import Tensor
   rows, n = weights.shape
-  u = Tensor.rand(rows, n, device=weights.device)
+  u = weights.rand(rows, n, device=weights.device)
   keys = weights.log() - (-(1.0 - u).log()).log()  # 1 - u is in (0, 1]
   mine, other = keys.unsqueeze(2), keys.unsqueeze(1)  # [row, j, i]: key j against key i
-  ahead = other.gt(mine) | (other.eq(mine) & triangle_mask(n, n, -1, False, weights.device))
+  ahead = other.gt(mine) | (other.eq(mine) & triangle_mask(weights, n, n, -1, False))
   rank = ahead.sum(2).cast(dtypes.int32)  # (rows, n)
-  slots = Tensor.arange(k, dtype=dtypes.int32, device=weights.device).reshape(1, k, 1)
-  categories = Tensor.arange(n, dtype=dtypes.int32, device=weights.device).reshape(1, 1, n)
+  slots = weights.arange(k, dtype=dtypes.int32, device=weights.device).reshape(1, k, 1)
+  categories = weights.arange(n, dtype=dtypes.int32, device=weights.device).reshape(1, 1, n)
   return rank.unsqueeze(1).eq(slots).where(categories, 0).sum(2).cast(dtypes.int32)

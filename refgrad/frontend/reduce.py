@@ -5,22 +5,24 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from refgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from refgrad.dtype import DType, compute_dtype, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from refgrad.frontend import special
+from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.shapes import ShapeError, normalize_dim
 from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp, prod
 
-# The dtype a sum accumulates in (tinygrad's rule): small ints widen, half and bfloat16 sum in float32.
+# The dtype a sum accumulates in (tinygrad's rule): small ints widen, half and bfloat16 sum in their compute dtype
+# (float32) and return their own dtype.
 SUM_ACC_DTYPE: dict[DType, DType] = {
   dtypes.bool: dtypes.int32, dtypes.int8: dtypes.int32, dtypes.int16: dtypes.int32,
   dtypes.uint8: dtypes.uint32, dtypes.uint16: dtypes.uint32,
-  dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
+  **{dt: compute_dtype(dt) for dt in dtypes.floats if compute_dtype(dt) != dt},
 }
-RETURNS_INPUT_DTYPE = frozenset({dtypes.float16, dtypes.bfloat16})
+RETURNS_INPUT_DTYPE = frozenset(dt for dt in dtypes.floats if compute_dtype(dt) != dt)
 
 
 def reduce_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
-  from refgrad.tensor import normalize_dim
   if axis is None:
     return tuple(range(ndim))
   axes = (axis,) if isinstance(axis, int) else tuple(axis)
@@ -30,10 +32,10 @@ def reduce_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
   return tuple(sorted(normalized))
 
 
-class ReduceMixin:
+class ReduceMixin(TensorBase):
   __slots__ = ()
 
-  def _reduce(self, op: Ops, axis: Any = None, keepdim: bool = False) -> Any:
+  def _reduce(self, op: Ops, axis: Any = None, keepdim: bool = False) -> Self:
     axes = reduce_axes(axis, self.ndim)
     if self.ndim == 0:
       return self
@@ -42,21 +44,21 @@ class ReduceMixin:
       return reduced
     return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-  def sum(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | str | None = None) -> Any:
+  def sum(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | str | None = None) -> Self:
     acc = to_dtype(acc_dtype) if acc_dtype is not None else SUM_ACC_DTYPE.get(self.dtype, self.dtype)
     out = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
     return out.cast(self.dtype) if acc_dtype is None and self.dtype in RETURNS_INPUT_DTYPE else out
 
-  def prod(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | str | None = None) -> Any:
+  def prod(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | str | None = None) -> Self:
     acc = to_dtype(acc_dtype) if acc_dtype is not None else SUM_ACC_DTYPE.get(self.dtype, self.dtype)
     out = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
     return out.cast(self.dtype) if acc_dtype is None and self.dtype in RETURNS_INPUT_DTYPE else out
 
-  def max(self, axis: Any = None, keepdim: bool = False) -> Any:
+  def max(self, axis: Any = None, keepdim: bool = False) -> Self:
     self._check_nonempty(axis, "max")
     return self._reduce(Ops.MAX, axis, keepdim)
 
-  def min(self, axis: Any = None, keepdim: bool = False) -> Any:
+  def min(self, axis: Any = None, keepdim: bool = False) -> Self:
     """min is max of the order-reversed values: -x for floats, ~x for ints and bools (exact for all)."""
     self._check_nonempty(axis, "min")
     flipped = self.neg() if dtypes.is_float(self.dtype) else self.bitwise_not()
@@ -68,19 +70,18 @@ class ReduceMixin:
     if self.ndim and prod(self.shape[a] for a in axes) == 0:
       raise RuntimeError(f"{what}(): cannot reduce over a zero-size dimension of a tensor of shape {self.shape}")
 
-  def mean(self, axis: Any = None, keepdim: bool = False) -> Any:
+  def mean(self, axis: Any = None, keepdim: bool = False) -> Self:
     axes = reduce_axes(axis, self.ndim) if self.ndim else ()  # a 0-d tensor accepts axis 0 and -1
     count = prod(self.shape[a] for a in axes)
     out_dtype = least_upper_float(self.dtype)
     total = self.cast(out_dtype).sum(axis, keepdim)
     return total.div(count) if count else total * float("nan")
 
-  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Any:
+  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Self:
     """Index of the first maximum (NaN counts as the maximum, as in torch); int32."""
     if axis is None:  # index into the flattened tensor; keepdim keeps every dim as size 1, as torch does
       flat = self.flatten().argmax(0)
       return flat.reshape((1,) * self.ndim) if keepdim else flat
-    from refgrad.tensor import normalize_dim
     ax = normalize_dim(axis, self.ndim)
     self._check_nonempty(ax, "argmax")
     if self.ndim == 0:
@@ -93,12 +94,12 @@ class ReduceMixin:
     first = hit.where(countdown, 0).max(ax, keepdim=keepdim)
     return (n - first).cast(dtypes.int32)
 
-  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Any:
+  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Self:
     flipped = self.neg() if dtypes.is_float(self.dtype) else self.bitwise_not()
     return flipped.argmax(axis, keepdim)
 
   # ---- statistics
-  def var(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Any:
+  def var(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Self:
     """Variance: the sum of squared deviations divided by max(0, N - correction) (ints give float32).
 
     >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
@@ -108,7 +109,7 @@ class ReduceMixin:
     squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
     return squares.div(max(0, self._reduced_count(axis) - correction))
 
-  def std(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Any:
+  def std(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Self:
     """Standard deviation: var(...).sqrt().
 
     >>> Tensor([1.0, 3.0]).std().item()
@@ -117,7 +118,7 @@ class ReduceMixin:
     var = self.var(axis, keepdim, correction)
     return custom_gradient(var.sqrt(), ("std",), var)
 
-  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Any, Any]:
+  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Self, Self]:
     """(var, mean) in one call.
 
     >>> [t.item() for t in Tensor([1.0, 3.0]).var_mean()]
@@ -125,7 +126,7 @@ class ReduceMixin:
     """
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
-  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Any, Any]:
+  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Self, Self]:
     """(std, mean) in one call.
 
     >>> [t.item() for t in Tensor([1.0, 3.0]).std_mean(correction=0)]
@@ -137,7 +138,7 @@ class ReduceMixin:
     axes = reduce_axes(axis, self.ndim) if self.ndim else ()
     return prod(self.shape[a] for a in axes)
 
-  def any(self, axis: Any = None, keepdim: bool = False) -> Any:
+  def any(self, axis: Any = None, keepdim: bool = False) -> Self:
     """True where any element along axis is nonzero (NaN counts as nonzero).
 
     >>> Tensor([[0, 1], [0, 0]]).any(1).tolist()
@@ -145,7 +146,7 @@ class ReduceMixin:
     """
     return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim)
 
-  def all(self, axis: Any = None, keepdim: bool = False) -> Any:
+  def all(self, axis: Any = None, keepdim: bool = False) -> Self:
     """True where every element along axis is nonzero; an empty reduction is True.
 
     >>> Tensor([[1, 1], [0, 1]]).all(1).tolist()
@@ -153,7 +154,7 @@ class ReduceMixin:
     """
     return self.logical_not().any(axis, keepdim).logical_not()
 
-  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Any:
+  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Self:
     """log(sum(exp(x))), shifted by the maximum so nothing overflows; infinite maxima pass through, as in torch.
 
     >>> round(Tensor([0.0, 0.0]).logsumexp().item(), 6)
@@ -168,7 +169,7 @@ class ReduceMixin:
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in _axes(axis, x.ndim)))
 
   # ---- scans
-  def cumsum(self, axis: int = 0) -> Any:
+  def cumsum(self, axis: int = 0) -> Self:
     """Cumulative sum along axis, in sum's dtype (small ints widen to 32 bits, as tinygrad).
 
     >>> Tensor([1, 2, 3, 4]).cumsum().tolist()
@@ -178,7 +179,7 @@ class ReduceMixin:
     out = _scan(self.cast(acc), axis, SCANS["add"])
     return out.cast(self.dtype) if self.dtype in RETURNS_INPUT_DTYPE else out
 
-  def cumprod(self, axis: int = 0) -> Any:
+  def cumprod(self, axis: int = 0) -> Self:
     """Cumulative product along axis, in prod's dtype.
 
     >>> Tensor([1, 2, 3, 4]).cumprod().tolist()
@@ -188,7 +189,7 @@ class ReduceMixin:
     out = _scan(self.cast(acc), axis, SCANS["mul"])
     return out.cast(self.dtype) if self.dtype in RETURNS_INPUT_DTYPE else out
 
-  def cummax(self, axis: int = 0) -> Any:
+  def cummax(self, axis: int = 0) -> Self:
     """Running maximum along axis (values only, as tinygrad); NaN propagates.
 
     >>> Tensor([1, 3, 2, 5]).cummax().tolist()
@@ -196,7 +197,7 @@ class ReduceMixin:
     """
     return _scan(self, axis, SCANS["max"])
 
-  def logcumsumexp(self, axis: int = 0) -> Any:
+  def logcumsumexp(self, axis: int = 0) -> Self:
     """log(cumsum(exp(x))) along axis, computed without overflow (ints give float32).
 
     >>> [round(v, 4) for v in Tensor([0.0, 0.0, 0.0]).logcumsumexp().tolist()]
@@ -205,7 +206,7 @@ class ReduceMixin:
     return _scan(self.cast(least_upper_float(self.dtype)), axis, SCANS["logaddexp"])
 
   # ---- triangles
-  def triu(self, diagonal: int = 0) -> Any:
+  def triu(self, diagonal: int = 0) -> Self:
     """Keep the elements on and above the diagonal-th diagonal of the last two dims, zero the rest.
 
     >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
@@ -213,7 +214,7 @@ class ReduceMixin:
     """
     return self._triangle(diagonal, upper=True)
 
-  def tril(self, diagonal: int = 0) -> Any:
+  def tril(self, diagonal: int = 0) -> Self:
     """Keep the elements on and below the diagonal-th diagonal of the last two dims, zero the rest.
 
     >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
@@ -221,17 +222,17 @@ class ReduceMixin:
     """
     return self._triangle(diagonal, upper=False)
 
-  def _triangle(self, diagonal: int, upper: bool) -> Any:
+  def _triangle(self, diagonal: int, upper: bool) -> Self:
     if self.ndim < 2:
       raise RuntimeError(f"{'triu' if upper else 'tril'}: input tensor must have at least 2 dimensions, got shape "
                          f"{self.shape}")
     if not isinstance(diagonal, int) or isinstance(diagonal, bool):
       raise TypeError(f"diagonal must be an int, got {type(diagonal).__name__}")
-    keep = triangle_mask(self.shape[-2], self.shape[-1], diagonal, upper, self.device)
+    keep = triangle_mask(self, self.shape[-2], self.shape[-1], diagonal, upper)
     return keep.where(self, self._const(0))
 
   # ---- linear algebra
-  def dot(self, w: Any, acc_dtype: DType | str | None = None) -> Any:
+  def dot(self, w: Any, acc_dtype: DType | str | None = None) -> Self:
     """Matrix product with broadcasting over batch dims, like torch.matmul; acc_dtype sets the accumulation dtype
     (and the result's).
 
@@ -243,7 +244,6 @@ class ReduceMixin:
       raise RuntimeError(f"both arguments to matmul need at least 1 dimension, got {x.ndim}D and {w.ndim}D")
     k_x, k_w = x.shape[-1], w.shape[-2] if w.ndim > 1 else w.shape[0]
     if k_x != k_w:
-      from refgrad.tensor import ShapeError
       raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, x.shape))} and "
                        f"{'x'.join(map(str, w.shape))}): inner sizes {k_x} and {k_w} differ")
     out_dtype = least_upper_dtype(x.dtype, w.dtype)
@@ -257,7 +257,7 @@ class ReduceMixin:
       product = product.squeeze(-2)
     return product.squeeze(-1) if w.ndim == 1 else product
 
-  def matmul(self, w: Any, reverse: bool = False, acc_dtype: DType | str | None = None) -> Any:
+  def matmul(self, w: Any, reverse: bool = False, acc_dtype: DType | str | None = None) -> Self:
     """self @ w (w @ self if reverse).
 
     >>> Tensor([[1.0, 2.0]]).matmul(Tensor([[3.0], [4.0]])).tolist()
@@ -265,10 +265,10 @@ class ReduceMixin:
     """
     return w.dot(self, acc_dtype) if reverse else self.dot(w, acc_dtype)
 
-  def __matmul__(self, w: Any) -> Any:
+  def __matmul__(self, w: Any) -> Self:
     return self.dot(w)
 
-  def __rmatmul__(self, w: Any) -> Any:
+  def __rmatmul__(self, w: Any) -> Self:
     return self._to_tensor(w).dot(self)
 
 
@@ -276,11 +276,10 @@ def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
   return reduce_axes(axis, ndim) if ndim else ()
 
 
-def triangle_mask(rows: int, cols: int, diagonal: int, upper: bool, device: str) -> Any:
-  """(rows, cols) bool: col - row >= diagonal (upper) or col - row <= diagonal (lower)."""
-  from refgrad.tensor import Tensor
-  row = Tensor.arange(rows, device=device).reshape(rows, 1)
-  col = Tensor.arange(cols, device=device).reshape(1, cols)
+def triangle_mask(like: Any, rows: int, cols: int, diagonal: int, upper: bool) -> Any:
+  """(rows, cols) bool on like's device: col - row >= diagonal (upper) or col - row <= diagonal (lower)."""
+  row = like.arange(rows, device=like.device).reshape(rows, 1)
+  col = like.arange(cols, device=like.device).reshape(1, cols)
   offset = col - row
   return offset.ge(diagonal) if upper else offset.le(diagonal)
 
@@ -311,7 +310,6 @@ SCANS: dict[str, Scan] = {
 
 
 def _scan(x: Any, axis: int, scan: Scan) -> Any:
-  from refgrad.tensor import normalize_dim
   ax = normalize_dim(axis, x.ndim)  # IndexError for a bad axis, 0-d tensors included (they take 0 and -1)
   if x.ndim == 0:
     return x
@@ -326,7 +324,7 @@ def _scan_last(x: Any, scan: Scan) -> Any:
   n = x.shape[-1]
   if n <= SCAN_BLOCK:
     windows = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)  # [..., i, j] = x[..., j]
-    keep = triangle_mask(n, n, 0, False, x.device)  # j <= i
+    keep = triangle_mask(x, n, n, 0, False)  # j <= i
     return scan.reduce(keep.where(windows, x._const(scan.identity(x))))
   blocks = -(-n // SCAN_BLOCK)
   padded = x.pad(((0, 0),) * (x.ndim - 1) + ((0, blocks * SCAN_BLOCK - n),))

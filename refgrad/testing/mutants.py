@@ -44,7 +44,7 @@ from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRE
 from refgrad.device import DeviceImpl, DeviceSpec, numbered_source
 from refgrad.dtype import DType, dtypes
 from refgrad.hookspecs import hookimpl
-from refgrad.uop import GroupOp, Ops, UOp
+from refgrad.uop import Ops, UOp
 
 BASE_DEVICE = "CLANG"
 Program = tuple[Callable[..., Any], list[np.ndarray]]  # fn(*tensors) and its inputs, for check_against_reference
@@ -101,8 +101,7 @@ def _arr(dtype: DType, *values: Any) -> np.ndarray:
 
 
 def _alu(op: Ops, *ts: Any) -> Any:
-  out = dtypes.bool if op in GroupOp.Comparison else ts[0].dtype
-  return ts[0]._from(UOp(op, out, tuple(t.uop for t in ts)))
+  return ts[0]._from(ts[0].uop.alu(op, *(t.uop for t in ts[1:])))
 
 
 def _op(op: Ops) -> Callable[..., Any]:

@@ -22,7 +22,7 @@ import numpy as np
 from refgrad.alu import reduce_identity
 from refgrad.codegen.linearize import Program
 from refgrad.device import Capabilities
-from refgrad.dtype import EMULATED_16BIT, DType, dtypes
+from refgrad.dtype import EMULATED_16BIT, ODD_HELPER, DType, dtypes, round_to_odd_source
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_llvm.prelude import needed_helpers
 
@@ -176,16 +176,12 @@ class _Kernel:
     return loop
 
   def render_segment(self, start: int, stop: int) -> None:
-    i = start
-    while i < stop:
-      end = self.program.loop_ends.get(i)
-      if end is not None and self.program.splittable_reduce(i, REDUCE_LANES):
+    for i, end in self.program.pieces(start, stop, REDUCE_LANES):
+      if end is None:
+        self.prefix = f"v{i}"
+        self.render_uop(self.program.uops[i])
+      else:
         self.render_unrolled_reduce(i, end)
-        i = end + 1
-        continue
-      self.prefix = f"v{i}"
-      self.render_uop(self.program.uops[i])
-      i += 1
 
   def render_unrolled_reduce(self, start: int, end: int) -> None:
     """Run REDUCE_LANES independent accumulators (the SLP vectorizer packs them into one vector register) and
@@ -428,10 +424,9 @@ def _int_to_int(k: _Kernel, a: str, src: DType, dst: DType) -> str:
 
 def _int_to_float(k: _Kernel, a: str, src: DType, dst: DType) -> str:
   convert = "sitofp" if src.kind == "i" else "uitofp"
-  if dst not in EMULATED_16BIT or src.bits <= 16:  # one rounding (at most 16 bits are exact in float)
+  if (wide := round_to_odd_source(src, dst)) is None:  # float holds every src value: one rounding
     return k.round16(k.emit(f"{convert} {ll_type(src)} {a} to {ll_type(dst)}"), dst)
-  wide = _int_to_int(k, a, src, dtypes.int64 if src.kind == "i" else dtypes.uint64)
-  odd = k.call(f"rg_{'i' if src.kind == 'i' else 'u'}64_to_f32_odd", "float", ("i64", wide))
+  odd = k.call(f"rg_{ODD_HELPER[wide]}_to_f32_odd", "float", ("i64", _int_to_int(k, a, src, wide)))
   return k.round16(odd, dst)
 
 

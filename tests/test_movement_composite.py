@@ -1,11 +1,12 @@
-"""The rest of the movement API (pad modes, squeeze/unflatten, repeat, repeat_interleave, roll, split, chunk, cat,
-stack, meshgrid, rearrange) against torch, on contiguous and non-contiguous inputs, 0-size and 0-d tensors, and
-several dtypes. These ops only move data, so every value must match bit for bit."""
+"""Movement functions built from the six movement primitives (pad modes, squeeze/unflatten, repeat,
+repeat_interleave, roll, split, chunk, cat, stack, meshgrid, rearrange) against torch, on contiguous and
+non-contiguous inputs, 0-size and 0-d tensors, and several dtypes. These ops only move data, so every value must
+match bit for bit."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from conftest import NP_DTYPE, check, edge_values, to_numpy, to_torch
+from helpers import NP_DTYPE, check, edge_values, to_numpy, to_torch
 
 from refgrad import Tensor, dtypes
 

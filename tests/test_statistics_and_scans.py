@@ -3,7 +3,7 @@ and acc_dtype, against torch over shapes with 0-size dims, 0-d tensors, negative
 import numpy as np
 import pytest
 import torch
-from conftest import NP_DTYPE, check, to_torch
+from helpers import NP_DTYPE, check, to_torch
 
 from refgrad import Tensor, dtypes
 from refgrad.frontend.reduce import SCAN_BLOCK

@@ -1,12 +1,12 @@
-"""The rest of the elementwise API against torch: inverse trig and hyperbolic functions, erf, rounding, clamp, lerp,
-isinf/isclose, shifts by tensors, reverse and in-place operators, and the cast shortcuts. Shapes cover 0-d, 0-size,
-broadcasting and non-contiguous inputs."""
+"""Elementwise functions built from the primitives, against torch: inverse trig and hyperbolic functions, erf,
+rounding, clamp, lerp, isinf/isclose, shifts by tensors, reverse and in-place operators, and the cast shortcuts.
+Shapes cover 0-d, 0-size, broadcasting and non-contiguous inputs."""
 import operator
 
 import numpy as np
 import pytest
 import torch
-from conftest import NP_DTYPE, check, to_numpy, to_torch
+from helpers import NP_DTYPE, check, to_numpy, to_torch
 
 from refgrad import Tensor, dtypes
 from refgrad.dtype import least_upper_dtype

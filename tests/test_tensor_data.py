@@ -3,7 +3,7 @@ replace, detach and the properties, checked against torch."""
 import numpy as np
 import pytest
 import torch
-from conftest import ALL_DTYPES, NP_DTYPE, TORCH_DTYPE, check, edge_values, ids, to_numpy
+from helpers import ALL_DTYPES, NP_DTYPE, TORCH_DTYPE, check, edge_values, ids, to_numpy
 
 from refgrad import Device, Tensor, dtypes
 from refgrad.schedule import realized_buffer

@@ -1,0 +1,57 @@
+"""Shape arguments and their errors, shared by Tensor and every frontend mixin: the one place that says what a
+valid dim, shape or broadcast is."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+Scalar = int | float | bool
+Shape = tuple[int, ...]
+
+
+class ShapeError(RuntimeError, ValueError):
+  """Shapes that do not fit together (broadcast, reshape, matmul). Catchable as RuntimeError or ValueError."""
+
+
+# ---- argument helpers
+def normalize_dim(dim: int, ndim: int) -> int:
+  """A dim in [-ndim, ndim) as a non-negative index; IndexError otherwise (0-d tensors accept -1 and 0)."""
+  if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+    raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+  size = max(ndim, 1)
+  if not -size <= dim < size:
+    raise IndexError(f"Dimension out of range (expected to be in range of [{-size}, {size - 1}], but got {dim})")
+  return int(dim) % size
+
+
+def shape_args(shape: Sequence[Any]) -> tuple:
+  """Accept f(2, 3) and f((2, 3)) alike."""
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+    return tuple(shape[0])
+  return tuple(shape)
+
+
+def check_shape(shape: tuple, what: str) -> Shape:
+  """A shape of non-negative ints; TypeError or ValueError naming `what` otherwise."""
+  for s in shape:
+    if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+      raise TypeError(f"{what}: sizes must be ints, got {shape}")
+    if s < 0:
+      raise ValueError(f"{what}: negative dimension in shape {shape}")
+  return tuple(int(s) for s in shape)
+
+
+def broadcast_shape(*shapes: Shape) -> Shape:
+  """numpy's broadcast of several shapes; ShapeError naming the shapes and the first dimension that differs."""
+  ndim = max(len(s) for s in shapes)
+  padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for axis, sizes in enumerate(zip(*padded)):
+    non_one = {s for s in sizes if s != 1}
+    if len(non_one) > 1:
+      raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together: "
+                       f"sizes {sorted(non_one)} differ at dimension {axis}")
+    out.append(non_one.pop() if non_one else 1)
+  return tuple(out)
