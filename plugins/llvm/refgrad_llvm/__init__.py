@@ -108,6 +108,12 @@ class LLVMCompiler:
     passes.getModulePassManager().run(module, passes)
 
 
+# An LLJIT keeps bookkeeping for every library it ever linked (about 90 KB each, measured) even after the library's
+# code is released, so a long-running process starts a fresh LLJIT after this many libraries; the old one is freed
+# when the last runner linked into it is (runners hold their JIT).
+LIBRARIES_PER_JIT = 256
+
+
 class JITRuntime:
   """Links object files into LLVM's ORC JIT, one library per kernel (libm and libc come from this process)."""
 
@@ -118,13 +124,18 @@ class JITRuntime:
     self.libraries = itertools.count()
 
   def load(self, binary: bytes, program: Any):
+    number = next(self.libraries)
+    if number and number % LIBRARIES_PER_JIT == 0:
+      self.jit = self.llvm.create_lljit_compiler(host_target_machine())
     library = (self.llvm.JITLibraryBuilder().add_object_img(binary).add_current_process()
-               .export_symbol(program.name).link(self.jit, f"{program.name}.{next(self.libraries)}"))
+               .export_symbol(program.name).link(self.jit, f"{program.name}.{number}"))
     function = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(program.params))(library[program.name])
 
     def run(*handles: np.ndarray) -> None:
       function(*(h.ctypes.data for h in handles))
-    run.library = library  # the kernel's code lives as long as the runner does
+    # the kernel's code lives as long as the runner does, and its JIT at least as long (released in this order)
+    run.library = library
+    run.jit = self.jit
     return run
 
 
