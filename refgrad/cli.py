@@ -140,7 +140,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
   print(f"refgrad fuzz on {device} for {args.seconds:g} s with {args.jobs} job(s), seed {args.seed}", file=sys.stderr)
   try:
     report = fuzz(device, args.seconds, args.seed, args.jobs, args.findings, args.plugin or [], args.timeout,
-                  args.max_findings)
+                  args.max_findings, args.opts)
   except Exception:  # by construction not a finding: refgrad's own harness failed
     traceback.print_exc()
     print(f"refgrad fuzz: refgrad's own fuzzing harness failed (above), not {device}: this is a bug in refgrad, "
@@ -178,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
   fz.add_argument("--findings", default="refgrad-findings", metavar="DIR", help="where findings are written")
   fz.add_argument("--timeout", type=float, default=30.0, help="seconds before a program counts as a hang")
   fz.add_argument("--max-findings", type=int, default=None, help="stop a campaign after this many findings")
+  fz.add_argument("--opts", action="store_true",
+                  help="run every kernel under a random legal opt list (the kernel optimizer's choices)")
   fz.set_defaults(fn=cmd_fuzz)
   selftest = add_selftest_parser(sub)
   for p in (devices, demo, check, fz, selftest):

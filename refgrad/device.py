@@ -40,6 +40,9 @@ class Capabilities:
   # how a grouped reduction shares iterations among a work-group's items: interleaved, so neighbouring items read
   # neighbouring addresses together (GPU), or in contiguous runs, one per item (CPU OpenCL runs items one by one)
   interleaved_groups: bool = True
+  # how many floats the device's compiler keeps in one vector register: the kernel optimizer gives a long reduction
+  # a tile of that many outputs per thread along the last axis (refgrad/codegen/opt.py); 0 or 1: no opts
+  upcast_lanes: int = 0
 
 
 class UnsupportedDTypeError(TypeError):

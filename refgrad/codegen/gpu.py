@@ -134,7 +134,11 @@ class _GroupedReduce:
 
 # ---- the pass
 def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
-  """A lowered kernel and its output shape -> the GPU-shaped kernel, its global shape and its local shape."""
+  """A lowered kernel and its output shape -> the GPU-shaped kernel, its global shape and its local shape. A kernel
+  with several stores (an upcast tile, codegen/opt.py) maps each of them; only a single store's reductions are
+  shared by a work-group."""
+  if len(sink.src) > 1:
+    return _to_gpu_tile(sink, shape, caps)
   store = sink.src[0]
   out_param, out_index, value = store.src
   axes = grid_axes(shape, len(caps.max_global_size))
@@ -169,3 +173,14 @@ def check_grid(grid: list[int], caps: Capabilities) -> None:
   for axis, (size, limit) in enumerate(zip(grid, caps.max_global_size)):
     if size > limit:
       raise ValueError(f"kernel grid axis {axis} has {size} work-items, more than the device's {limit}")
+
+
+def _to_gpu_tile(sink: UOp, shape: tuple[int, ...], caps: Capabilities) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+  """Several stores per thread: each reads its thread indices from the grid; no work-group reductions."""
+  axes = grid_axes(shape, len(caps.max_global_size))
+  grid = [prod(shape[d] for d in dims) for dims in axes]
+  mapping = thread_mapping(shape, axes, [UOp(Ops.SPECIAL, INDEX, (), (axis, n)) for axis, n in enumerate(grid)])
+  check_grid(grid, caps)
+  local = plain_local_shape(tuple(grid), min(caps.max_local_size, PREFERRED_GROUP))
+  stores = tuple(store.substitute(mapping) for store in sink.src)
+  return simplify(UOp(Ops.SINK, dtypes.void, stores)), tuple(grid), local

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from refgrad.codegen.lowering import lower_kernel
+from refgrad.codegen.opt import OptList, apply_opts, default_opts, opts_text
 from refgrad.codegen.symbolic import simplify
 from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
@@ -32,6 +33,7 @@ class Program:
   global_shape: tuple[int, ...]
   key: UOp
   local_shape: tuple[int, ...] = ()
+  opts: OptList = ()
 
   @functools.cached_property
   def params(self) -> tuple[UOp, ...]:
@@ -85,6 +87,7 @@ class Program:
       paths.add("grouped reduction (local memory and barriers)")
     if any(u.op is Ops.LOAD and len(u.src) > 2 for u in self.uops):
       paths.add("gated load (padding)")
+    paths |= {f"{opt.kind} opt" for opt in self.opts}
     paths |= {f"{u.dtype.name} arithmetic" for u in self.uops
               if u.dtype in (dtypes.float16, dtypes.bfloat16) and u.op not in (Ops.LOAD, Ops.PARAM)}
     return sorted(paths)
@@ -93,7 +96,8 @@ class Program:
     """A numbered, readable text form: what the PYTHON device 'renders'."""
     number = {u: i for i, u in enumerate(self.uops)}
     local = f" local_shape={self.local_shape}" if self.local_shape else ""
-    lines = [f"kernel {self.name} global_shape={self.global_shape}{local}"]
+    opts = f" opts={opts_text(self.opts)}" if self.opts else ""
+    lines = [f"kernel {self.name} global_shape={self.global_shape}{local}{opts}"]
     depth = 0
     for i, u in enumerate(self.uops):
       depth -= u.op is Ops.ENDRANGE
@@ -151,16 +155,27 @@ class _Linearizer:
         self.emitted.add(n)
         self.order.append(n)
 
+  def siblings(self, acc: UOp) -> list[UOp]:
+    """acc and the accumulators not yet emitted that loop over the same ranges and do not read each other (an
+    upcast kernel's tile of outputs): they share one loop nest, so what their bodies share is computed once."""
+    ranges = self.reduces[acc][1]
+    group = [acc] + [a for a, (_, r) in self.reduces.items() if r == ranges and a is not acc and a not in self.emitted]
+    return [a for a in group if a is acc or not any(b in self.reduces[a][0].toposort or a in self.reduces[b][0].toposort
+                                                     for b in group if b is not a)]
+
   def emit_reduce(self, acc: UOp) -> None:
-    body, ranges = self.reduces[acc]
-    self.emit(body, skip_ranges=frozenset(ranges))  # hoist loop-invariant work above the loops
-    self.emitted.add(acc)
-    self.order.append(acc)
+    group, ranges = self.siblings(acc), self.reduces[acc][1]
+    for a in group:
+      self.emit(self.reduces[a][0], skip_ranges=frozenset(ranges))  # hoist loop-invariant work above the loops
+    for a in group:
+      self.emitted.add(a)
+      self.order.append(a)
     for r in ranges:
       self.emitted.add(r)
       self.order.append(r)
-    self.emit(body)
-    self.order.append(UOp(Ops.ACCUMULATE, dtypes.void, (acc, body)))
+    for a in group:
+      self.emit(self.reduces[a][0])
+      self.order.append(UOp(Ops.ACCUMULATE, dtypes.void, (a, self.reduces[a][0])))
     self.order.extend(UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(ranges))
 
 
@@ -179,15 +194,32 @@ def kernel_name(sink: UOp, shape: tuple[int, ...]) -> str:
 
 # One entry per (kernel, device capabilities). Replaying tests/test_reduce.py's sequence, 64 entries already miss
 # only on first use (2993 misses for 2988 distinct kernels); 512 covers the devices' runner caches (128 each).
+def compile_ast(ast: UOp, caps: Capabilities | None = None, opts: OptList | None = None) -> Program:
+  """The whole codegen pipeline for one scheduled kernel: lower, simplify, optimize, linearize. `opts` default to
+  the heuristic for the device's `caps` (none for the reference, caps None). With the `caps` of a device that
+  launches a grid of work-groups, the program is GPU-shaped after the opts (codegen/gpu.py)."""
+  if opts is None and caps is not None and caps.upcast_lanes > 1:
+    lowered, shape = lowered_kernel(ast)
+    opts = default_opts(lowered, shape, caps.upcast_lanes)
+  return _compile(ast, caps, tuple(opts or ()))
+
+
 @functools.lru_cache(maxsize=512)
-def compile_ast(ast: UOp, caps: Capabilities | None = None) -> Program:
-  """The whole codegen pipeline for one scheduled kernel: lower, simplify, linearize. With the `caps` of a
-  device that launches a grid of work-groups, the program is GPU-shaped first (codegen/gpu.py)."""
+def lowered_kernel(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
+  """A scheduled kernel lowered to index math and simplified, and its output shape: what opts transform."""
   lowered, shape = lower_kernel(ast)
-  lowered = simplify(lowered)
+  return simplify(lowered), shape
+
+
+@functools.lru_cache(maxsize=512)
+def _compile(ast: UOp, caps: Capabilities | None, opts: OptList) -> Program:
+  lowered, shape = lowered_kernel(ast)
   name = kernel_name(lowered, shape)
+  if opts:
+    lowered, shape = apply_opts(lowered, shape, opts)
+    lowered = simplify(lowered)
   if caps is not None and caps.max_global_size is not None:
     from refgrad.codegen.gpu import to_gpu
     lowered, shape, local = to_gpu(lowered, shape, caps)
-    return Program(name, tuple(linearize(lowered)), shape, ast, local)
-  return Program(name, tuple(linearize(lowered)), shape, ast)
+    return Program(name, tuple(linearize(lowered)), shape, ast, local, opts)
+  return Program(name, tuple(linearize(lowered)), shape, ast, opts=opts)

@@ -18,6 +18,7 @@ unsupported, so a device that stops claiming a dtype shows it in the matrix and 
 """
 from __future__ import annotations
 
+import random
 import sys
 import time
 from collections import Counter
@@ -28,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from refgrad.alu import OP_KINDS, result_dtype, ulp_distance
-from refgrad.codegen.linearize import compile_ast
+from refgrad.codegen.linearize import compile_ast, lowered_kernel
+from refgrad.codegen.opt import random_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.testing.compare import Comparison, compare
@@ -330,20 +332,31 @@ def _conv2d(image: Any, weight: Any) -> Any:
   return total
 
 
+# Each corpus program also runs under this many random legal opt lists (refgrad/codegen/opt.py), one row each: the
+# device's own heuristic runs in the plain rows, and these prove the optimizer's other choices on the device too.
+OPT_DRAWS = 2
+
+
 @dataclass
 class ProgramCase:
-  """A corpus program, checked kernel by kernel as a whole (its own row)."""
+  """A corpus program, checked kernel by kernel as a whole (its own row); with `opts_seed`, under random legal opt
+  lists drawn from that seed."""
   label: str
   fn: Callable[..., Any]
   inputs: list[np.ndarray]
   dtypes: tuple[DType, ...] = ()
+  opts_seed: int | None = None
 
   @property
   def rows(self) -> set[str]:
     return {self.label}
 
   def run(self, device: str) -> UnitOutcome:
-    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device)
+    opts = None
+    if self.opts_seed is not None:
+      rng = random.Random(self.opts_seed)
+      opts = lambda ast: random_opts(*lowered_kernel(ast), rng)  # noqa: E731
+    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device, opts=opts)
     return UnitOutcome([CaseResult(self.label, "program", PASS, report.worst_ulp, report.checked,
                                    report.undefined + report.unbounded)], [k.ast for k in report.kernels])
 
@@ -359,6 +372,8 @@ def all_units(kinds: list[DType] | None = None) -> list[Unit]:
   units += [batch for d in kinds for batch in cast_batches(d, kinds)]
   units += [reduce_batch(d) for d in kinds if d != dtypes.bool]
   units += [ProgramCase(name, fn, inputs) for name, (fn, inputs) in _corpus().items()]
+  units += [ProgramCase(f"{name}, opts draw {draw}", fn, inputs, opts_seed=draw)
+            for name, (fn, inputs) in _corpus().items() for draw in range(1, OPT_DRAWS + 1)]
   return units
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import multiprocessing
+import random
 import sys
 import textwrap
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,11 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from refgrad.codegen.linearize import lowered_kernel
+from refgrad.codegen.opt import OptList, random_opts
 from refgrad.dtype import DType, dtypes
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
+from refgrad.uop import UOp
 
 FINDING_KINDS = ("mismatch", "error", "crash", "hang")
 MISSING_SHOWN = 30  # unreached (op, dtype) pairs named at the end of a campaign
@@ -78,13 +83,22 @@ def kernel_pairs(ast: Any) -> set[tuple[str, str]]:
 
 
 # ---- the worker: runs one program at a time, in its own process
-def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = None) -> tuple[str, str]:
+def opts_for(program_text: str) -> Callable[[UOp], OptList]:
+  """The opt lists `refgrad fuzz --opts` runs a program's kernels with: random and legal (refgrad/codegen/opt.py),
+  drawn in kernel order from a seed made of the program's text, so a finding replays with the same opts."""
+  rng = random.Random(hashlib.sha256(program_text.encode()).hexdigest())
+  return lambda ast: random_opts(*lowered_kernel(ast), rng)
+
+
+def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = None,
+            opts: bool = False) -> tuple[str, str]:
   """('ok'|'mismatch'|'error', detail) for one program, in this process. An exception that the device under
   test did not raise is refgrad's own and propagates. The (op, dtype) pairs of a checked program's kernels are
-  added to `coverage`."""
+  added to `coverage`. With `opts`, the device runs each kernel under a random legal opt list (opts_for)."""
   from refgrad.testing.reference import ReferenceMismatch, check_against_reference, raised_by_device
+  chooser = opts_for(program.to_python()) if opts else None
   try:
-    report = check_against_reference(program.run, *program.inputs, device=device)
+    report = check_against_reference(program.run, *program.inputs, device=device, opts=chooser)
   except ReferenceMismatch as e:
     return "mismatch", str(e)
   except Exception as e:
@@ -97,7 +111,7 @@ def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = N
   return "ok", ""
 
 
-def _worker_main(conn: Any, device: str, plugin_files: list[str]) -> None:
+def _worker_main(conn: Any, device: str, plugin_files: list[str], opts: bool) -> None:
   for path in plugin_files:
     load_plugin_file(path)
   while True:
@@ -106,7 +120,7 @@ def _worker_main(conn: Any, device: str, plugin_files: list[str]) -> None:
       return
     covered: set[tuple[str, str]] = set()
     try:
-      verdict = (*run_one(program, device, covered), sorted(covered))
+      verdict = (*run_one(program, device, covered, opts), sorted(covered))
     except Exception:
       verdict = ("harness", traceback.format_exc(), [])
     conn.send(verdict)
@@ -115,14 +129,15 @@ def _worker_main(conn: Any, device: str, plugin_files: list[str]) -> None:
 class Worker:
   """A worker process that is replaced whenever it dies or hangs."""
 
-  def __init__(self, device: str, plugin_files: list[str], timeout: float):
-    self.device, self.plugin_files, self.timeout = device, plugin_files, timeout
+  def __init__(self, device: str, plugin_files: list[str], timeout: float, opts: bool = False):
+    self.device, self.plugin_files, self.timeout, self.opts = device, plugin_files, timeout, opts
     self.process: multiprocessing.Process | None = None
 
   def start(self) -> None:
     context = multiprocessing.get_context("spawn")
     self.conn, child = context.Pipe()
-    self.process = context.Process(target=_worker_main, args=(child, self.device, self.plugin_files), daemon=True)
+    self.process = context.Process(target=_worker_main, args=(child, self.device, self.plugin_files, self.opts),
+                                   daemon=True)
     self.process.start()
 
   def run(self, program: Any) -> tuple[str, str, list[tuple[str, str]]]:
@@ -187,11 +202,11 @@ def only_findings(error: BaseException) -> bool:
 
 
 def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[str], timeout: float,
-             max_findings: int | None = None, batch: int = 40) -> CampaignResult:
+             max_findings: int | None = None, batch: int = 40, opts: bool = False) -> CampaignResult:
   for path in plugin_files:  # this process asks the device which dtypes it claims
     load_plugin_file(path)
   allowed = claimed_dtypes(device)
-  worker = Worker(device, plugin_files, timeout)
+  worker = Worker(device, plugin_files, timeout, opts)
   deadline = time.monotonic() + seconds
   result = CampaignResult()
   harness_failure = ""
@@ -236,7 +251,8 @@ def _campaign_job(args: tuple) -> CampaignResult:
 
 
 # ---- findings as standalone pytest files
-def finding_source(kind: str, detail: str, program: Any, device: str, plugin_files: list[str]) -> str:
+def finding_source(kind: str, detail: str, program: Any, device: str, plugin_files: list[str],
+                   opts: bool = False) -> str:
   arrays = ",\n      ".join(f"np.array({x.tolist()!r}, dtype=np.dtype({str(x.dtype)!r}))"
                             if x.dtype.name != "bfloat16" else
                             f"np.array({x.astype('float32').tolist()!r}, dtype=np.float32).astype(ml_dtypes.bfloat16)"
@@ -245,6 +261,7 @@ def finding_source(kind: str, detail: str, program: Any, device: str, plugin_fil
   plugins = "".join(f"load_plugin_file({p!r})\n" for p in plugin_files)
   summary = textwrap.indent("\n".join(detail.splitlines()[:12]), "# ")
   body = textwrap.indent(program.to_python(), "  ")
+  replay_opts = f", opts=opts_for({program.to_python()!r})" if opts else ""
   return f'''"""refgrad fuzz finding ({kind}) on {device}. Run: python -m pytest {{this file}}"""
 from math import inf, nan  # noqa: F401  (values print as inf and nan)
 
@@ -252,7 +269,7 @@ import ml_dtypes  # noqa: F401
 import numpy as np
 
 from refgrad import dtypes  # noqa: F401
-from refgrad.testing.fuzz import load_plugin_file, run_one  # noqa: F401
+from refgrad.testing.fuzz import load_plugin_file, opts_for, run_one  # noqa: F401
 from refgrad.testing.programs import TensorProgram  # noqa: F401
 from refgrad.testing.reference import check_against_reference
 from refgrad.uop import Ops, UOp  # noqa: F401
@@ -267,7 +284,7 @@ def program({params}):
 def test_finding():
   inputs = [
       {arrays}]
-  check_against_reference(program, *inputs, device={device!r})
+  check_against_reference(program, *inputs, device={device!r}{replay_opts})
 '''
 
 
@@ -299,12 +316,14 @@ class FuzzReport:
 
 
 def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findings_dir: str = "refgrad-findings",
-         plugin_files: list[str] | None = None, timeout: float = 30.0, max_findings: int | None = None) -> FuzzReport:
+         plugin_files: list[str] | None = None, timeout: float = 30.0, max_findings: int | None = None,
+         opts: bool = False) -> FuzzReport:
   """Run `jobs` campaigns in parallel for `seconds` (each stops early after `max_findings` findings);
-  write each distinct finding to `findings_dir`."""
+  write each distinct finding to `findings_dir`. With `opts`, every kernel runs under a random legal opt list."""
   plugin_files = [str(Path(p).resolve()) for p in (plugin_files or [])]
   started = time.monotonic()
-  args = [(device, seconds, start_seed + 100_003 * j, plugin_files, timeout, max_findings) for j in range(jobs)]
+  args = [(device, seconds, start_seed + 100_003 * j, plugin_files, timeout, max_findings, 40, opts)
+          for j in range(jobs)]
   if jobs == 1:
     results = [campaign(*args[0])]
   else:
@@ -319,7 +338,7 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
         continue
       out.mkdir(parents=True, exist_ok=True)
       path = out / f"test_finding_{device.lower()}_{kind}_{key}.py"
-      path.write_text(finding_source(kind, detail, program, device, plugin_files))
+      path.write_text(finding_source(kind, detail, program, device, plugin_files, opts))
       written[key] = (kind, path)
   coverage = sum((r.coverage for r in results), Counter())
   for path in plugin_files:

@@ -18,6 +18,7 @@ import numpy as np
 
 from refgrad.alu import ulp_distance
 from refgrad.codegen.linearize import compile_ast
+from refgrad.codegen.opt import OptList, opts_text
 from refgrad.device import Buffer, Device
 from refgrad.realize import run_schedule
 from refgrad.schedule import ScheduleItem, create_schedule
@@ -85,12 +86,17 @@ def _as_tensors(inputs: tuple) -> list[Any]:
   return [x if isinstance(x, Tensor) else Tensor(x, device="PYTHON") for x in inputs]
 
 
-def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray]) -> np.ndarray:
-  """Run one kernel on `device`, its inputs copied from the reference's buffers."""
+def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray], opts: OptList | None) -> np.ndarray:
+  """Run one kernel on `device` (with `opts`, else the device's own), its inputs copied from the reference's
+  buffers."""
   out = item.buffers[0]
   buffers = [Buffer(device, out.size, out.dtype)]
   buffers += [Buffer(device, b.size, b.dtype).copyin(x) for b, x in zip(item.buffers[1:], inputs[1:])]
-  run_schedule([ScheduleItem(item.ast, tuple(buffers))])
+  if opts is None:
+    run_schedule([ScheduleItem(item.ast, tuple(buffers))])
+  else:
+    impl = Device[device]
+    impl.get_runner(compile_ast(item.ast, impl.caps, opts))(*(b.handle for b in buffers))
   return buffers[0].numpy()
 
 
@@ -125,12 +131,12 @@ def raised_by_device(error: BaseException) -> bool:
 
 
 def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, expected: np.ndarray,
-            result: Comparison, inputs: tuple) -> str:
-  program = compile_ast(item.ast, Device[device].caps)  # as the device compiled it: GPU-shaped on OPENCL
+            result: Comparison, inputs: tuple, opts: OptList | None = None) -> str:
+  program = compile_ast(item.ast, Device[device].caps, opts)  # as the device compiled it: GPU-shaped on OPENCL
   shape = item.ast.src[0].src[1].shape
   lines = [f"{device} differs from the reference in kernel {index} ({program.name}, output "
-           f"{result.dtype.name}{list(shape)}): {result.mismatch_count} of {result.checked} checked lanes "
-           f"({result.undefined} undefined, {result.unbounded} unbounded skipped)"]
+           f"{result.dtype.name}{list(shape)}, opts {opts_text(program.opts)}): {result.mismatch_count} of "
+           f"{result.checked} checked lanes ({result.undefined} undefined, {result.unbounded} unbounded skipped)"]
   for flat in result.mismatches:
     where = tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
     ulps = ""
@@ -148,13 +154,15 @@ def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, exp
 
 
 def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, raise_on_mismatch: bool = True,
-                            keep_lanes: bool = False) -> ReferenceReport:
+                            keep_lanes: bool = False, opts: Callable[[UOp], OptList] | None = None) -> ReferenceReport:
   """Run `fn(*tensors)` (one Tensor or a tuple of them) on `device` and on PYTHON and compare every kernel.
 
   `inputs` are numpy arrays or Python values (made into PYTHON tensors) or PYTHON tensors. Raises
   ReferenceMismatch explaining the first differing kernel: indices, both values, ULP distance, the inputs
   and the kernel's source on the device. Returns a ReferenceReport; with `raise_on_mismatch=False` each failed
-  kernel carries its explanation instead, and with `keep_lanes=True` every kernel keeps its compared lanes."""
+  kernel carries its explanation instead, and with `keep_lanes=True` every kernel keeps its compared lanes.
+  `opts(ast)`, if given, chooses the opt list each kernel runs with on the device (refgrad/codegen/opt.py), instead
+  of the device's own heuristic; the reference always runs the kernels as lowered."""
   device = Device.canonicalize(device)
   outputs = fn(*_as_tensors(inputs))
   outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
@@ -169,7 +177,8 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
     reference_undefined = item.buffers[0].undefined
     if reference_undefined is not None:
       undefined = reference_undefined if undefined is None else undefined | reference_undefined
-    actual = _device_run(item, device, contents)
+    kernel_opts = None if opts is None else opts(item.ast)
+    actual = _device_run(item, device, contents, kernel_opts)
     if subnormals_flushed():
       raise ReferenceMismatch(
         f"{device} switched this process to flush-to-zero / denormals-are-zero (x86 MXCSR FTZ/DAZ; loading a library "
@@ -181,7 +190,7 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
       kernel.lanes = Lanes(actual.reshape(-1), contents[0].reshape(-1), undefined, bound)
     report.kernels.append(kernel)
     if not result.ok:
-      kernel.explanation = explain(item, index, device, actual, contents[0], result, inputs)
+      kernel.explanation = explain(item, index, device, actual, contents[0], result, inputs, kernel_opts)
       if raise_on_mismatch:
         raise ReferenceMismatch(kernel.explanation)
   return report

@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 from refgrad.codegen.cstyle import CDialect, CStyleRenderer
-from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source
+from refgrad.device import Capabilities, DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source
 from refgrad.hookspecs import hookimpl
 
 FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
@@ -109,7 +109,8 @@ def probe() -> str | None:
 
 def make_device() -> DeviceImpl:
   path, _ = find_compiler()
-  return DeviceImpl("CLANG", HostAllocator(), renderer=CStyleRenderer(CDialect()), compiler=ClangCompiler(path),
+  dialect = CDialect(caps=Capabilities(upcast_lanes=8))  # AVX2: 8 floats per vector register (codegen/opt.py)
+  return DeviceImpl("CLANG", HostAllocator(), renderer=CStyleRenderer(dialect), compiler=ClangCompiler(path),
                     runtime=SharedLibraryRuntime())
 
 

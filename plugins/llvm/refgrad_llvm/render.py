@@ -57,7 +57,7 @@ def literal(value: object, dt: DType) -> str:
 
 class LLVMRenderer:
   """Renders a `Program` to the text of one LLVM module."""
-  caps = Capabilities()
+  caps = Capabilities(upcast_lanes=8)  # AVX2: 8 floats per vector register (refgrad/codegen/opt.py)
 
   def render(self, program: Program) -> str:
     return _Kernel(program).source()

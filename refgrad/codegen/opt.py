@@ -1,0 +1,161 @@
+"""Kernel optimizations: small transformations of a lowered kernel, each with a legality check, applied in order.
+
+An `Opt` names a transformation, the axis it applies to and an amount:
+
+- `UPCAST(axis, k)`: each thread computes k neighbouring outputs along thread axis `axis` (the `SPECIAL` with that
+  axis counts in steps of k and every store is repeated for the k offsets). Values that do not depend on the axis
+  (a row of A in a matmul) are the same nodes for all k outputs, so they are loaded once; the k results are
+  independent, so a C compiler can keep them in one vector register.
+- `UNROLL(axis, k)`: the reduce loop `RANGE` number `axis` runs n/k times, each iteration doing k iterations' work,
+  combined in order before they reach the accumulator.
+
+Both need k to divide the size (an `OptError` says why an opt does not apply). Every opt computes the same value in
+every lane, bit for bit, except UNROLL of a float ADD or MUL reduction, which reassociates it: docs/SPEC.md leaves
+the order of a reduction free within its error bound, and the checker's bounds hold for every order.
+
+A tuple of opts is an opt list: it prints (`UPCAST(1,4) UNROLL(0,4)`), hashes and replays (`parse_opts`).
+`default_opts` is the heuristic a device gets from its `Capabilities`; `REFGRAD_OPTS` overrides it for every kernel.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+from dataclasses import dataclass
+
+from refgrad.alu import result_dtype
+from refgrad.uop import Ops, UOp, prod
+
+
+class OptError(ValueError):
+  """An opt that does not apply to a kernel: no such axis, or an amount that does not divide its size."""
+
+
+@dataclass(frozen=True)
+class Opt:
+  kind: str  # "UPCAST" or "UNROLL"
+  axis: int
+  amount: int
+
+  def __str__(self) -> str:
+    return f"{self.kind}({self.axis},{self.amount})"
+
+
+OptList = tuple[Opt, ...]
+
+
+def opts_text(opts: OptList) -> str:
+  return " ".join(str(o) for o in opts) or "(none)"
+
+
+def parse_opts(text: str) -> OptList:
+  """'UPCAST(1,4) UNROLL(0,4)' -> the opt list (what opts_text prints)."""
+  opts = []
+  for kind, axis, amount in re.findall(r"(\w+)\((\d+),\s*(\d+)\)", text):
+    if kind not in APPLY:
+      raise OptError(f"unknown opt {kind!r} in {text!r}: known are {', '.join(APPLY)}")
+    opts.append(Opt(kind, int(axis), int(amount)))
+  if not opts and text.strip() not in ("", "(none)"):
+    raise OptError(f"cannot read opts from {text!r}: write them as UPCAST(axis,amount) UNROLL(axis,amount)")
+  return tuple(opts)
+
+
+def _thread_index(sink: UOp, axis: int) -> UOp:
+  found = [u for u in sink.toposort if u.op is Ops.SPECIAL and u.arg[0] == axis]
+  if not found:
+    raise OptError(f"UPCAST: the kernel has no thread axis {axis} (axes of size 1 have none)")
+  return found[0]
+
+
+def _check_amount(what: str, size: int, amount: int) -> None:
+  if amount < 2 or size % amount:
+    raise OptError(f"{what} of size {size} cannot be split by {amount}: the amount must be at least 2 and divide it")
+
+
+def upcast(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  index = _thread_index(sink, axis)
+  _check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
+  outer = UOp(Ops.SPECIAL, index.dtype, (), (axis, index.arg[1] // amount))
+  stores = [store.substitute({index: outer * amount + lane}) for lane in range(amount) for store in sink.src]
+  new_shape = tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+  return sink.replace(src=tuple(stores)), new_shape
+
+
+def _combine(op: Ops, values: list[UOp]) -> UOp:
+  total = values[0]
+  for v in values[1:]:
+    total = UOp(op, result_dtype(op, (total.dtype, v.dtype)), (total, v))
+  return total
+
+
+def unroll(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  loops = [u for u in sink.toposort if u.op is Ops.RANGE and u.arg[0] == axis]
+  if not loops:
+    raise OptError(f"UNROLL: the kernel has no reduce loop {axis}")
+  loop = loops[0]
+  _check_amount(f"UNROLL: reduce loop {axis}", loop.arg[1], amount)
+  outer = UOp(Ops.RANGE, loop.dtype, (), (axis, loop.arg[1] // amount))
+  mapping = {}
+  for node in sink.toposort:
+    if node.op is Ops.REDUCE and loop in node.src[1:]:
+      bodies = [node.src[0].substitute({loop: outer * amount + lane}) for lane in range(amount)]
+      ranges = tuple(outer if r is loop else r for r in node.src[1:])
+      mapping[node] = node.replace(src=(_combine(node.arg, bodies), *ranges))
+  return sink.substitute(mapping), shape
+
+
+APPLY = {"UPCAST": upcast, "UNROLL": unroll}
+
+
+def apply_opts(sink: UOp, shape: tuple[int, ...], opts: OptList) -> tuple[UOp, tuple[int, ...]]:
+  """The kernel with every opt applied in order; OptError names the first that does not apply."""
+  for opt in opts:
+    sink, shape = APPLY[opt.kind](sink, shape, opt.axis, opt.amount)
+  return sink, shape
+
+
+def legal_opts(sink: UOp, amounts: tuple[int, ...] = (2, 3, 4, 8)) -> list[Opt]:
+  """Every single opt that applies to this kernel as it is (what a search or a fuzzer draws from)."""
+  found = []
+  for u in sink.toposort:
+    kind = "UPCAST" if u.op is Ops.SPECIAL else "UNROLL" if u.op is Ops.RANGE else None
+    if kind:
+      found += [Opt(kind, u.arg[0], k) for k in amounts if k < u.arg[1] and u.arg[1] % k == 0]
+  return sorted(set(found), key=str)
+
+
+def random_opts(sink: UOp, shape: tuple[int, ...], rng: random.Random, max_opts: int = 3) -> OptList:
+  """A random legal opt list for this kernel: up to max_opts opts, each legal after the ones before it."""
+  opts: list[Opt] = []
+  for _ in range(rng.randint(1, max_opts)):
+    candidates = legal_opts(sink)
+    if not candidates:
+      break
+    opts.append(rng.choice(candidates))
+    sink, shape = apply_opts(sink, shape, (opts[-1],))
+  return tuple(opts)
+
+
+# Kernels smaller than this many multiply-adds run as they are: an opt makes the source longer (slower to compile)
+# and only pays off when the loops are long.
+WORK_THRESHOLD = 1 << 16
+
+
+def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int) -> OptList:
+  """The heuristic for a CPU device whose compiler vectorizes `upcast_lanes` floats: for a long reduction, compute
+  a tile of outputs per thread (up to upcast_lanes along the last axis, 4 along the one before), so that every
+  loaded value feeds several accumulators; elementwise kernels are left alone (the compiler vectorizes their loop)."""
+  env = os.environ.get("REFGRAD_OPTS")
+  if env is not None:
+    return parse_opts(env)
+  loops = [u for u in sink.toposort if u.op is Ops.RANGE]
+  if upcast_lanes < 2 or not loops or prod(shape) * prod(u.arg[1] for u in loops) < WORK_THRESHOLD:
+    return ()
+  threads = {u.arg[0]: u.arg[1] for u in sink.toposort if u.op is Ops.SPECIAL}
+  opts = []
+  for axis, lanes in ((len(shape) - 1, upcast_lanes), (len(shape) - 2, 4)):
+    size = threads.get(axis, 1)
+    amount = next((k for k in (lanes, 4, 2) if k <= lanes and size % k == 0 and size > k), None)
+    if amount:
+      opts.append(Opt("UPCAST", axis, amount))
+  return tuple(opts)

@@ -1,0 +1,135 @@
+"""The kernel optimizer (refgrad/codegen/opt.py): every opt list the fuzzer can draw gives, on every device, what the
+unoptimized reference gives (bit for bit where SPEC.md says exact, within the reduction bound where an unroll
+reassociates a float sum); illegal opts are refused with the reason; the device heuristics tile long reductions."""
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
+
+from refgrad import Device, Tensor
+from refgrad.codegen.linearize import compile_ast, lowered_kernel
+from refgrad.codegen.opt import Opt, OptError, apply_opts, default_opts, legal_opts, opts_text, parse_opts, random_opts
+from refgrad.device import UnsupportedDTypeError
+from refgrad.testing.reference import check_against_reference
+from refgrad.testing.strategies import alu_kernels, tensor_programs
+from refgrad.uop import Ops
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def with_random_opts(seed: int):
+  """An opts chooser for check_against_reference: a random legal opt list per kernel, from this seed."""
+  rng = random.Random(seed)
+  return lambda ast: random_opts(*lowered_kernel(ast), rng, max_opts=3)
+
+
+def agrees_with_opts(program, device, seed):
+  try:
+    check_against_reference(program.run, *program.inputs, device=device, opts=with_random_opts(seed))
+  except UnsupportedDTypeError:
+    reject()
+
+
+@SETTINGS
+@given(kernel=alu_kernels(), seed=st.integers(0, 2**32))
+def test_random_kernels_under_random_opts_match_the_reference(refgrad_device, kernel, seed):
+  agrees_with_opts(kernel, refgrad_device, seed)
+
+
+@SETTINGS
+@given(program=tensor_programs(transcendentals=False), seed=st.integers(0, 2**32))
+def test_random_programs_under_random_opts_match_the_reference(refgrad_device, program, seed):
+  agrees_with_opts(program, refgrad_device, seed)
+
+
+SHAPED = {
+  "matmul": (lambda a, b: a @ b, [(12, 16), (16, 24)]),
+  "matmul, k not a multiple": (lambda a, b: a @ b, [(8, 13), (13, 16)]),
+  "batched matmul": (lambda a, b: a @ b, [(2, 4, 8), (2, 8, 6)]),
+  "two reduces in one kernel": (lambda a, b: (a.sum(1, keepdim=True) + a.max(1, keepdim=True)) * b, [(8, 16), (8, 1)]),
+  "softmax (dependent reduces)": (lambda a, b: (a - b).softmax(1), [(8, 16), (8, 1)]),
+  "conv2d": (lambda a, b: a.conv2d(b, padding=1), [(2, 3, 8, 8), (4, 3, 3, 3)]),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPED))
+def test_every_legal_single_opt_keeps_the_values(refgrad_device, case):
+  """Each opt on its own, at the edges of what is legal (the smallest and largest amounts that divide)."""
+  fn, shapes = SHAPED[case]
+  rng = np.random.default_rng(0)
+  inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  for item in fn(*(Tensor(x) for x in inputs)).schedule():
+    if item.is_copy:
+      continue
+    for opt in legal_opts(lowered_kernel(item.ast)[0]):
+      chooser = lambda ast, opt=opt: _if_legal(ast, opt)  # noqa: E731
+      report = check_against_reference(fn, *inputs, device=refgrad_device, opts=chooser)
+      assert all(k.comparison.ok for k in report.kernels), f"{case} under {opt}"
+
+
+def _if_legal(ast, opt: Opt):
+  try:
+    apply_opts(*lowered_kernel(ast), (opt,))
+    return (opt,)
+  except OptError:
+    return ()
+
+
+def test_opt_lists_print_parse_and_replay():
+  opts = (Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 4))
+  assert opts_text(opts) == "UPCAST(1,4) UPCAST(0,2) UNROLL(0,4)" and parse_opts(opts_text(opts)) == opts
+  a, b = Tensor(np.ones((8, 16), np.float32)), Tensor(np.ones((16, 12), np.float32))
+  ast = (a @ b).schedule()[-1].ast
+  program = compile_ast(ast, None, opts)
+  assert program.opts == opts and "opts=UPCAST(1,4) UPCAST(0,2) UNROLL(0,4)" in program.listing()
+  assert program.global_shape == (4, 3)
+  assert compile_ast(ast, None, parse_opts(opts_text(opts))) is program  # the same list replays the same program
+  accumulators = [u for u in program.uops if u.op is Ops.DEFINE_ACC]
+  assert len(accumulators) == 8 and sum(u.op is Ops.RANGE for u in program.uops) == 1  # one loop for the tile
+
+
+@pytest.mark.parametrize("opt, message", [
+  (Opt("UPCAST", 1, 5), "thread axis 1 of size 12 cannot be split by 5"),
+  (Opt("UPCAST", 1, 1), "must be at least 2"),
+  (Opt("UPCAST", 7, 2), "no thread axis 7"),
+  (Opt("UNROLL", 0, 3), "reduce loop 0 of size 16 cannot be split by 3"),
+  (Opt("UNROLL", 3, 2), "no reduce loop 3"),
+])
+def test_illegal_opts_are_refused_with_the_reason(opt, message):
+  a, b = Tensor(np.ones((8, 16), np.float32)), Tensor(np.ones((16, 12), np.float32))
+  with pytest.raises(OptError, match=message):
+    compile_ast((a @ b).schedule()[-1].ast, None, (opt,))
+  with pytest.raises(OptError, match="unknown opt 'TILE'"):
+    parse_opts("TILE(0,4)")
+
+
+def test_the_cpu_heuristic_tiles_long_reductions_only():
+  big = (Tensor(np.ones((64, 64), np.float32)) @ Tensor(np.ones((64, 64), np.float32))).schedule()[-1].ast
+  small = (Tensor(np.ones((4, 4), np.float32)) @ Tensor(np.ones((4, 4), np.float32))).schedule()[-1].ast
+  elementwise = (Tensor(np.ones((512, 512), np.float32)) + 1).schedule()[-1].ast
+  assert default_opts(*lowered_kernel(big), 8) == (Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4))
+  assert default_opts(*lowered_kernel(small), 8) == () and default_opts(*lowered_kernel(elementwise), 8) == ()
+  assert default_opts(*lowered_kernel(big), 0) == ()
+
+
+def test_refgrad_opts_overrides_the_heuristic(monkeypatch):
+  big = (Tensor(np.ones((64, 64), np.float32)) @ Tensor(np.ones((64, 64), np.float32))).schedule()[-1].ast
+  monkeypatch.setenv("REFGRAD_OPTS", "UNROLL(0,8)")
+  assert default_opts(*lowered_kernel(big), 8) == (Opt("UNROLL", 0, 8),)
+  monkeypatch.setenv("REFGRAD_OPTS", "")
+  assert default_opts(*lowered_kernel(big), 8) == ()
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 64), (96, 80, 72), (33, 64, 17)])
+def test_tiled_matmul_on_each_device_matches_numpy(refgrad_device, shape):
+  """Large enough for the heuristic to tile (where the device has one); an odd size leaves that axis untiled."""
+  m, k, n = shape
+  rng = np.random.default_rng(1)
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  got = (Tensor(a, device=refgrad_device) @ Tensor(b, device=refgrad_device)).numpy()
+  bound = 2 * k * np.finfo(np.float32).eps * (np.abs(a) @ np.abs(b))  # SPEC.md's order-free sum bound
+  assert np.all(np.abs(got - a.astype(np.float64) @ b.astype(np.float64)) <= bound)
+  program = compile_ast((Tensor(a) @ Tensor(b)).schedule()[-1].ast, Device[refgrad_device].caps)
+  assert bool(program.opts) == (Device[refgrad_device].caps.upcast_lanes > 1 and m % 2 == 0 and n % 2 == 0)
