@@ -7,6 +7,7 @@ numpy array (PYTHON: one run).
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -35,7 +36,7 @@ def main() -> None:
   parser.add_argument("--devices", nargs="*", default=Device.available())
   parser.add_argument("--repeat", type=int, default=3)
   args = parser.parse_args()
-  torch.set_num_threads(1)  # refgrad's devices run one thread: compare like with like
+  torch.set_num_threads(os.cpu_count() or 1)  # CLANG and LLVM run long kernels on every core (the THREAD opt)
   print(f"{'workload':42s} {'device':8s} {'torch ms':>9s} {'refgrad ms':>11s} {'ratio':>8s} {'GFLOPS':>7s}")
   for name, arrays, rg_fn, torch_fn, flops in workloads():
     torch_in = [torch.from_numpy(a) for a in arrays]

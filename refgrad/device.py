@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -43,6 +44,12 @@ class Capabilities:
   # how many floats the device's compiler keeps in one vector register: the kernel optimizer gives a long reduction
   # a tile of that many outputs per thread along the last axis (refgrad/codegen/opt.py); 0 or 1: no opts
   upcast_lanes: int = 0
+  # CPU threads a kernel's outermost axis may be split over (the THREAD opt; the renderer takes the range as two
+  # int64 arguments after the buffers, and the runtime launches every range at once)
+  threads: int = 1
+  # the device's own kernel transformations, (opt name, rule) pairs that replace or add to refgrad/codegen/opt.py's
+  # (a rule takes and returns (lowered kernel, shape) and gets the opt's axis and amount)
+  opt_rules: tuple[tuple[str, Callable[..., Any]], ...] = ()
 
 
 class UnsupportedDTypeError(TypeError):
@@ -134,7 +141,11 @@ class DeviceImpl:
   compiler: Compiler | None = None
   runtime: Runtime | None = None
   interpret: Callable[[Any], Runner] | None = None
-  _runners: LRU[Runner] = field(default_factory=lambda: LRU(RUNNER_CACHE_SIZE))
+  runner_cache: int = RUNNER_CACHE_SIZE  # loaded kernels kept (a device whose kernels are large keeps fewer)
+  _runners: LRU[Runner] = field(init=False)
+
+  def __post_init__(self):
+    self._runners = LRU(self.runner_cache)
 
   @property
   def caps(self) -> Capabilities:
@@ -144,12 +155,14 @@ class DeviceImpl:
     return self.renderer.render(program) if self.renderer is not None else program.listing()
 
   def get_runner(self, program: Any) -> Runner:
-    """Load a program once per device while it stays among the RUNNER_CACHE_SIZE most recently used; programs
-    are keyed by their (hash-consed) kernel graph. An evicted one is loaded again from the compile cache."""
-    runner = self._runners.get(program.key)
+    """Load a program once per device while it stays among the `runner_cache` most recently used; programs are
+    keyed by their (hash-consed) kernel graph and their opt list. An evicted one is loaded again from the compile
+    cache."""
+    key = (program.key, getattr(program, "opts", ()))
+    runner = self._runners.get(key)
     if runner is None:
       runner = self._build_runner(program)
-      self._runners.put(program.key, runner)
+      self._runners.put(key, runner)
     return runner
 
   def synchronize(self) -> None:
@@ -173,6 +186,22 @@ class DeviceImpl:
     source = self.render(program)
     binary = cached_compile(self.compiler, source)
     return self.runtime.load(binary, program)
+
+
+_thread_pool: ThreadPoolExecutor | None = None
+
+
+def run_ranges(launch: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
+  """launch(start, end) for every range at once, on a pool of CPU threads shared by every CPU device (a ctypes call
+  releases the GIL, so the ranges really run in parallel); the first error raised by any range is raised here."""
+  global _thread_pool
+  if len(ranges) == 1:
+    launch(*ranges[0])
+    return
+  if _thread_pool is None:
+    _thread_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="refgrad-kernel")
+  for future in [_thread_pool.submit(launch, start, end) for start, end in ranges]:
+    future.result()
 
 
 def numbered_source(source: str) -> str:

@@ -6,8 +6,11 @@ or `refgrad.plugins.register(module)`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import ml_dtypes
 
+from refgrad.codegen import opt
 from refgrad.codegen.linearize import Program
 from refgrad.device import Capabilities, DeviceImpl, DeviceSpec
 from refgrad.dtype import ALL_DTYPES, dtypes
@@ -86,6 +89,69 @@ def make_broken(name: str) -> DeviceImpl:
 
 
 
+# ---- optimizer bugs: a correct device whose kernel optimizer has one wrong rule (Capabilities.opt_rules)
+def _upcast_wrong_stride(sink: UOp, shape: tuple, axis: int, amount: int):
+  """Each thread's tile starts amount-1 outputs after the previous one: tiles overlap and the end is never written."""
+  index = opt.thread_index(sink, axis)
+  opt.check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
+  outer = UOp(Ops.SPECIAL, index.dtype, (), (axis, index.arg[1] // amount))
+  stores = [store.substitute({index: outer * (amount - 1) + lane}) for lane in range(amount) for store in sink.src]
+  return sink.replace(src=tuple(stores)), tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+
+
+def _upcast_lost_lane(sink: UOp, shape: tuple, axis: int, amount: int):
+  """The last lane of every tile is computed but its store is dropped."""
+  upcast, new_shape = opt.upcast(sink, shape, axis, amount)
+  return upcast.replace(src=upcast.src[:len(upcast.src) - len(sink.src)]), new_shape
+
+
+def _upcast_stale_value(sink: UOp, shape: tuple, axis: int, amount: int):
+  """Every lane stores the value computed for lane 0 (a register reused across the tile)."""
+  index = opt.thread_index(sink, axis)
+  opt.check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
+  outer = UOp(Ops.SPECIAL, index.dtype, (), (axis, index.arg[1] // amount))
+  stores = []
+  for lane in range(amount):
+    for store in sink.src:
+      param, where, value = store.src[:3]
+      stores.append(store.replace(src=(param, where.substitute({index: outer * amount + lane}),
+                                       value.substitute({index: outer * amount}), *store.src[3:])))
+  return sink.replace(src=tuple(stores)), tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+
+
+def _unroll_with(lanes: Callable[[int], range], op_of: Callable[[Ops], Ops]):
+  """An UNROLL that combines the iterations `lanes(amount)` of each group with `op_of(reduce op)`."""
+  def rule(sink: UOp, shape: tuple, axis: int, amount: int):
+    loop = opt.reduce_loop(sink, axis)
+    opt.check_amount(f"UNROLL: reduce loop {axis}", loop.arg[1], amount)
+    outer = UOp(Ops.RANGE, loop.dtype, (), (axis, loop.arg[1] // amount))
+    mapping = {}
+    for node in sink.toposort:
+      if node.op is Ops.REDUCE and loop in node.src[1:]:
+        bodies = [node.src[0].substitute({loop: outer * amount + lane}) for lane in lanes(amount)]
+        ranges = tuple(outer if r is loop else r for r in node.src[1:])
+        mapping[node] = node.replace(src=(opt.combine(op_of(node.arg), bodies), *ranges))
+    return sink.substitute(mapping), shape
+  return rule
+
+
+OPT_BUGS: dict[str, tuple[str, Callable]] = {
+  "OPTBUG_UPCAST_STRIDE": ("UPCAST", _upcast_wrong_stride),
+  "OPTBUG_UPCAST_LOST_LANE": ("UPCAST", _upcast_lost_lane),
+  "OPTBUG_UPCAST_STALE": ("UPCAST", _upcast_stale_value),
+  "OPTBUG_UNROLL_SKIPS_LAST": ("UNROLL", _unroll_with(lambda k: range(k - 1), lambda op: op)),  # drops a remainder
+  "OPTBUG_UNROLL_ADDS": ("UNROLL", _unroll_with(range, lambda op: Ops.ADD)),  # MAX and MUL reduces summed
+}
+
+
+def make_opt_bug(name: str) -> DeviceImpl:
+  kind, rule = OPT_BUGS[name]
+  renderer = ListingRenderer(frozenset(ALL_DTYPES.values()))
+  renderer.caps = Capabilities(upcast_lanes=8, opt_rules=((kind, rule),))
+  return DeviceImpl(name, PythonAllocator(), renderer=renderer, compiler=ListingCompiler(),
+                    runtime=InterpretingRuntime())
+
+
 # ---- devices that take the whole process down, for the fuzzer's worker isolation (never run them in-process)
 def _crash_on_max(program: Program):
   import ctypes
@@ -147,6 +213,7 @@ def make_narrow() -> DeviceImpl:
 def refgrad_devices() -> list[DeviceSpec]:
   specs = [DeviceSpec(name, lambda name=name: make_broken(name), plugin="tests.broken_devices") for name in BUGS]
   specs += [DeviceSpec("NARROW", make_narrow, plugin="tests.broken_devices")]
+  specs += [DeviceSpec(name, lambda name=name: make_opt_bug(name), plugin="tests.broken_devices") for name in OPT_BUGS]
   return specs + [DeviceSpec(name, lambda name=name: make_fatal(name), plugin="tests.broken_devices") for name in FATAL]
 
 

@@ -96,6 +96,8 @@ def test_opt_lists_print_parse_and_replay():
   (Opt("UPCAST", 7, 2), "no thread axis 7"),
   (Opt("UNROLL", 0, 3), "reduce loop 0 of size 16 cannot be split by 3"),
   (Opt("UNROLL", 3, 2), "no reduce loop 3"),
+  (Opt("THREAD", 1, 2), "axis 1 is not the outermost thread axis"),
+  (Opt("THREAD", 0, 9), "thread axis 0 of size 8 cannot run on 9 threads"),
 ])
 def test_illegal_opts_are_refused_with_the_reason(opt, message):
   a, b = Tensor(np.ones((8, 16), np.float32)), Tensor(np.ones((16, 12), np.float32))
@@ -112,6 +114,27 @@ def test_the_cpu_heuristic_tiles_long_reductions_only():
   assert default_opts(*lowered_kernel(big), 8) == (Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4))
   assert default_opts(*lowered_kernel(small), 8) == () and default_opts(*lowered_kernel(elementwise), 8) == ()
   assert default_opts(*lowered_kernel(big), 0) == ()
+
+
+def test_the_cpu_heuristic_threads_only_kernels_worth_waking_threads_for():
+  def ast(n):
+    return (Tensor(np.ones((n, n), np.float32)) @ Tensor(np.ones((n, n), np.float32))).schedule()[-1].ast
+  assert default_opts(*lowered_kernel(ast(128)), 8, threads=2) == \
+    (Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4), Opt("THREAD", 0, 2))
+  assert Opt("THREAD", 0, 2) not in default_opts(*lowered_kernel(ast(64)), 8, threads=2)
+
+
+@pytest.mark.parametrize("opts", ["THREAD(0,2)", "THREAD(0,3)", "UPCAST(1,4) THREAD(0,5)", "THREAD(0,7) UNROLL(0,2)"])
+def test_threaded_kernels_cover_every_output_once(refgrad_device, opts):
+  """Ranges of unequal length (7 rows over 3 or 5 threads), with and without other opts: every output written by
+  exactly one range, the values those of the unthreaded kernel."""
+  rng = np.random.default_rng(2)
+  a, b = rng.standard_normal((7, 12)).astype(np.float32), rng.standard_normal((12, 8)).astype(np.float32)
+  report = check_against_reference(lambda x, y: x @ y, a, b, device=refgrad_device, opts=lambda ast: parse_opts(opts))
+  assert report.kernels and all(k.comparison.ok for k in report.kernels)
+  program = compile_ast((Tensor(a) @ Tensor(b)).schedule()[-1].ast, None, parse_opts(opts))
+  covered = [i for start, end in program.thread_ranges() for i in range(start, end)]
+  assert covered == list(range(7))
 
 
 def test_refgrad_opts_overrides_the_heuristic(monkeypatch):

@@ -60,6 +60,34 @@ def test_fuzz_detects_each_broken_device_within_a_minute(device, tmp_path):
     module["test_finding"]()
 
 
+@pytest.mark.parametrize("device", sorted(broken_devices.OPT_BUGS))
+def test_check_catches_each_planted_optimizer_bug(device, tmp_path, capsys):
+  """The check's corpus under random opt lists fails on each optimizer bug, and the report names the opts."""
+  report = tmp_path / "report.json"
+  assert main(["check", "--device", device, "--only", "opts draw", "--json", str(report), "--plugin",
+               BROKEN_FILE]) == 1
+  failed = [c for c in json.loads(report.read_text())["cases"] if c["status"] == "fail"]
+  kind = broken_devices.OPT_BUGS[device][0]
+  assert failed and all(f"{kind}(" in c["detail"] for c in failed)
+
+
+def test_fuzz_with_opts_catches_an_optimizer_bug_and_the_reproducer_replays_its_opts(tmp_path):
+  findings = tmp_path / "findings"
+  code = main(["fuzz", "--device", "OPTBUG_UPCAST_STALE", "--opts", "--seconds", "60", "--max-findings", "1",
+               "--findings", str(findings), "--plugin", BROKEN_FILE])
+  written = list(findings.glob("test_finding_*.py"))
+  assert code == 1 and written and "opts=opts_for(" in written[0].read_text()
+  module = runpy.run_path(str(written[0]))
+  with pytest.raises(AssertionError, match=r"opts .*UPCAST\("):
+    module["test_finding"]()
+
+
+def test_fuzz_with_opts_finds_nothing_on_a_correct_device(tmp_path, capsys):
+  findings = tmp_path / "findings"
+  assert main(["fuzz", "--device", "PYTHON", "--opts", "--seconds", "5", "--findings", str(findings)]) == 0
+  assert not findings.exists()
+
+
 @pytest.mark.parametrize("device,kind", [("CRASHY_SEGFAULT", "crash"), ("CRASHY_HANG", "hang")])
 def test_fuzz_survives_crashing_and_hanging_backends(device, kind, tmp_path, capsys):
   findings = tmp_path / "findings"

@@ -132,6 +132,8 @@ class _Render:
   def source(self) -> str:
     params = ", ".join(f"{self.d.buffer_prefix}{self.d.storage[p.dtype]}* data{p.arg[0]}"
                        for p in self.program.params)
+    if self.threaded:  # the THREAD opt: this call runs the outermost thread axis from thread_start to thread_end
+      params += f", {self.ctype(dtypes.int64)} thread_start, {self.ctype(dtypes.int64)} thread_end"
     self.names.update({p: f"data{p.arg[0]}" for p in self.program.params})
     if self.d.thread_index is None:
       self.open_thread_loops()
@@ -143,12 +145,18 @@ class _Render:
     body = "\n".join(self.lines)
     return f"{prelude}\n{self.d.kernel_prefix}void {self.program.name}({params}) {{\n{body}\n}}\n"
 
+  @property
+  def threaded(self) -> bool:
+    return self.d.thread_index is None and self.program.threads > 1
+
   def open_thread_loops(self) -> None:
-    index = self.ctype(dtypes.int64)
+    index, outermost = self.ctype(dtypes.int64), self.threaded
     for axis, size in enumerate(self.program.global_shape):
       if size > 1:
-        self.emit(f"for ({index} gidx{axis} = 0; gidx{axis} < {size}; gidx{axis}++) {{")
+        start, stop = ("thread_start", "thread_end") if outermost else ("0", size)
+        self.emit(f"for ({index} gidx{axis} = {start}; gidx{axis} < {stop}; gidx{axis}++) {{")
         self.depth += 1
+        outermost = False
 
   def close_thread_loops(self) -> None:
     while self.depth > 1:

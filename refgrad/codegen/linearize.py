@@ -59,6 +59,18 @@ class Program:
     return (lanes > 1 and self.uops[start].arg[1] >= 2 * lanes and not any(u.op is Ops.RANGE for u in body)
             and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
 
+  @property
+  def threads(self) -> int:
+    """How many CPU threads the program's THREAD opt splits its outermost thread axis over (1: no THREAD opt)."""
+    return next((o.amount for o in self.opts if o.kind == "THREAD"), 1)
+
+  def thread_ranges(self) -> list[tuple[int, int]]:
+    """The [start, end) ranges of the outermost thread axis, one per CPU thread: a threaded kernel is launched once
+    per range with the two as its last arguments."""
+    size = next((s for s in self.global_shape if s > 1), 1)
+    n = self.threads
+    return [(size * i // n, size * (i + 1) // n) for i in range(n) if size * i // n < size * (i + 1) // n]
+
   def pieces(self, start: int, stop: int, lanes: int) -> Iterator[tuple[int, int | None]]:
     """uops[start:stop] in render order: (i, end) for a reduce loop from i to end that splittable_reduce lets a
     renderer run over `lanes` accumulators, (i, None) for any other uop, to render on its own."""
@@ -200,7 +212,7 @@ def compile_ast(ast: UOp, caps: Capabilities | None = None, opts: OptList | None
   launches a grid of work-groups, the program is GPU-shaped after the opts (codegen/gpu.py)."""
   if opts is None and caps is not None and caps.upcast_lanes > 1:
     lowered, shape = lowered_kernel(ast)
-    opts = default_opts(lowered, shape, caps.upcast_lanes)
+    opts = default_opts(lowered, shape, caps.upcast_lanes, caps.threads)
   return _compile(ast, caps, tuple(opts or ()))
 
 
@@ -216,7 +228,7 @@ def _compile(ast: UOp, caps: Capabilities | None, opts: OptList) -> Program:
   lowered, shape = lowered_kernel(ast)
   name = kernel_name(lowered, shape)
   if opts:
-    lowered, shape = apply_opts(lowered, shape, opts)
+    lowered, shape = apply_opts(lowered, shape, opts, caps.opt_rules if caps is not None else ())
     lowered = simplify(lowered)
   if caps is not None and caps.max_global_size is not None:
     from refgrad.codegen.gpu import to_gpu

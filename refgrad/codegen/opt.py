@@ -8,6 +8,9 @@ An `Opt` names a transformation, the axis it applies to and an amount:
   independent, so a C compiler can keep them in one vector register.
 - `UNROLL(axis, k)`: the reduce loop `RANGE` number `axis` runs n/k times, each iteration doing k iterations' work,
   combined in order before they reach the accumulator.
+- `THREAD(axis, n)`: the outermost thread axis is split into n ranges that run at once on n CPU threads. The kernel
+  graph is unchanged: a CPU renderer takes the range as two arguments and its runtime launches each range
+  (`Program.thread_ranges`). Outputs of different ranges never overlap.
 
 Both need k to divide the size (an `OptError` says why an opt does not apply). Every opt computes the same value in
 every lane, bit for bit, except UNROLL of a float ADD or MUL reduction, which reassociates it: docs/SPEC.md leaves
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from refgrad.alu import result_dtype
@@ -60,57 +64,80 @@ def parse_opts(text: str) -> OptList:
   return tuple(opts)
 
 
-def _thread_index(sink: UOp, axis: int) -> UOp:
+def thread_index(sink: UOp, axis: int) -> UOp:
+  """The SPECIAL of thread axis `axis` in a lowered kernel; OptError if there is none."""
   found = [u for u in sink.toposort if u.op is Ops.SPECIAL and u.arg[0] == axis]
   if not found:
     raise OptError(f"UPCAST: the kernel has no thread axis {axis} (axes of size 1 have none)")
   return found[0]
 
 
-def _check_amount(what: str, size: int, amount: int) -> None:
+def check_amount(what: str, size: int, amount: int) -> None:
   if amount < 2 or size % amount:
     raise OptError(f"{what} of size {size} cannot be split by {amount}: the amount must be at least 2 and divide it")
 
 
 def upcast(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
-  index = _thread_index(sink, axis)
-  _check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
+  index = thread_index(sink, axis)
+  check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
   outer = UOp(Ops.SPECIAL, index.dtype, (), (axis, index.arg[1] // amount))
   stores = [store.substitute({index: outer * amount + lane}) for lane in range(amount) for store in sink.src]
   new_shape = tuple(s // amount if i == axis else s for i, s in enumerate(shape))
   return sink.replace(src=tuple(stores)), new_shape
 
 
-def _combine(op: Ops, values: list[UOp]) -> UOp:
+def combine(op: Ops, values: list[UOp]) -> UOp:
+  """values[0] op values[1] op ..., left to right: how the k unrolled iterations of a reduce meet."""
   total = values[0]
   for v in values[1:]:
     total = UOp(op, result_dtype(op, (total.dtype, v.dtype)), (total, v))
   return total
 
 
-def unroll(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+def reduce_loop(sink: UOp, axis: int) -> UOp:
+  """The RANGE of reduce loop `axis` in a lowered kernel; OptError if there is none."""
   loops = [u for u in sink.toposort if u.op is Ops.RANGE and u.arg[0] == axis]
   if not loops:
     raise OptError(f"UNROLL: the kernel has no reduce loop {axis}")
-  loop = loops[0]
-  _check_amount(f"UNROLL: reduce loop {axis}", loop.arg[1], amount)
+  return loops[0]
+
+
+def unroll(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  loop = reduce_loop(sink, axis)
+  check_amount(f"UNROLL: reduce loop {axis}", loop.arg[1], amount)
   outer = UOp(Ops.RANGE, loop.dtype, (), (axis, loop.arg[1] // amount))
   mapping = {}
   for node in sink.toposort:
     if node.op is Ops.REDUCE and loop in node.src[1:]:
       bodies = [node.src[0].substitute({loop: outer * amount + lane}) for lane in range(amount)]
       ranges = tuple(outer if r is loop else r for r in node.src[1:])
-      mapping[node] = node.replace(src=(_combine(node.arg, bodies), *ranges))
+      mapping[node] = node.replace(src=(combine(node.arg, bodies), *ranges))
   return sink.substitute(mapping), shape
 
 
-APPLY = {"UPCAST": upcast, "UNROLL": unroll}
+OptRule = Callable[[UOp, tuple[int, ...], int, int], tuple[UOp, tuple[int, ...]]]  # (sink, shape, axis, amount)
+def thread(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  outer = next((i for i, s in enumerate(shape) if s > 1), None)
+  if axis != outer:
+    raise OptError(f"THREAD: axis {axis} is not the outermost thread axis (that is {outer}, of shape {shape})")
+  if not 2 <= amount <= shape[axis]:
+    raise OptError(f"THREAD: thread axis {axis} of size {shape[axis]} cannot run on {amount} threads: the amount "
+                   "must be at least 2 and at most the size")
+  return sink, shape
 
 
-def apply_opts(sink: UOp, shape: tuple[int, ...], opts: OptList) -> tuple[UOp, tuple[int, ...]]:
-  """The kernel with every opt applied in order; OptError names the first that does not apply."""
+APPLY: dict[str, OptRule] = {"UPCAST": upcast, "UNROLL": unroll, "THREAD": thread}
+
+
+def apply_opts(sink: UOp, shape: tuple[int, ...], opts: OptList,
+               rules: tuple[tuple[str, OptRule], ...] = ()) -> tuple[UOp, tuple[int, ...]]:
+  """The kernel with every opt applied in order; OptError names the first that does not apply. `rules` replace or
+  add transformations by name (a device's own, from Capabilities.opt_rules)."""
+  table = {**APPLY, **dict(rules)}
   for opt in opts:
-    sink, shape = APPLY[opt.kind](sink, shape, opt.axis, opt.amount)
+    if opt.kind not in table:
+      raise OptError(f"unknown opt {opt.kind!r}: known are {', '.join(table)}")
+    sink, shape = table[opt.kind](sink, shape, opt.axis, opt.amount)
   return sink, shape
 
 
@@ -121,6 +148,9 @@ def legal_opts(sink: UOp, amounts: tuple[int, ...] = (2, 3, 4, 8)) -> list[Opt]:
     kind = "UPCAST" if u.op is Ops.SPECIAL else "UNROLL" if u.op is Ops.RANGE else None
     if kind:
       found += [Opt(kind, u.arg[0], k) for k in amounts if k < u.arg[1] and u.arg[1] % k == 0]
+  threads = sorted((u.arg for u in sink.toposort if u.op is Ops.SPECIAL), key=lambda arg: arg[0])
+  if threads:  # the outermost thread axis, on any number of threads up to its size (ranges need not be equal)
+    found += [Opt("THREAD", threads[0][0], k) for k in amounts if k <= threads[0][1]]
   return sorted(set(found), key=str)
 
 
@@ -139,23 +169,31 @@ def random_opts(sink: UOp, shape: tuple[int, ...], rng: random.Random, max_opts:
 # Kernels smaller than this many multiply-adds run as they are: an opt makes the source longer (slower to compile)
 # and only pays off when the loops are long.
 WORK_THRESHOLD = 1 << 16
+# Below this many multiply-adds a kernel takes less time than waking a thread pool (tens of microseconds).
+THREAD_THRESHOLD = 1 << 20
 
 
-def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int) -> OptList:
+def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: int = 1) -> OptList:
   """The heuristic for a CPU device whose compiler vectorizes `upcast_lanes` floats: for a long reduction, compute
   a tile of outputs per thread (up to upcast_lanes along the last axis, 4 along the one before), so that every
-  loaded value feeds several accumulators; elementwise kernels are left alone (the compiler vectorizes their loop)."""
+  loaded value feeds several accumulators, and split the outermost axis over `threads` CPU threads when there is
+  enough work; elementwise kernels are left alone (the compiler vectorizes their loop)."""
   env = os.environ.get("REFGRAD_OPTS")
   if env is not None:
     return parse_opts(env)
   loops = [u for u in sink.toposort if u.op is Ops.RANGE]
-  if upcast_lanes < 2 or not loops or prod(shape) * prod(u.arg[1] for u in loops) < WORK_THRESHOLD:
+  work = prod(shape) * prod(u.arg[1] for u in loops)
+  if upcast_lanes < 2 or not loops or work < WORK_THRESHOLD:
     return ()
-  threads = {u.arg[0]: u.arg[1] for u in sink.toposort if u.op is Ops.SPECIAL}
+  axis_sizes = {u.arg[0]: u.arg[1] for u in sink.toposort if u.op is Ops.SPECIAL}
   opts = []
   for axis, lanes in ((len(shape) - 1, upcast_lanes), (len(shape) - 2, 4)):
-    size = threads.get(axis, 1)
+    size = axis_sizes.get(axis, 1)
     amount = next((k for k in (lanes, 4, 2) if k <= lanes and size % k == 0 and size > k), None)
     if amount:
       opts.append(Opt("UPCAST", axis, amount))
+      shape = tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+  outer = next((i for i, s in enumerate(shape) if s > 1), None)
+  if threads > 1 and work >= THREAD_THRESHOLD and outer is not None and shape[outer] >= threads:
+    opts.append(Opt("THREAD", outer, threads))
   return tuple(opts)

@@ -18,7 +18,15 @@ import weakref
 import numpy as np
 
 from refgrad.codegen.cstyle import CDialect, CStyleRenderer
-from refgrad.device import Capabilities, DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source
+from refgrad.device import (
+  Capabilities,
+  DeviceImpl,
+  DeviceSpec,
+  HostAllocator,
+  distribution_version,
+  numbered_source,
+  run_ranges,
+)
 from refgrad.hookspecs import hookimpl
 
 FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
@@ -91,10 +99,15 @@ class SharedLibraryRuntime:
       os.unlink(path)
     function = getattr(library, program.name)
     function.restype = None
-    function.argtypes = [ctypes.c_void_p] * len(program.params)
+    function.argtypes = [ctypes.c_void_p] * len(program.params) + [ctypes.c_int64] * 2 * (program.threads > 1)
+    ranges = program.thread_ranges()
 
     def run(*handles: np.ndarray) -> None:
-      function(*(h.ctypes.data for h in handles))
+      pointers = [h.ctypes.data for h in handles]
+      if program.threads > 1:  # the THREAD opt: each range of the outermost axis on a CPU thread of its own
+        run_ranges(lambda start, end: function(*pointers, start, end), ranges)
+      else:
+        function(*pointers)
     run.library = library  # keep the library loaded as long as the runner lives
     # and no longer: ctypes never unloads a library, so without this every kernel ever loaded stays mapped
     weakref.finalize(run, _ctypes.dlclose, library._handle)
@@ -109,7 +122,8 @@ def probe() -> str | None:
 
 def make_device() -> DeviceImpl:
   path, _ = find_compiler()
-  dialect = CDialect(caps=Capabilities(upcast_lanes=8))  # AVX2: 8 floats per vector register (codegen/opt.py)
+  # AVX2: 8 floats per vector register; every core for long kernels (codegen/opt.py)
+  dialect = CDialect(caps=Capabilities(upcast_lanes=8, threads=os.cpu_count() or 1))
   return DeviceImpl("CLANG", HostAllocator(), renderer=CStyleRenderer(dialect), compiler=ClangCompiler(path),
                     runtime=SharedLibraryRuntime())
 

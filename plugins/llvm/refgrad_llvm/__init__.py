@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source
+from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source, run_ranges
 from refgrad.hookspecs import hookimpl
 from refgrad_llvm.render import LLVMRenderer
 
@@ -129,10 +129,17 @@ class JITRuntime:
       self.jit = self.llvm.create_lljit_compiler(host_target_machine())
     library = (self.llvm.JITLibraryBuilder().add_object_img(binary).add_current_process()
                .export_symbol(program.name).link(self.jit, f"{program.name}.{number}"))
-    function = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(program.params))(library[program.name])
+    threaded = program.threads > 1  # the THREAD opt: the kernel takes a range of its outermost axis
+    arguments = [ctypes.c_void_p] * len(program.params) + [ctypes.c_int64] * 2 * threaded
+    function = ctypes.CFUNCTYPE(None, *arguments)(library[program.name])
+    ranges = program.thread_ranges()
 
     def run(*handles: np.ndarray) -> None:
-      function(*(h.ctypes.data for h in handles))
+      pointers = [h.ctypes.data for h in handles]
+      if threaded:
+        run_ranges(lambda start, end: function(*pointers, start, end), ranges)
+      else:
+        function(*pointers)
     # the kernel's code lives as long as the runner does, and its JIT at least as long (released in this order)
     run.library = library
     run.jit = self.jit

@@ -13,6 +13,7 @@ registers), every other value is one SSA name. The tables below say how each op 
 """
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,7 +58,8 @@ def literal(value: object, dt: DType) -> str:
 
 class LLVMRenderer:
   """Renders a `Program` to the text of one LLVM module."""
-  caps = Capabilities(upcast_lanes=8)  # AVX2: 8 floats per vector register (refgrad/codegen/opt.py)
+  # AVX2: 8 floats per vector register; every core for long kernels (refgrad/codegen/opt.py)
+  caps = Capabilities(upcast_lanes=8, threads=os.cpu_count() or 1)
 
   def render(self, program: Program) -> str:
     return _Kernel(program).source()
@@ -128,7 +130,7 @@ class _Kernel:
     return self.values[u]
 
   # ---- loops: head (phi, test), body, latch (increment); LLVM rotates and vectorizes them
-  def open_loop(self, start: str, stop: int, step: int = 1) -> _Loop:
+  def open_loop(self, start: str, stop: int | str, step: int = 1) -> _Loop:
     loop, pre = _Loop(self.loops, step), self.block
     self.loops += 1
     self.emit_void(f"br label %{loop.label}.head")
@@ -159,8 +161,12 @@ class _Kernel:
   # ---- the program
   def source(self) -> str:
     params = ", ".join(f"ptr {self.values[p]}" for p in self.program.params)
+    threaded = self.program.threads > 1  # the THREAD opt: this call runs the outermost axis over [start, end)
+    if threaded:
+      params += ", i64 %thread_start, i64 %thread_end"
     if all(size > 0 for size in self.program.global_shape):  # an empty grid runs nothing
-      threads = [self.open_thread(axis, size) for axis, size in enumerate(self.program.global_shape) if size > 1]
+      axes = [(axis, size) for axis, size in enumerate(self.program.global_shape) if size > 1]
+      threads = [self.open_thread(axis, size, threaded and i == 0) for i, (axis, size) in enumerate(axes)]
       self.render_segment(0, len(self.program.uops))
       for loop in reversed(threads):
         self.close_loop(loop)
@@ -170,8 +176,8 @@ class _Kernel:
                       f"define void @{self.program.name}({params}) nounwind {{", body, "}", "", *helpers,
                       *sorted(declarations), ""])
 
-  def open_thread(self, axis: int, size: int) -> _Loop:
-    loop = self.open_loop("0", size)
+  def open_thread(self, axis: int, size: int, ranged: bool = False) -> _Loop:
+    loop = self.open_loop("%thread_start", "%thread_end") if ranged else self.open_loop("0", size)
     self.thread_index[axis] = loop.index
     return loop
 
