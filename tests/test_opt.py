@@ -105,6 +105,8 @@ def test_illegal_opts_are_refused_with_the_reason(opt, message):
     compile_ast((a @ b).schedule()[-1].ast, None, (opt,))
   with pytest.raises(OptError, match="unknown opt 'TILE'"):
     parse_opts("TILE(0,4)")
+  with pytest.raises(OptError, match="cannot read opts"):
+    parse_opts("UPCAST(1,4) UNROL(0;4)")
 
 
 def test_the_cpu_heuristic_tiles_long_reductions_only():

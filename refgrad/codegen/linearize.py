@@ -11,6 +11,7 @@ and later uses of the reduce read the accumulator.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -210,10 +211,17 @@ def compile_ast(ast: UOp, caps: Capabilities | None = None, opts: OptList | None
   """The whole codegen pipeline for one scheduled kernel: lower, simplify, optimize, linearize. `opts` default to
   the heuristic for the device's `caps` (none for the reference, caps None). With the `caps` of a device that
   launches a grid of work-groups, the program is GPU-shaped after the opts (codegen/gpu.py)."""
-  if opts is None and caps is not None and caps.upcast_lanes > 1:
-    lowered, shape = lowered_kernel(ast)
-    opts = default_opts(lowered, shape, caps.upcast_lanes, caps.threads)
-  return _compile(ast, caps, tuple(opts or ()))
+  if opts is None:
+    heuristic = caps is not None and caps.upcast_lanes > 1
+    opts = _device_opts(ast, caps, os.environ.get("REFGRAD_OPTS")) if heuristic else ()
+  return _compile(ast, caps, tuple(opts))
+
+
+@functools.lru_cache(maxsize=512)
+def _device_opts(ast: UOp, caps: Capabilities, override: str | None) -> OptList:
+  """The heuristic's opts for a kernel on a device, once per kernel (realize asks on every launch); `override`,
+  REFGRAD_OPTS's value, is part of the key so that setting it takes effect."""
+  return default_opts(*lowered_kernel(ast), caps.upcast_lanes, caps.threads)
 
 
 @functools.lru_cache(maxsize=512)

@@ -12,12 +12,14 @@ An `Opt` names a transformation, the axis it applies to and an amount:
   graph is unchanged: a CPU renderer takes the range as two arguments and its runtime launches each range
   (`Program.thread_ranges`). Outputs of different ranges never overlap.
 
-Both need k to divide the size (an `OptError` says why an opt does not apply). Every opt computes the same value in
+UPCAST and UNROLL need k to divide the size, THREAD at most as many threads as rows (an `OptError` says why an opt
+does not apply). Every opt computes the same value in
 every lane, bit for bit, except UNROLL of a float ADD or MUL reduction, which reassociates it: docs/SPEC.md leaves
 the order of a reduction free within its error bound, and the checker's bounds hold for every order.
 
 A tuple of opts is an opt list: it prints (`UPCAST(1,4) UNROLL(0,4)`), hashes and replays (`parse_opts`).
-`default_opts` is the heuristic a device gets from its `Capabilities`; `REFGRAD_OPTS` overrides it for every kernel.
+`default_opts` is the heuristic a device gets from its `Capabilities`; `REFGRAD_OPTS` overrides it for every kernel
+of such a device (the reference, PYTHON, always runs kernels as lowered).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class OptError(ValueError):
 
 @dataclass(frozen=True)
 class Opt:
-  kind: str  # "UPCAST" or "UNROLL"
+  kind: str  # "UPCAST", "UNROLL", "THREAD" or a device's own (Capabilities.opt_rules)
   axis: int
   amount: int
 
@@ -54,13 +56,14 @@ def opts_text(opts: OptList) -> str:
 
 def parse_opts(text: str) -> OptList:
   """'UPCAST(1,4) UNROLL(0,4)' -> the opt list (what opts_text prints)."""
+  pattern = r"(\w+)\((\d+),\s*(\d+)\)"
+  if re.sub(pattern, "", text).strip() not in ("", "(none)"):
+    raise OptError(f"cannot read opts from {text!r}: write them as UPCAST(axis,amount) UNROLL(axis,amount)")
   opts = []
-  for kind, axis, amount in re.findall(r"(\w+)\((\d+),\s*(\d+)\)", text):
+  for kind, axis, amount in re.findall(pattern, text):
     if kind not in APPLY:
       raise OptError(f"unknown opt {kind!r} in {text!r}: known are {', '.join(APPLY)}")
     opts.append(Opt(kind, int(axis), int(amount)))
-  if not opts and text.strip() not in ("", "(none)"):
-    raise OptError(f"cannot read opts from {text!r}: write them as UPCAST(axis,amount) UNROLL(axis,amount)")
   return tuple(opts)
 
 

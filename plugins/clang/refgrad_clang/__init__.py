@@ -99,12 +99,13 @@ class SharedLibraryRuntime:
       os.unlink(path)
     function = getattr(library, program.name)
     function.restype = None
-    function.argtypes = [ctypes.c_void_p] * len(program.params) + [ctypes.c_int64] * 2 * (program.threads > 1)
+    threaded = program.threads > 1  # the THREAD opt: the kernel takes a range of its outermost axis
+    function.argtypes = [ctypes.c_void_p] * len(program.params) + [ctypes.c_int64] * 2 * threaded
     ranges = program.thread_ranges()
 
     def run(*handles: np.ndarray) -> None:
       pointers = [h.ctypes.data for h in handles]
-      if program.threads > 1:  # the THREAD opt: each range of the outermost axis on a CPU thread of its own
+      if threaded:  # each range of the outermost axis on a CPU thread of its own
         run_ranges(lambda start, end: function(*pointers, start, end), ranges)
       else:
         function(*pointers)
