@@ -330,3 +330,17 @@ def test_realize_empties_schedule(abc):
   assert len(x.schedule()) == 2
   x.realize()
   assert len(x.schedule()) == 0 and len((x + 1).schedule()) == 1
+
+
+@pytest.mark.parametrize("dtype", [D.float16, D.bfloat16, D.float32, D.float64])
+@pytest.mark.parametrize("shape,axis", [((), None), ((1,), None), ((2, 1), 1), ((1, 3), 0), ((3,), 0), ((0,), 0)])
+def test_sum_of_negative_zeros_is_positive_zero_like_torch(shape, axis, dtype):
+  """A sum of -0.0s is +0.0 in torch whatever the length: also for one element (a size-1 axis, a 0-d tensor), where
+  no loop runs."""
+  data = np.full(shape, -0.0, dtype=np.float32)
+  got = Tensor(data).cast(dtype).sum(axis).cast(D.float32).numpy()
+  want = torch.tensor(data).to(TORCH_DTYPE[dtype]).sum(axis if axis is not None else tuple(range(len(shape))))
+  want = want.float().numpy()
+  assert got.shape == want.shape
+  np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+  assert not np.signbit(got).any()

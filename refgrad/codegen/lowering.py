@@ -141,7 +141,13 @@ class Lowerer:
       ranges.append(rng)
       src_idx[axis] = rng
     body = self.lower(node.src[0], tuple(src_idx), valid)
-    return UOp(Ops.REDUCE, node.dtype, (body, *ranges), reduce_op) if ranges else body
+    if ranges:
+      return UOp(Ops.REDUCE, node.dtype, (body, *ranges), reduce_op)
+    if reduce_op is Ops.ADD and dtypes.is_float(node.dtype):
+      # a sum of one element is the loop of one iteration: +0.0 + x, so the sum of a lone -0.0 is +0.0 as in a
+      # longer sum (and in numpy and torch)
+      return UOp(Ops.ADD, node.dtype, (body, UOp.const(node.dtype, 0.0)))
+    return body
 
 
 def lower_kernel(ast: UOp) -> tuple[UOp, tuple[int, ...]]:

@@ -37,8 +37,8 @@ class ReduceMixin(TensorBase):
 
   def _reduce(self, op: Ops, axis: Any = None, keepdim: bool = False) -> Self:
     axes = reduce_axes(axis, self.ndim)
-    if self.ndim == 0:
-      return self
+    if self.ndim == 0:  # a 0-d tensor reduces as its one element would: the sum of a lone -0.0 is +0.0
+      return self.reshape(1)._reduce(op, 0)
     reduced = self._from(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes else self
     if keepdim:
       return reduced
