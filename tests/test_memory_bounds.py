@@ -4,6 +4,7 @@ limit by deleting its least recently used entries, also while several processes 
 import gc
 import multiprocessing
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -61,12 +62,18 @@ def test_an_evicted_clang_kernel_is_unloaded(monkeypatch):
   (program, _), (other, _) = distinct_kernels("CLANG", 2)
   program.numpy()
   (runner,) = device._runners._entries.values()
-  library = runner.library._name
-  assert library in Path("/proc/self/maps").read_text()
+  library, alive = runner.library._name, weakref.ref(runner)
+  assert mappings_of(library)
   del runner
   other.numpy()  # evicts the first kernel
   gc.collect()
-  assert library not in Path("/proc/self/maps").read_text()
+  assert alive() is None, f"the evicted runner is still held by {[type(r).__name__ for r in gc.get_referrers(alive())]}"
+  assert not mappings_of(library), "the evicted kernel's library is still mapped"
+
+
+def mappings_of(path: str) -> list[str]:
+  """The lines of /proc/self/maps that map `path` (what a failure shows, rather than the whole file)."""
+  return [line for line in Path("/proc/self/maps").read_text().splitlines() if path in line]
 
 
 # ---- the on-disk compile cache
