@@ -38,8 +38,12 @@ def flatten_index(idx: Index, shape: tuple[int, ...]) -> UOp:
 
 
 def unflatten_index(flat: UOp, shape: tuple[int, ...]) -> Index:
-  return tuple(simplify_index((flat // stride) % size) if size > 1 else idx_const(0)
-               for size, stride in zip(shape, strides_of(shape)))
+  """The index of `shape` whose flat position is `flat`. The outermost axis takes no `% size`: an index is in
+  bounds wherever its lane is valid, and where it is not (padding) the load it reaches is gated, so the remainder
+  would only cost a division in the inner loop of every padded kernel (a convolution's)."""
+  outer = next((axis for axis, size in enumerate(shape) if size > 1), None)
+  return tuple(idx_const(0) if size == 1 else simplify_index(flat // stride if axis == outer else (flat // stride) % size)
+               for axis, (size, stride) in enumerate(zip(shape, strides_of(shape))))
 
 
 def _and(a: UOp | None, b: UOp) -> UOp:

@@ -176,6 +176,17 @@ WORK_THRESHOLD = 1 << 16
 THREAD_THRESHOLD = 1 << 20
 
 
+def tile_shares_loads(sink: UOp, axis: int) -> bool:
+  """True if some load inside a reduce does not depend on thread axis `axis`, so a tile of outputs along it loads
+  that value once for all of them (a matmul's row of A for a tile along the columns). A row sum shares nothing: a
+  tile of rows would only take parallel work away from a GPU's grouped reduction."""
+  index = next((u for u in sink.toposort if u.op is Ops.SPECIAL and u.arg[0] == axis), None)
+  if index is None:
+    return False
+  bodies = [u.src[0] for u in sink.toposort if u.op is Ops.REDUCE]
+  return any(u.op is Ops.LOAD and index not in u.toposort for body in bodies for u in body.toposort)
+
+
 def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: int = 1) -> OptList:
   """The heuristic for a CPU device whose compiler vectorizes `upcast_lanes` floats: for a long reduction, compute
   a tile of outputs per thread (up to upcast_lanes along the last axis, 4 along the one before), so that every
@@ -191,7 +202,7 @@ def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: 
   axis_sizes = {u.arg[0]: u.arg[1] for u in sink.toposort if u.op is Ops.SPECIAL}
   opts = []
   for axis, lanes in ((len(shape) - 1, upcast_lanes), (len(shape) - 2, 4)):
-    size = axis_sizes.get(axis, 1)
+    size = axis_sizes.get(axis, 1) if tile_shares_loads(sink, axis) else 1
     amount = next((k for k in (lanes, 4, 2) if k <= lanes and size % k == 0 and size > k), None)
     if amount:
       opts.append(Opt("UPCAST", axis, amount))
