@@ -42,8 +42,11 @@ def unflatten_index(flat: UOp, shape: tuple[int, ...]) -> Index:
   bounds wherever its lane is valid, and where it is not (padding) the load it reaches is gated, so the remainder
   would only cost a division in the inner loop of every padded kernel (a convolution's)."""
   outer = next((axis for axis, size in enumerate(shape) if size > 1), None)
-  return tuple(idx_const(0) if size == 1 else simplify_index(flat // stride if axis == outer else (flat // stride) % size)
-               for axis, (size, stride) in enumerate(zip(shape, strides_of(shape))))
+  index = []
+  for axis, (size, stride) in enumerate(zip(shape, strides_of(shape))):
+    position = flat // stride if axis == outer else (flat // stride) % size
+    index.append(idx_const(0) if size == 1 else simplify_index(position))
+  return tuple(index)
 
 
 def _and(a: UOp | None, b: UOp) -> UOp:
