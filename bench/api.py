@@ -42,9 +42,11 @@ def main() -> None:
     torch_in = [torch.from_numpy(a) for a in arrays]
     t_torch = best_time(lambda fn=torch_fn, xs=torch_in: fn(*xs), args.repeat)
     for device in args.devices:
-      tensors = [Tensor(a, device=device).realize() for a in arrays]
+      # fresh input tensors for every run: the same graph on the same tensors would find its intermediate kernels'
+      # results already computed (realize remembers them for autograd) and run only the last kernel
+      inputs = lambda xs=arrays, d=device: tuple(Tensor(a, device=d).realize() for a in xs)  # noqa: E731
       # numpy() waits for the result (realize alone may return before an asynchronous device finishes)
-      t_rg = best_time(lambda fn=rg_fn, xs=tensors: fn(*xs).numpy(), 1 if device == "PYTHON" else args.repeat)
+      t_rg = best_time(lambda *xs, fn=rg_fn: fn(*xs).numpy(), 1 if device == "PYTHON" else args.repeat, inputs)
       print(f"{name:42s} {device:8s} {t_torch * 1e3:9.2f} {t_rg * 1e3:11.2f} {t_rg / t_torch:7.1f}x "
             f"{flops / t_rg / 1e9:7.2f}")
 
