@@ -158,3 +158,26 @@ def test_tiled_matmul_on_each_device_matches_numpy(refgrad_device, shape):
   assert np.all(np.abs(got - a.astype(np.float64) @ b.astype(np.float64)) <= bound)
   program = compile_ast((Tensor(a) @ Tensor(b)).schedule()[-1].ast, Device[refgrad_device].caps)
   assert bool(program.opts) == (Device[refgrad_device].caps.upcast_lanes > 1 and m % 2 == 0 and n % 2 == 0)
+
+
+def test_the_heuristic_tiles_only_where_a_tile_shares_loads_and_the_loop_does_not_vectorize():
+  """A row sum's tile would share no load; q @ k^T reads both operands contiguously along the reduce (the split
+  reduction vectorizes it): neither gets a tile, both get threads. A matmul's second operand is strided along the
+  reduce, so it is tiled."""
+  rng = np.random.default_rng(0)
+  rows = Tensor(rng.standard_normal((64, 4096)).astype(np.float32)).sum(1).schedule()[-1].ast
+  q, k = (Tensor(rng.standard_normal((4, 128, 64)).astype(np.float32)) for _ in range(2))
+  scores = (q @ k.transpose(-1, -2)).schedule()[-1].ast
+  matmul = (q @ k.transpose(-1, -2).contiguous()).schedule()[-1].ast
+  assert default_opts(*lowered_kernel(rows), 8, threads=2) == ()
+  assert default_opts(*lowered_kernel(scores), 8, threads=2) == (Opt("THREAD", 0, 2),)
+  assert default_opts(*lowered_kernel(matmul), 8, threads=2) == \
+    (Opt("UPCAST", 2, 8), Opt("UPCAST", 1, 4), Opt("THREAD", 0, 2))
+
+
+def test_long_elementwise_kernels_with_transcendentals_are_threaded():
+  big, small = (Tensor(np.ones(shape, np.float32)).exp().schedule()[-1].ast for shape in ((256, 256), (64, 64)))
+  cheap = (Tensor(np.ones((256, 256), np.float32)) + 1).schedule()[-1].ast
+  assert default_opts(*lowered_kernel(big), 8, threads=2) == (Opt("THREAD", 0, 2),)
+  assert default_opts(*lowered_kernel(small), 8, threads=2) == ()
+  assert default_opts(*lowered_kernel(cheap), 8, threads=2) == ()

@@ -332,6 +332,29 @@ def test_realize_empties_schedule(abc):
   assert len(x.schedule()) == 0 and len((x + 1).schedule()) == 1
 
 
+def test_softmax_weights_expanded_into_a_matmul_get_a_kernel_of_their_own():
+  """softmax(q k^T) v: the weights (an exp) are computed once into a buffer, not once per column of v; the scores
+  reduce they read is its own kernel too, shared with the max and the sum rather than computed twice."""
+  rng = np.random.default_rng(3)
+  q, k, v = (rng.standard_normal((2, 16, 8)).astype(np.float32) for _ in range(3))
+  out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v))
+  shapes = [item.ast.src[0].src[1].shape for item in out.schedule()]
+  assert shapes == [(2, 16, 16, 1), (2, 16, 1), (2, 16, 1), (2, 16, 1, 16), (2, 16, 8)]
+  want = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)))
+  check(out, want, D.float32, atol=1e-5)
+
+
+def test_a_padded_input_read_by_every_output_channel_is_padded_once():
+  """conv2d with padding: the padded input is one kernel, the convolution reads it without bounds checks."""
+  rng = np.random.default_rng(4)
+  x, w = rng.standard_normal((2, 3, 6, 6)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+  out = Tensor(x).conv2d(Tensor(w), padding=1)
+  shapes = [item.ast.src[0].src[1].shape for item in out.schedule()]
+  assert shapes[0] == (2, 3, 8, 8) and len(shapes) == 2
+  check(out, torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1), D.float32, atol=1e-5)
+  assert len((Tensor(x).pad((1, 1, 1, 1)).sum()).schedule()) == 1  # read once: nothing to gain from a kernel
+
+
 @pytest.mark.parametrize("dtype", [D.float16, D.bfloat16, D.float32, D.float64])
 @pytest.mark.parametrize("shape,axis", [((), None), ((1,), None), ((2, 1), 1), ((1, 3), 0), ((3,), 0), ((0,), 0)])
 def test_sum_of_negative_zeros_is_positive_zero_like_torch(shape, axis, dtype):

@@ -45,19 +45,19 @@ RG_FN ushort_t rg_f32_to_bf16(float f) {
 RG_FN float rg_round_f16(float f) { return rg_f16_to_f32(rg_f32_to_f16(f)); }
 RG_FN float rg_round_bf16(float f) { return rg_bf16_to_f32(rg_f32_to_bf16(f)); }
 RG_FN float rg_max_f32(float a, float b) {
-  if (a != a || b != b) return a + b;
-  if (a > b) return a;
-  if (b > a) return b;
-  return (rg_f32_bits(a) >> 31) ? b : a;
+  float larger = a > b ? a : b;
+  float tie = (rg_f32_bits(a) >> 31) ? b : a;
+  float m = a == b ? tie : larger;
+  return (a != a || b != b) ? a + b : m;
 }
 """
 
 DOUBLE_PRELUDE = r"""
 RG_FN double rg_max_f64(double a, double b) {
-  if (a != a || b != b) return a + b;
-  if (a > b) return a;
-  if (b > a) return b;
-  return (rg_f64_bits(a) >> 63) ? b : a;
+  double larger = a > b ? a : b;
+  double tie = (rg_f64_bits(a) >> 63) ? b : a;
+  double m = a == b ? tie : larger;
+  return (a != a || b != b) ? a + b : m;
 }
 RG_FN float rg_f64_to_f32_odd(double d) {
   float f = (float)d;

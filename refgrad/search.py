@@ -1,0 +1,142 @@
+"""Opt search: time candidate opt lists for one kernel on its device and keep the fastest.
+
+Opt-in: `REFGRAD_SEARCH=N` (or `search_opts(ast, device, budget=N)`) tries the device's heuristic opts, no opts and
+up to N random legal opt lists (refgrad/codegen/opt.py), each compiled and run on scratch buffers, and uses the
+fastest from then on. The winner is cached on disk per (kernel, device, compiler key), so a kernel is searched once
+per machine and compiler, not once per process. Every search prints what it tried, how long it took and what it
+chose, on stderr: a chosen opt list is never hidden. The opts a search may choose are the same legal opts the
+fuzzer (`refgrad fuzz --opts`) and `refgrad check` prove against the reference.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+
+from refgrad.codegen.linearize import compile_ast, lowered_kernel
+from refgrad.codegen.opt import OptError, OptList, parse_opts, random_opts
+from refgrad.codegen.opt import opts_text as text_of
+from refgrad.device import Buffer, Device, cache_dir
+from refgrad.uop import Ops, UOp
+
+TIMED_RUNS = 3  # each candidate: one untimed run (loads caches), then the best of these
+
+
+@dataclass(frozen=True)
+class SearchResult:
+  opts: OptList
+  seconds: float        # the winner's kernel time
+  heuristic: float      # the heuristic's kernel time (what the search is measured against)
+  candidates: int
+  search_seconds: float
+
+
+def search_budget() -> int:
+  """REFGRAD_SEARCH's value: how many random opt lists a search may try per kernel (0: no search)."""
+  value = os.environ.get("REFGRAD_SEARCH", "0")
+  try:
+    return max(0, int(value))
+  except ValueError:
+    raise ValueError(f"REFGRAD_SEARCH={value!r}: give the number of opt lists to try per kernel, e.g. 20") from None
+
+
+def kernel_key(ast: UOp, device: str) -> str:
+  """Names a kernel on a device across processes: the device, its compiler's key and the unoptimized source."""
+  impl = Device[device]
+  source = impl.render(compile_ast(ast, impl.caps, ()))
+  compiler = getattr(impl.compiler, "cache_key", "")
+  return hashlib.sha256(f"{impl.name}\0{compiler}\0{source}".encode()).hexdigest()
+
+
+def time_opts(ast: UOp, device: str, opts: OptList | None) -> float:
+  """Seconds one run of the kernel takes on the device with `opts` (None: its heuristic), on scratch buffers."""
+  impl = Device[device]
+  program = compile_ast(ast, impl.caps, opts)
+  runner = impl.get_runner(program)
+  buffers = [Buffer(device, p.arg[1], p.dtype) for p in program.params]
+  handles = [b.handle for b in buffers]
+  runner(*handles)
+  impl.synchronize()
+  best = float("inf")
+  for _ in range(TIMED_RUNS):
+    start = time.perf_counter()
+    runner(*handles)
+    impl.synchronize()
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def candidates(ast: UOp, device: str, budget: int, seed: str) -> list[OptList]:
+  """The heuristic's opts, no opts, then up to `budget` distinct random legal opt lists (seeded by the kernel)."""
+  heuristic = compile_ast(ast, Device[device].caps).opts
+  found = [heuristic, ()]
+  sink, shape = lowered_kernel(ast)
+  rng = random.Random(seed)
+  for _ in range(budget * 4):
+    if len(found) >= budget + 2:
+      break
+    opts = random_opts(sink, shape, rng, max_opts=4)
+    if opts not in found:
+      found.append(opts)
+  return found
+
+
+def run_search(ast: UOp, device: str, budget: int, seed: str = "") -> SearchResult:
+  """Time every candidate (an opt list the device cannot compile or run is skipped, and said so) and pick the
+  fastest; ties go to the earlier candidate, the heuristic first."""
+  start = time.perf_counter()
+  heuristic, *others = candidates(ast, device, budget, seed)
+  timed = [(time_opts(ast, device, heuristic), heuristic)]  # the device's default must run: no except here
+  for opts in others:
+    try:
+      timed.append((time_opts(ast, device, opts), opts))
+    except (OptError, RuntimeError) as error:
+      print(f"search: skipped {text_of(opts)}: {type(error).__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
+  seconds, opts = min(timed, key=lambda pair: pair[0])
+  return SearchResult(opts, seconds, timed[0][0], len(timed), time.perf_counter() - start)
+
+
+def _cache_path(key: str):
+  return cache_dir() / "search" / f"{key}.json"
+
+
+@functools.lru_cache(maxsize=512)
+def search_opts(ast: UOp, device: str, budget: int) -> OptList:
+  """The fastest opt list found for this kernel on `device`: from the disk cache if this kernel was searched here
+  before (with at least this budget), else searched now. Prints the choice."""
+  device = Device.canonicalize(device)
+  key = kernel_key(ast, device)
+  name = compile_ast(ast).name
+  path = _cache_path(key)
+  try:
+    cached = json.loads(path.read_text())
+    if cached["budget"] >= budget:
+      print(f"search: {name} on {device}: {cached['opts']} (cached)", file=sys.stderr)
+      return parse_opts(cached["opts"])
+  except (OSError, ValueError, KeyError):
+    pass  # not searched yet, or an unreadable entry: search again
+  result = run_search(ast, device, budget, seed=key)
+  chosen = text_of(result.opts)
+  print(f"search: {name} on {device}: {result.candidates} opt lists in {result.search_seconds:.2f} s; chose "
+        f"{chosen} ({result.seconds * 1e3:.3f} ms; heuristic {result.heuristic * 1e3:.3f} ms)", file=sys.stderr)
+  record = {"opts": chosen, "budget": budget, "ms": result.seconds * 1e3, "heuristic_ms": result.heuristic * 1e3}
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+  except OSError:
+    pass  # a read-only cache only costs searching again
+  return result.opts
+
+
+def opts_for(ast: UOp, device: str) -> OptList | None:
+  """What realize runs a kernel with: a searched opt list under REFGRAD_SEARCH on a compiled device, else None
+  (the device's heuristic). The reference (an interpreting device) always runs kernels as lowered."""
+  budget = search_budget()
+  if budget == 0 or Device[device].interpret is not None or ast.op is not Ops.SINK:
+    return None
+  return search_opts(ast, device, budget)
