@@ -6,6 +6,8 @@ or `refgrad.plugins.register(module)`.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable
 
 import ml_dtypes
@@ -79,7 +81,7 @@ def rewrite_program(program: Program, rules: PatternMatcher) -> Program:
         placed.add(node)
         order.append(node)
     mapping[u] = new
-  return Program(program.name, tuple(order), program.global_shape, program.key)
+  return dataclasses.replace(program, uops=tuple(order))
 
 
 def make_broken(name: str) -> DeviceImpl:
@@ -152,6 +154,54 @@ def make_opt_bug(name: str) -> DeviceImpl:
                     runtime=InterpretingRuntime())
 
 
+# ---- grouped-reduction bugs of a GPU backend: the real OPENCL device (PoCL here), its programs rendered wrong
+class RewritingRenderer:
+  """A renderer that rewrites every GPU-shaped program with work-group reductions by `rules` before rendering."""
+
+  def __init__(self, renderer, rules: PatternMatcher):
+    self.renderer, self.rules, self.caps = renderer, rules, renderer.caps
+
+  def render(self, program: Program) -> str:
+    if any(u.op is Ops.DEFINE_LOCAL for u in program.uops):
+      program = rewrite_program(program, self.rules)
+    return self.renderer.render(program)
+
+  def code_paths(self, program: Program) -> list[str]:
+    return self.renderer.code_paths(program)
+
+
+def _no_barrier(opencl: DeviceImpl) -> DeviceImpl:
+  """Work-items read the other items' partial sums from local memory without waiting for them to be written."""
+  from refgrad.codegen.cstyle import CStyleRenderer
+  return dataclasses.replace(opencl, renderer=CStyleRenderer(dataclasses.replace(opencl.renderer.d, barrier="")))
+
+
+def _double_count(opencl: DeviceImpl) -> DeviceImpl:
+  """In the last round of a grouped reduction, the items past the end add the element they clamp to (the last one)
+  instead of the identity: that element is counted again, once per such item."""
+  drop_identity = PatternMatcher([
+    (UPat(Ops.ACCUMULATE, src=(UPat(name="acc"), UPat(Ops.WHERE, src=(UPat(), UPat(name="x"), UPat(Ops.CONST)))),
+     name="a"), lambda a, acc, x: a.replace(src=(acc, x)))])
+  return dataclasses.replace(opencl, renderer=RewritingRenderer(opencl.renderer, drop_identity))
+
+
+GPU_BUGS: dict[str, Callable[[DeviceImpl], DeviceImpl]] = {"GPUBUG_NO_BARRIER": _no_barrier,
+                                                          "GPUBUG_DOUBLE_COUNT": _double_count}
+
+
+def make_gpu_bug(name: str) -> DeviceImpl:
+  from refgrad_opencl import make_device
+  return dataclasses.replace(GPU_BUGS[name](make_device()), name=name)
+
+
+def opencl_probe() -> str | None:
+  try:
+    from refgrad_opencl import probe
+  except ImportError:
+    return "refgrad-opencl is not installed"
+  return probe()
+
+
 # ---- devices that take the whole process down, for the fuzzer's worker isolation (never run them in-process)
 def _crash_on_max(program: Program):
   import ctypes
@@ -214,6 +264,8 @@ def refgrad_devices() -> list[DeviceSpec]:
   specs = [DeviceSpec(name, lambda name=name: make_broken(name), plugin="tests.broken_devices") for name in BUGS]
   specs += [DeviceSpec("NARROW", make_narrow, plugin="tests.broken_devices")]
   specs += [DeviceSpec(name, lambda name=name: make_opt_bug(name), plugin="tests.broken_devices") for name in OPT_BUGS]
+  specs += [DeviceSpec(name, lambda name=name: make_gpu_bug(name), plugin="tests.broken_devices", probe=opencl_probe)
+            for name in GPU_BUGS]
   return specs + [DeviceSpec(name, lambda name=name: make_fatal(name), plugin="tests.broken_devices") for name in FATAL]
 
 

@@ -71,6 +71,19 @@ def test_check_catches_each_planted_optimizer_bug(device, tmp_path, capsys):
   assert failed and all(f"{kind}(" in c["detail"] for c in failed)
 
 
+@pytest.mark.skipif("OPENCL" not in Device.available(), reason="the grouped-reduction bugs are planted in OPENCL")
+@pytest.mark.parametrize("device", sorted(broken_devices.GPU_BUGS))
+def test_check_catches_each_planted_grouped_reduction_bug(device, tmp_path, capsys):
+  """A work-group reduction without its barrier, or counting the clamped last element again: the check's full
+  reductions (long rows, few outputs: what a work-group shares) fail on both; the real OPENCL passes them."""
+  report = tmp_path / "report.json"
+  args = ["--only", "full reductions", "--json", str(report), "--plugin", BROKEN_FILE]
+  assert main(["check", "--device", device, *args]) == 1
+  failed = [c for c in json.loads(report.read_text())["cases"] if c["status"] == "fail"]
+  assert failed and all(c["row"].startswith("full reductions") for c in failed)
+  assert main(["check", "--device", "OPENCL", *args]) == 0
+
+
 def test_fuzz_with_opts_catches_an_optimizer_bug_and_the_reproducer_replays_its_opts(tmp_path):
   findings = tmp_path / "findings"
   code = main(["fuzz", "--device", "OPTBUG_UPCAST_STALE", "--opts", "--seconds", "60", "--max-findings", "1",
