@@ -7,7 +7,6 @@ or `refgrad.plugins.register(module)`.
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable
 
 import ml_dtypes
