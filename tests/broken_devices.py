@@ -136,12 +136,21 @@ def _unroll_with(lanes: Callable[[int], range], op_of: Callable[[Ops], Ops]):
   return rule
 
 
+def _padloop_reads_past_the_edge(sink: UOp, shape: tuple, axis: int, amount: int):
+  """The reduce loop is padded to a multiple of amount, but its added iterations are neither gated nor replaced by
+  the identity: they read past the end of the row (the next row, or past the buffer) and add what they read."""
+  loop = opt.reduce_loop(sink, axis, "PADLOOP")
+  padded = UOp(Ops.RANGE, loop.dtype, (), (axis, opt.padded_size("PADLOOP", loop.arg[1], amount)))
+  return sink.substitute({loop: padded}), shape
+
+
 OPT_BUGS: dict[str, tuple[str, Callable]] = {
   "OPTBUG_UPCAST_STRIDE": ("UPCAST", _upcast_wrong_stride),
   "OPTBUG_UPCAST_LOST_LANE": ("UPCAST", _upcast_lost_lane),
   "OPTBUG_UPCAST_STALE": ("UPCAST", _upcast_stale_value),
   "OPTBUG_UNROLL_SKIPS_LAST": ("UNROLL", _unroll_with(lambda k: range(k - 1), lambda op: op)),  # drops a remainder
   "OPTBUG_UNROLL_ADDS": ("UNROLL", _unroll_with(range, lambda op: Ops.ADD)),  # MAX and MUL reduces summed
+  "OPTBUG_PADLOOP_PAST_EDGE": ("PADLOOP", _padloop_reads_past_the_edge),
 }
 
 

@@ -98,6 +98,10 @@ def test_opt_lists_print_parse_and_replay():
   (Opt("UNROLL", 3, 2), "no reduce loop 3"),
   (Opt("THREAD", 1, 2), "axis 1 is not the outermost thread axis"),
   (Opt("THREAD", 0, 9), "thread axis 0 of size 8 cannot run on 9 threads"),
+  (Opt("PADTO", 1, 4), "thread axis 1 of size 12 needs no padding to a multiple of 4"),
+  (Opt("PADTO", 7, 4), "PADTO: the kernel has no thread axis 7"),
+  (Opt("PADLOOP", 0, 8), "reduce loop 0 of size 16 needs no padding to a multiple of 8"),
+  (Opt("PADLOOP", 2, 3), "PADLOOP: the kernel has no reduce loop 2"),
 ])
 def test_illegal_opts_are_refused_with_the_reason(opt, message):
   a, b = Tensor(np.ones((8, 16), np.float32)), Tensor(np.ones((16, 12), np.float32))
@@ -181,3 +185,16 @@ def test_long_elementwise_kernels_with_transcendentals_are_threaded():
   assert default_opts(*lowered_kernel(big), 8, threads=2) == (Opt("THREAD", 0, 2),)
   assert default_opts(*lowered_kernel(small), 8, threads=2) == ()
   assert default_opts(*lowered_kernel(cheap), 8, threads=2) == ()
+
+
+@pytest.mark.parametrize("opts", ["PADTO(1,8) UPCAST(1,8)", "PADTO(0,4) UPCAST(0,4) PADLOOP(0,8) UNROLL(0,8)",
+                                  "PADLOOP(0,4) UNROLL(0,4) PADTO(1,3) UPCAST(1,3) THREAD(0,5)"])
+def test_padded_tiles_of_odd_shapes_keep_the_values(refgrad_device, opts):
+  """37x29 @ 29x35 has no tile that divides it: padded, the extra threads and iterations read and write nothing.
+  A max over the padded loop checks the identity the padding adds (a 0 would win over negative rows)."""
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal((37, 29)).astype(np.float32), rng.standard_normal((29, 35)).astype(np.float32)
+  chosen = lambda ast: parse_opts(opts)  # noqa: E731
+  assert check_against_reference(lambda x, y: (x @ y).exp(), a, b, device=refgrad_device, opts=chosen).ok
+  padded_max = lambda ast: parse_opts("PADTO(0,8) UPCAST(0,8) PADLOOP(0,8) UNROLL(0,8)")  # noqa: E731
+  assert check_against_reference(lambda x: x.max(1), -np.abs(a) - 1, device=refgrad_device, opts=padded_max).ok

@@ -140,7 +140,7 @@ def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities) -> tuple[UOp, 
   if len(sink.src) > 1:
     return _to_gpu_tile(sink, shape, caps)
   store = sink.src[0]
-  out_param, out_index, value = store.src
+  out_param, out_index, value, *store_gate = store.src  # a PADTO opt gates the store
   axes = grid_axes(shape, len(caps.max_global_size))
   reduces = top_reduces(value)
   size = group_size(reduces, prod(shape), caps) if reduces is not None else 0
@@ -156,6 +156,9 @@ def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities) -> tuple[UOp, 
     gate = item.lt(1)
   mapping = thread_mapping(shape, axes, index_of_axis)
   value, out_index = value.substitute(mapping), out_index.substitute(mapping)
+  for padded in store_gate:
+    padded = padded.substitute(mapping)
+    gate = padded if gate is None else gate.logical_and(padded)
   if size:
     first_range = 1 + max((u.arg[0] for u in value.toposort if u.op is Ops.RANGE), default=-1)
     grouped = _GroupedReduce(item, size, first_range, caps.interleaved_groups)

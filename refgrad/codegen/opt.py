@@ -11,10 +11,14 @@ An `Opt` names a transformation, the axis it applies to and an amount:
 - `THREAD(axis, n)`: the outermost thread axis is split into n ranges that run at once on n CPU threads. The kernel
   graph is unchanged: a CPU renderer takes the range as two arguments and its runtime launches each range
   (`Program.thread_ranges`). Outputs of different ranges never overlap.
+- `PADTO(axis, k)`: thread axis `axis` grows to the next multiple of k, so that UPCAST(axis, k) applies; the added
+  threads read nothing (their loads are gated) and write nothing (their stores are gated).
+- `PADLOOP(axis, k)`: reduce loop `axis` grows to the next multiple of k, so that UNROLL(axis, k) applies; the added
+  iterations read nothing and add the reduction's identity.
 
-UPCAST and UNROLL need k to divide the size, THREAD at most as many threads as rows (an `OptError` says why an opt
-does not apply). Every opt computes the same value in
-every lane, bit for bit, except UNROLL of a float ADD or MUL reduction, which reassociates it: docs/SPEC.md leaves
+UPCAST and UNROLL need k to divide the size, PADTO and PADLOOP a size that k does not divide, THREAD at most as many
+threads as rows (an `OptError` says why an opt does not apply). Every opt computes the same value in every lane, bit
+for bit, except UNROLL of a float ADD or MUL reduction, which reassociates it: docs/SPEC.md leaves
 the order of a reduction free within its error bound, and the checker's bounds hold for every order.
 
 A tuple of opts is an opt list: it prints (`UPCAST(1,4) UNROLL(0,4)`), hashes and replays (`parse_opts`).
@@ -29,7 +33,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from refgrad.alu import result_dtype
+from refgrad.alu import reduce_identity, result_dtype
 from refgrad.codegen.symbolic import simplify_index
 from refgrad.uop import Ops, UOp, prod
 
@@ -68,11 +72,11 @@ def parse_opts(text: str) -> OptList:
   return tuple(opts)
 
 
-def thread_index(sink: UOp, axis: int) -> UOp:
+def thread_index(sink: UOp, axis: int, opt: str = "UPCAST") -> UOp:
   """The SPECIAL of thread axis `axis` in a lowered kernel; OptError if there is none."""
   found = [u for u in sink.toposort if u.op is Ops.SPECIAL and u.arg[0] == axis]
   if not found:
-    raise OptError(f"UPCAST: the kernel has no thread axis {axis} (axes of size 1 have none)")
+    raise OptError(f"{opt}: the kernel has no thread axis {axis} (axes of size 1 have none)")
   return found[0]
 
 
@@ -98,11 +102,11 @@ def combine(op: Ops, values: list[UOp]) -> UOp:
   return total
 
 
-def reduce_loop(sink: UOp, axis: int) -> UOp:
+def reduce_loop(sink: UOp, axis: int, opt: str = "UNROLL") -> UOp:
   """The RANGE of reduce loop `axis` in a lowered kernel; OptError if there is none."""
   loops = [u for u in sink.toposort if u.op is Ops.RANGE and u.arg[0] == axis]
   if not loops:
-    raise OptError(f"UNROLL: the kernel has no reduce loop {axis}")
+    raise OptError(f"{opt}: the kernel has no reduce loop {axis}")
   return loops[0]
 
 
@@ -119,6 +123,64 @@ def unroll(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[U
   return sink.substitute(mapping), shape
 
 
+def rebuild(sink: UOp, change: Callable[[UOp], UOp]) -> UOp:
+  """The graph rebuilt bottom-up, each node passed through `change` once its sources are rebuilt (so a load whose
+  index holds another load sees that one changed too)."""
+  rebuilt: dict[UOp, UOp] = {}
+  for node in sink.toposort:
+    new_src = tuple(rebuilt[s] for s in node.src)
+    rebuilt[node] = change(node if new_src == node.src else node.replace(src=new_src))
+  return rebuilt[sink]
+
+
+def padded_size(what: str, size: int, amount: int) -> int:
+  if amount < 2 or size % amount == 0:
+    raise OptError(f"{what} of size {size} needs no padding to a multiple of {amount}: the amount must be at least "
+                   "2 and not divide the size")
+  return -(-size // amount) * amount
+
+
+def gated(load: UOp, inside: UOp) -> UOp:
+  """The load, read only where `inside` also holds (elsewhere it reads nothing and gives 0)."""
+  valid = inside if len(load.src) < 3 else load.src[2].logical_and(inside)
+  return load.replace(src=(load.src[0], load.src[1], valid))
+
+
+def padto(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  index = thread_index(sink, axis, "PADTO")
+  size = padded_size(f"PADTO: thread axis {axis}", index.arg[1], amount)
+  padded = UOp(Ops.SPECIAL, index.dtype, (), (axis, size))
+  inside = padded.lt(index.arg[1])
+
+  def change(u: UOp) -> UOp:
+    if u is index:
+      return padded
+    if u.op is Ops.LOAD and padded in u.src[1].toposort:  # the padded threads read nothing past the edge...
+      return gated(u, inside)
+    if u.op is Ops.STORE:  # ... and write nothing
+      return u.replace(src=(*u.src[:3], inside if len(u.src) < 4 else u.src[3].logical_and(inside)))
+    return u
+  return rebuild(sink, change), tuple(size if i == axis else s for i, s in enumerate(shape))
+
+
+def padloop(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  loop = reduce_loop(sink, axis, "PADLOOP")
+  size = padded_size(f"PADLOOP: reduce loop {axis}", loop.arg[1], amount)
+  padded = UOp(Ops.RANGE, loop.dtype, (), (axis, size))
+  inside = padded.lt(loop.arg[1])
+
+  def change(u: UOp) -> UOp:
+    if u is loop:
+      return padded
+    if u.op is Ops.LOAD and padded in u.src[1].toposort:  # the padded iterations read nothing past the edge...
+      return gated(u, inside)
+    if u.op is Ops.REDUCE and padded in u.src[1:]:  # ... and add the identity
+      identity = UOp.const(u.dtype, reduce_identity(u.arg, u.dtype))
+      return u.replace(src=(inside.where(u.src[0], identity), *u.src[1:]))
+    return u
+  return rebuild(sink, change), shape
+
+
 OptRule = Callable[[UOp, tuple[int, ...], int, int], tuple[UOp, tuple[int, ...]]]  # (sink, shape, axis, amount)
 def thread(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
   outer = next((i for i, s in enumerate(shape) if s > 1), None)
@@ -130,7 +192,8 @@ def thread(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[U
   return sink, shape
 
 
-APPLY: dict[str, OptRule] = {"UPCAST": upcast, "UNROLL": unroll, "THREAD": thread}
+APPLY: dict[str, OptRule] = {"UPCAST": upcast, "UNROLL": unroll, "THREAD": thread, "PADTO": padto,
+                             "PADLOOP": padloop}
 
 
 def apply_opts(sink: UOp, shape: tuple[int, ...], opts: OptList,
@@ -149,9 +212,10 @@ def legal_opts(sink: UOp, amounts: tuple[int, ...] = (2, 3, 4, 8)) -> list[Opt]:
   """Every single opt that applies to this kernel as it is (what a search or a fuzzer draws from)."""
   found = []
   for u in sink.toposort:
-    kind = "UPCAST" if u.op is Ops.SPECIAL else "UNROLL" if u.op is Ops.RANGE else None
-    if kind:
-      found += [Opt(kind, u.arg[0], k) for k in amounts if k < u.arg[1] and u.arg[1] % k == 0]
+    split, pad = {Ops.SPECIAL: ("UPCAST", "PADTO"), Ops.RANGE: ("UNROLL", "PADLOOP")}.get(u.op, (None, None))
+    if split:
+      found += [Opt(split, u.arg[0], k) for k in amounts if k < u.arg[1] and u.arg[1] % k == 0]
+      found += [Opt(pad, u.arg[0], k) for k in amounts if u.arg[1] % k]
   threads = sorted((u.arg for u in sink.toposort if u.op is Ops.SPECIAL), key=lambda arg: arg[0])
   if threads:  # the outermost thread axis, on any number of threads up to its size (ranges need not be equal)
     found += [Opt("THREAD", threads[0][0], k) for k in amounts if k <= threads[0][1]]

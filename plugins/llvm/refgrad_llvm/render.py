@@ -261,10 +261,18 @@ class _Kernel:
     return self.emit(f"select i1 {valid}, {ll_type(u.dtype)} {value}, {ll_type(u.dtype)} {zero}") \
       if len(u.src) > 2 else value
 
-  def store(self, param: UOp, index: UOp, value: UOp) -> None:
+  def store(self, param: UOp, index: UOp, value: UOp, gate: UOp | None = None) -> None:
+    """STORE(param, index, value[, gate]): a gated store branches around itself where the gate is false."""
+    if gate is not None:
+      block = f"store{self.count}"
+      self.emit_void(f"br i1 {self.operand(gate)}, label %{block}.do, label %{block}.done")
+      self.label(f"{block}.do")
     stored = self.to_storage(self.operand(value), value.dtype)
     address = self.address(param, self.operand(index), index.dtype)
     self.emit_void(f"store {STORAGE_TYPES[value.dtype]} {stored}, ptr {address}")
+    if gate is not None:
+      self.emit_void(f"br label %{block}.done")
+      self.label(f"{block}.done")
 
   def from_storage(self, raw: str, dt: DType) -> str:
     if dt in EMULATED_16BIT:
