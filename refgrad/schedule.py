@@ -4,28 +4,34 @@ Fusion rules: elementwise ops and movement ops are inlined into their consumer; 
 EXPAND and no other reduce lies between it and the kernel's output (so `(a*b+c).sum()` is one kernel, and so
 is `x.sum(1).reshape(-1) + 1`); a reduce that gets expanded (e.g. `x - x.max()`) would be recomputed for every
 copy, so it is realized first, in its own kernel.
-An elementwise value with a transcendental in it (exp, log, sin, sqrt) that is expanded into a reduce is also
-realized first: fused, it would be recomputed for every output the expand feeds (attention's softmax weights, once
-per column of the weighted sum). So is a padded value that a reduce reads through an EXPAND (a convolution's
-padded input, read by every output channel): its own kernel pads once, and the reduce's inner loop reads a plain
-buffer with no bounds checks (CLANG conv2d 8x32x32x32 * 64x32x3x3: 23 ms -> 3.5 ms). Both ways give the same bits;
-the split only saves work.
+An elementwise value that costs many ops per element (a transcendental, a dropout mask's random bits) and is
+expanded into a reduce is also realized first: fused, it would be recomputed for every output the expand feeds
+(attention's softmax weights, once per column of the weighted sum). So is a padded value that a reduce reads
+through an EXPAND (a convolution's padded input, read by every output channel): its own kernel pads once, and the
+reduce's inner loop reads a plain buffer with no bounds checks (CLANG conv2d 8x32x32x32 * 64x32x3x3: 23 ms ->
+3.5 ms). And a reduce that several of the tensors being realized need (an optimizer step's gradient, read by the
+parameter and both moments) is realized once for all of them. Every split gives the same bits; it only saves work.
 `contiguous()`, copies between devices, and the tensors being realized are always their own kernels.
 """
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from refgrad.device import Buffer
 from refgrad.dtype import dtypes
-from refgrad.uop import Ops, UOp, prod
+from refgrad.uop import GroupOp, Ops, UOp, prod
 
 # Where a node is built, relative to the kernel's output: only elementwise ops above it (a reduce may be inlined),
 # below an EXPAND (a reduce would be recomputed per copy), inside a reduce's input (so would a costly expanded
 # value), or inside a reduce's input and below an EXPAND (a padded value there is read by many outputs).
 OUTPUT, EXPANDED, REDUCED, REUSED = "output", "expanded", "reduced", "reused"
-COSTLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
+# What an expanded elementwise value costs per element, in ALU ops (a transcendental counts as TRANSCENDENTAL_COST):
+# from COSTLY_OPS on, recomputing it for every copy costs more than a kernel that computes it once (softmax weights:
+# an exp; a dropout mask: threefry's ~100 integer ops).
+TRANSCENDENTALS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
+TRANSCENDENTAL_COST, COSTLY_OPS = 16, 16
 OWN_KERNEL = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})  # always computed by a kernel of their own
 
 
@@ -74,8 +80,8 @@ def buffer_node(buf: Buffer, shape: tuple[int, ...]) -> UOp:
 class _KernelBuilder:
   """Builds one kernel's graph: realized inputs become PARAMs, numbered in order of first use."""
 
-  def __init__(self, scheduler: Scheduler, output: Buffer):
-    self.scheduler = scheduler
+  def __init__(self, scheduler: Scheduler, output: Buffer, root: UOp):
+    self.scheduler, self.root = scheduler, root
     self.buffers: list[Buffer] = [output]
     self.params: dict[Buffer, UOp] = {}
     self.memo: dict[tuple[UOp, bool], UOp] = {}
@@ -104,7 +110,7 @@ class _KernelBuilder:
     if self.scheduler.computed_elsewhere(node):
       return self.input_from(node)
     if node.op is Ops.REDUCE_AXIS:
-      if where != OUTPUT:
+      if where != OUTPUT or (node in self.scheduler.shared and node is not self.root):
         return self.input_from(node)
       return node.replace(src=(self.build(node.src[0], REDUCED),))
     if node.op in (Ops.DETACH, Ops.CUSTOM_GRAD):  # only autograd sees them: the value passes through
@@ -123,23 +129,27 @@ class _KernelBuilder:
 class Scheduler:
   """Turns tensor nodes into schedule items; `done` maps each realized node to its buffer."""
 
-  def __init__(self):
+  def __init__(self, roots: list[UOp] = ()):
     self.items: list[ScheduleItem] = []
     self.done: dict[UOp, Buffer] = {}
-    self._costly: dict[UOp, bool] = {}
+    self._cost: dict[UOp, int] = {}
+    self.shared = shared_reduces(roots)
 
   def computed_elsewhere(self, node: UOp) -> bool:
     """True if a kernel's graph reads node from a buffer rather than computing it."""
     return node in self.done or node in _REALIZED or node.op in OWN_KERNEL
 
   def costly(self, node: UOp) -> bool:
-    """True if computing node in a kernel runs a transcendental, not counting buffers and the reduces below it
-    (an expanded reduce has a kernel of its own)."""
-    for n in node.toposort:  # sources first, so each lookup below is already known
-      if n not in self._costly:
-        elsewhere = n.op in (Ops.BUFFER, Ops.REDUCE_AXIS) or self.computed_elsewhere(n)
-        self._costly[n] = not elsewhere and (n.op in COSTLY or any(self._costly[s] for s in n.src))
-    return self._costly[node]
+    """True if computing node in a kernel costs at least COSTLY_OPS ALU ops per element, not counting buffers and
+    the reduces below it (an expanded reduce has a kernel of its own). Shared nodes count once per use: an
+    overestimate, capped at COSTLY_OPS."""
+    def leaf(n: UOp) -> bool:
+      return n in self._cost or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS) or self.computed_elsewhere(n)
+    for n in walk([node], leaf):  # sources first, so each lookup below is already known
+      if n not in self._cost:
+        own = TRANSCENDENTAL_COST if n.op in TRANSCENDENTALS else int(n.op in GroupOp.ALU)
+        self._cost[n] = 0 if leaf(n) else min(COSTLY_OPS, own + sum(self._cost[s] for s in n.src))
+    return self._cost[node] >= COSTLY_OPS
 
   def realize(self, node: UOp, where: str = OUTPUT) -> Buffer:
     """The buffer holding node's value, scheduling its kernel if needed; `where` says which reduces it may inline."""
@@ -160,16 +170,48 @@ class Scheduler:
     value = node.src[0] if node.op is Ops.CONTIGUOUS else (node.src[1] if node.op is Ops.ASSIGN else node)
     if out.size == 0:
       return out
-    builder = _KernelBuilder(self, out)
+    builder = _KernelBuilder(self, out, value)
     body = builder.build(value, where)
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, node.dtype, (), (0, out.size)), body))
     self.items.append(ScheduleItem(UOp(Ops.SINK, dtypes.void, (store,)), tuple(builder.buffers)))
     return out
 
 
+def walk(roots: list[UOp], leaf: Callable[[UOp], bool]) -> list[UOp]:
+  """The nodes reachable from roots, each after its sources, not looking below a node where leaf(node) holds."""
+  order: list[UOp] = []
+  seen: set[UOp] = set()
+  stack = [(root, False) for root in reversed(roots)]
+  while stack:
+    node, expanded = stack.pop()
+    if node in seen:
+      continue
+    if expanded or leaf(node):
+      seen.add(node)
+      order.append(node)
+      continue
+    stack.append((node, True))
+    stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+  return order
+
+
+def shared_reduces(roots: list[UOp]) -> set[UOp]:
+  """The reduces that more than one of the nodes being realized needs: each is realized once and read by all of
+  them (an optimizer step updates a parameter and its moments from one gradient), not recomputed per kernel."""
+  roots = list(dict.fromkeys(roots))
+  if len(roots) < 2:
+    return set()
+  order = walk(roots, lambda n: n.op is Ops.BUFFER or n in _REALIZED)
+  reached_from = {root: 1 << i for i, root in enumerate(roots)}  # a bit per root that needs the node
+  for node in reversed(order):  # users before their sources
+    for s in node.src:
+      reached_from[s] = reached_from.get(s, 0) | reached_from.get(node, 0)
+  return {n for n in order if n.op is Ops.REDUCE_AXIS and reached_from[n] & (reached_from[n] - 1)}
+
+
 def create_schedule(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:
   """The kernels that realize `nodes`, in dependency order, and the buffer each node (and each intermediate the
   schedule computes into a buffer of its own) ends up in."""
-  scheduler = Scheduler()
+  scheduler = Scheduler(nodes)
   results = {n: scheduler.realize(n) for n in nodes}
   return scheduler.items, {**scheduler.done, **results}

@@ -7,6 +7,7 @@ from helpers import NP_DTYPE, TORCH_DTYPE, check, to_numpy, to_torch, torch_ok
 
 import refgrad.tensor
 from refgrad import Tensor, dtypes
+from refgrad.uop import Ops
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
 
@@ -342,6 +343,33 @@ def test_softmax_weights_expanded_into_a_matmul_get_a_kernel_of_their_own():
   assert shapes == [(2, 16, 16, 1), (2, 16, 1), (2, 16, 1), (2, 16, 1, 16), (2, 16, 8)]
   want = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)))
   check(out, want, D.float32, atol=1e-5)
+
+
+def test_a_reduce_several_realized_tensors_need_is_computed_once():
+  """Like an optimizer step: two updates read one gradient; the gradient's reduce is one kernel, not one per update."""
+  rng = np.random.default_rng(8)
+  a, b = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+  grad = (Tensor(a) * Tensor(b)).sum(0)
+  first, second = grad * 0.5 + 1, grad * grad
+  items = first.schedule(second)
+  assert sum(any(u.op is Ops.REDUCE_AXIS for u in item.ast.toposort) for item in items) == 1
+  Tensor.realize(first, second)
+  g = grad.numpy()
+  bound = 64 * 2.0 ** -24 * np.abs(a * b).sum(0, dtype=np.float64)  # SPEC.md's order-free sum bound
+  assert np.all(np.abs(g - (a * b).sum(0, dtype=np.float64)) <= bound)
+  np.testing.assert_array_equal(first.numpy(), g * np.float32(0.5) + np.float32(1))  # both read that one sum
+  np.testing.assert_array_equal(second.numpy(), g * g)
+
+
+def test_random_bits_expanded_into_a_reduce_are_drawn_once():
+  """A dropout-like mask (threefry: about a hundred integer ops per element) feeding a matmul is its own kernel."""
+  Tensor.manual_seed(3)
+  x, w = Tensor(np.ones((16, 32), np.float32)), Tensor(np.ones((32, 8), np.float32))
+  masked = x * (Tensor.rand(16, 32) < 0.5)
+  out = masked @ w
+  reduce_kernels = [i for i in out.schedule() if any(u.op is Ops.REDUCE_AXIS for u in i.ast.toposort)]
+  assert len(reduce_kernels) == 1 and not any(u.op is Ops.XOR for u in reduce_kernels[0].ast.toposort)
+  np.testing.assert_array_equal(out.numpy(), masked.numpy() @ np.ones((32, 8), np.float32))
 
 
 def test_a_padded_input_read_by_every_output_channel_is_padded_once():

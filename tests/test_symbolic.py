@@ -23,7 +23,8 @@ def evaluate(u: UOp, env: dict[UOp, int]) -> int:
     return u.arg
   a = [evaluate(s, env) for s in u.src]
   ops = {Ops.ADD: lambda p, q: p + q, Ops.MUL: lambda p, q: p * q, Ops.IDIV: lambda p, q: p // q,
-         Ops.MOD: lambda p, q: p % q, Ops.NEG: lambda p: -p, Ops.CMPLT: lambda p, q: p < q}
+         Ops.MOD: lambda p, q: p % q, Ops.NEG: lambda p: -p, Ops.CMPLT: lambda p, q: p < q,
+         Ops.AND: lambda p, q: p and q}
   return ops[u.op](*a)
 
 
@@ -90,3 +91,35 @@ def test_random_affine_div_mod_expressions_keep_their_value():
     s = simplify(e)
     for va, vb in itertools.product(range(7), range(5)):
       assert evaluate(s, {a: va, b: vb}) == evaluate(e, {a: va, b: vb})
+
+
+# ---- simplification under a load's gate
+def gated_expressions():
+  """(index, gate) pairs over x in [0, 40) and y in [0, 6), the shapes a padded window's gradient makes."""
+  x, y = var("x", 40), var("y", 6)
+  shifted = x + y - 3
+  return [
+    (x // 8, x.lt(8)),                                          # the quotient is 0 where x < 8
+    ((x + y) % 16 + (x + y) // 16 * 7, (x + y).lt(16)),         # both fold away under the gate
+    (shifted // 5, UOp.const(IDX, -1).lt(shifted).logical_and(shifted.lt(5))),  # 0 <= shifted < 5
+    (x % 8 + y * 3, UOp.const(IDX, 7).lt(x).logical_and(x.lt(16))),           # 8 <= x < 16: x % 8 is x - 8
+    ((x * 3) // 4, x.lt(y)),                                    # a bound by a variable says nothing: unchanged
+  ]
+
+
+@pytest.mark.parametrize("index, gate", gated_expressions())
+def test_a_gated_index_simplifies_to_the_same_values_where_the_gate_holds(index, gate):
+  from refgrad.codegen.symbolic import simplify_given
+  x, y = var("x", 40), var("y", 6)
+  simplified = simplify_given(simplify(index), simplify(gate))
+  held = [(i, j) for i in range(40) for j in range(6) if evaluate(gate, {x: i, y: j})]
+  assert held and all(evaluate(simplified, {x: i, y: j}) == evaluate(index, {x: i, y: j}) for i, j in held)
+
+
+def test_the_gate_removes_the_divisions_a_bound_makes_trivial():
+  from refgrad.codegen.symbolic import simplify_given
+  x, y = var("x", 40), var("y", 6)
+  divisions = lambda u: sum(n.op in (Ops.IDIV, Ops.MOD) for n in u.toposort)  # noqa: E731
+  assert divisions(simplify_given(simplify(x // 8 + y), x.lt(8))) == 0
+  assert divisions(simplify_given(simplify((x + y) % 16 + (x + y) // 16 * 7), (x + y).lt(16))) == 0
+  assert simplify_given(simplify(x // 8), x.lt(y)) is simplify(x // 8)

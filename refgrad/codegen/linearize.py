@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from refgrad.codegen.lowering import lower_kernel
 from refgrad.codegen.opt import OptList, apply_opts, default_opts, opts_text
-from refgrad.codegen.symbolic import simplify
+from refgrad.codegen.symbolic import simplify, simplify_gated_loads
 from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp
@@ -228,7 +228,7 @@ def _device_opts(ast: UOp, caps: Capabilities, override: str | None) -> OptList:
 def lowered_kernel(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
   """A scheduled kernel lowered to index math and simplified, and its output shape: what opts transform."""
   lowered, shape = lower_kernel(ast)
-  return simplify(lowered), shape
+  return simplify_gated_loads(simplify(lowered)), shape
 
 
 @functools.lru_cache(maxsize=512)

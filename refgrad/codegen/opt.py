@@ -245,6 +245,9 @@ TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
 TRANSCENDENTAL_COST = 16
 
 
+LONG_LOOP = 16  # an innermost reduce loop at least this long runs split over several accumulators (Program.pieces)
+
+
 def tile_shares_loads(sink: UOp, axis: int) -> bool:
   """True if some load inside a reduce does not depend on thread axis `axis`, so a tile of outputs along it loads
   that value once for all of them (a matmul's row of A for a tile along the columns). A row sum shares nothing: a
@@ -254,6 +257,11 @@ def tile_shares_loads(sink: UOp, axis: int) -> bool:
     return False
   bodies = [u.src[0] for u in sink.toposort if u.op is Ops.REDUCE]
   return any(u.op is Ops.LOAD and index not in u.toposort for body in bodies for u in body.toposort)
+
+
+def innermost(loops: list[UOp]) -> UOp:
+  """The innermost of a kernel's reduce loops (the last one lowering made)."""
+  return max(loops, key=lambda u: u.arg[0])
 
 
 def stride_along(index: UOp, var: UOp) -> int | None:
@@ -269,9 +277,9 @@ def reduce_vectorizes(sink: UOp) -> bool:
   loops = [u for u in sink.toposort if u.op is Ops.RANGE]
   if not loops:
     return False
-  inner = max(loops, key=lambda u: u.arg[0])
+  inner = innermost(loops)
   loads = [u for r in sink.toposort if r.op is Ops.REDUCE for u in r.src[0].toposort if u.op is Ops.LOAD]
-  return inner.arg[1] >= 16 and all(stride_along(load.src[1], inner) in (0, 1) for load in loads)
+  return inner.arg[1] >= LONG_LOOP and all(stride_along(load.src[1], inner) in (0, 1) for load in loads)
 
 
 def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: int = 1) -> OptList:
@@ -289,10 +297,13 @@ def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: 
     work *= TRANSCENDENTAL_COST
   opts = []
   if upcast_lanes >= 2 and loops and work >= WORK_THRESHOLD and not reduce_vectorizes(sink):
+    # a tile helps where its outputs share loads, or where the inner loop is short: then they share index math too
+    # (a long row sum's tile shares nothing and would undo the split reduction, or a GPU's grouped reduction)
+    long_inner_loop = innermost(loops).arg[1] >= LONG_LOOP
     axes = sorted((u.arg for u in sink.toposort if u.op is Ops.SPECIAL), reverse=True)[:2]
     for (axis, size), lanes in zip(axes, (upcast_lanes, 4)):
       amount = next((k for k in (lanes, 4, 2) if k <= lanes and size % k == 0 and size > k), None)
-      if amount and tile_shares_loads(sink, axis):
+      if amount and (tile_shares_loads(sink, axis) or not long_inner_loop):
         opts.append(Opt("UPCAST", axis, amount))
         shape = tuple(s // amount if i == axis else s for i, s in enumerate(shape))
   outer = next((i for i, s in enumerate(shape) if s > 1), None)

@@ -204,3 +204,56 @@ def simplify(root: UOp) -> UOp:
 def simplify_index(root: UOp) -> UOp:
   """simplify, memoized: the lowering simplifies the same index expressions many times."""
   return graph_rewrite(root, symbolic_rules)
+
+
+# ---- index simplification under a load's gate
+def conjuncts(cond: UOp) -> list[UOp]:
+  """The terms of an AND tree of bools."""
+  return conjuncts(cond.src[0]) + conjuncts(cond.src[1]) if cond.op is Ops.AND else [cond]
+
+
+def bounds_given(cond: UOp) -> dict[UOp, tuple[int, int]]:
+  """What a gate says about the integer expressions it compares with constants: expr -> (lowest, highest) wherever
+  the gate holds (`e < c` caps e at c - 1, `c < e` raises it to c + 1), tighter than their value ranges."""
+  bounds: dict[UOp, tuple[int, int]] = {}
+  for term in conjuncts(cond):
+    if term.op is not Ops.CMPLT or term.src[0].dtype not in INDEX_DTYPES:
+      continue
+    (a, b), low, high = term.src, None, None
+    if b.op is Ops.CONST and a.op is not Ops.CONST:
+      expr, high = a, b.arg - 1
+    elif a.op is Ops.CONST and b.op is not Ops.CONST:
+      expr, low = b, a.arg + 1
+    else:
+      continue
+    lo, hi = bounds.get(expr, (expr.vmin, expr.vmax))
+    bounds[expr] = (max(lo, low) if low is not None else lo, min(hi, high) if high is not None else hi)
+  return {e: (lo, hi) for e, (lo, hi) in bounds.items() if (lo, hi) != (e.vmin, e.vmax) and lo <= hi}
+
+
+def simplify_given(index: UOp, cond: UOp) -> UOp:
+  """`index` simplified assuming `cond` holds: each expression the gate bounds stands in for a variable of just
+  those bounds (a RANGE no kernel has, offset by the lowest value) while the rules run, then comes back. Where a
+  load's gate is false it reads nothing, so its index only has to be right where the gate holds (a convolution's
+  gradient divides by the window size under `0 <= x < size`: the quotient is then 0)."""
+  variables: dict[UOp, tuple[UOp, int]] = {}  # expr -> (its stand-in variable, its lowest value)
+  for n, (expr, (lo, hi)) in enumerate(bounds_given(cond).items()):
+    if expr in index.toposort:
+      variables[expr] = (UOp(Ops.RANGE, expr.dtype, (), (-1 - n, hi - lo + 1)), lo)
+  if not variables:
+    return index
+  offset = {expr: UOp(Ops.ADD, expr.dtype, (var, UOp.const(expr.dtype, lo))) for expr, (var, lo) in variables.items()}
+  simplified = simplify(index.substitute(offset))
+  back = {var: UOp(Ops.ADD, expr.dtype, (expr, UOp.const(expr.dtype, -lo))) for expr, (var, lo) in variables.items()}
+  return simplify(simplified.substitute(back))
+
+
+def simplify_gated_loads(sink: UOp) -> UOp:
+  """Every gated load's index simplified under its gate (simplify_given)."""
+  mapping = {}
+  for u in sink.toposort:
+    if u.op is Ops.LOAD and len(u.src) > 2 and u.src[1].op is not Ops.CONST:
+      index = simplify_given(u.src[1], u.src[2])
+      if index is not u.src[1]:
+        mapping[u] = u.replace(src=(u.src[0], index, u.src[2]))
+  return sink.substitute(mapping) if mapping else sink
