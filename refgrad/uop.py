@@ -27,7 +27,8 @@ def _arg_key(arg: Any) -> Any:
 
 
 class UOp:
-  """A node of the IR. Structurally equal nodes are the same object, so `is` and `==` agree."""
+  """A node of the IR. Structurally equal nodes are the same object, so `is` and `==` agree: UOp keeps object's own
+  identity `==` and hash (in C, so dict and set lookups on the hot paths cost no Python call)."""
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
   _cache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
 
@@ -148,12 +149,6 @@ class UOp:
   # ---- printing
   def __repr__(self) -> str:
     return render_tree(self)
-
-  def __hash__(self) -> int:
-    return id(self)
-
-  def __eq__(self, other: object) -> bool:
-    return self is other
 
   def __iter__(self) -> Iterator[UOp]:
     raise TypeError("UOp is not iterable")

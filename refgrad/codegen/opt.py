@@ -237,8 +237,9 @@ def random_opts(sink: UOp, shape: tuple[int, ...], rng: random.Random, max_opts:
 # Kernels smaller than this many multiply-adds run as they are: an opt makes the source longer (slower to compile)
 # and only pays off when the loops are long.
 WORK_THRESHOLD = 1 << 16
-# Below this many multiply-adds a kernel takes less time than waking a thread pool (tens of microseconds).
-THREAD_THRESHOLD = 1 << 20
+# Below this many multiply-adds a kernel takes less time than waking a thread pool (tens of microseconds). 2^19, not
+# 2^20: the CNN training step's 884K-op pooling-gradient kernel went from 10 to 5.6 ms on two threads.
+THREAD_THRESHOLD = 1 << 19
 # A libm exp2/log2/sin/sqrt call costs about as much as this many multiply-adds (measured on CLANG: a 512K-element
 # exp kernel takes 2.7 ms, a 512K x 64 multiply-add reduction about 1 ms).
 TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
