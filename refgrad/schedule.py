@@ -32,6 +32,13 @@ OUTPUT, EXPANDED, REDUCED, REUSED = "output", "expanded", "reduced", "reused"
 # an exp; a dropout mask: threefry's ~100 integer ops).
 TRANSCENDENTALS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
 TRANSCENDENTAL_COST, COSTLY_OPS = 16, 16
+# A kernel of its own pays off only where it saves more than launching it costs (about 10-20 us on a CPU device, and
+# a compile the first time): the three splits below apply from this many elements of the work they save on.
+SPLIT_MIN_ELEMENTS = 1 << 14
+
+
+def worth_a_kernel(node: UOp) -> bool:
+  return prod(node.shape) >= SPLIT_MIN_ELEMENTS
 OWN_KERNEL = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})  # always computed by a kernel of their own
 
 
@@ -110,17 +117,18 @@ class _KernelBuilder:
     if self.scheduler.computed_elsewhere(node):
       return self.input_from(node)
     if node.op is Ops.REDUCE_AXIS:
-      if where != OUTPUT or (node in self.scheduler.shared and node is not self.root):
+      if where != OUTPUT or (node in self.scheduler.shared and node is not self.root and worth_a_kernel(node.src[0])):
         return self.input_from(node)
       return node.replace(src=(self.build(node.src[0], REDUCED),))
     if node.op in (Ops.DETACH, Ops.CUSTOM_GRAD):  # only autograd sees them: the value passes through
       return self.build(node.src[0], where)
     if node.op in (Ops.CONST, Ops.DEVICE):
       return node
-    if node.op is Ops.EXPAND and where in (REDUCED, REUSED) and self.scheduler.costly(node.src[0]):
+    if node.op is Ops.EXPAND and where in (REDUCED, REUSED) and worth_a_kernel(node) and \
+       self.scheduler.costly(node.src[0]):
       # built as if expanded: a reduce inside it is its own kernel, which the costly value's other users share
       return node.replace(src=(self.input_from(node.src[0], EXPANDED),))
-    if node.op is Ops.PAD and where == REUSED:
+    if node.op is Ops.PAD and where == REUSED and worth_a_kernel(node):
       return self.input_from(node, EXPANDED)
     below = {OUTPUT: EXPANDED, REDUCED: REUSED}.get(where, where) if node.op is Ops.EXPAND else where
     return node.replace(src=tuple(self.build(s, below) for s in node.src))
