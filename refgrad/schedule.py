@@ -39,6 +39,8 @@ SPLIT_MIN_ELEMENTS = 1 << 14
 
 def worth_a_kernel(node: UOp) -> bool:
   return prod(node.shape) >= SPLIT_MIN_ELEMENTS
+
+
 OWN_KERNEL = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})  # always computed by a kernel of their own
 
 
@@ -104,8 +106,12 @@ class _KernelBuilder:
     p = self.param(buf)
     return p if node.shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (p,), node.shape)
 
+  def shared_elsewhere(self, reduce: UOp) -> bool:
+    """A reduce other tensors of this schedule need too, and worth a kernel: it gets its own (unless it is this)."""
+    return reduce in self.scheduler.shared and reduce is not self.root and worth_a_kernel(reduce.src[0])
+
   def build(self, node: UOp, where: str) -> UOp:
-    """`where`: OUTPUT, EXPANDED or REDUCED, as above."""
+    """`where`: OUTPUT, EXPANDED, REDUCED or REUSED, as above."""
     key = (node, where)
     if key not in self.memo:
       self.memo[key] = self._build(node, where)
@@ -117,7 +123,7 @@ class _KernelBuilder:
     if self.scheduler.computed_elsewhere(node):
       return self.input_from(node)
     if node.op is Ops.REDUCE_AXIS:
-      if where != OUTPUT or (node in self.scheduler.shared and node is not self.root and worth_a_kernel(node.src[0])):
+      if where != OUTPUT or self.shared_elsewhere(node):
         return self.input_from(node)
       return node.replace(src=(self.build(node.src[0], REDUCED),))
     if node.op in (Ops.DETACH, Ops.CUSTOM_GRAD):  # only autograd sees them: the value passes through

@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass
 
 from refgrad.codegen.linearize import compile_ast, lowered_kernel
-from refgrad.codegen.opt import OptError, OptList, parse_opts, random_opts
-from refgrad.codegen.opt import opts_text as text_of
+from refgrad.codegen.opt import OptError, OptList, opts_text, parse_opts, random_opts
 from refgrad.device import Buffer, Device, cache_dir
 from refgrad.uop import Ops, UOp
 
@@ -96,7 +95,7 @@ def run_search(ast: UOp, device: str, budget: int, seed: str = "") -> SearchResu
     try:
       timed.append((time_opts(ast, device, opts), opts))
     except (OptError, RuntimeError) as error:
-      print(f"search: skipped {text_of(opts)}: {type(error).__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
+      print(f"search: skipped {opts_text(opts)}: {type(error).__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
   seconds, opts = min(timed, key=lambda pair: pair[0])
   return SearchResult(opts, seconds, timed[0][0], len(timed), time.perf_counter() - start)
 
@@ -121,7 +120,7 @@ def search_opts(ast: UOp, device: str, budget: int) -> OptList:
   except (OSError, ValueError, KeyError):
     pass  # not searched yet, or an unreadable entry: search again
   result = run_search(ast, device, budget, seed=key)
-  chosen = text_of(result.opts)
+  chosen = opts_text(result.opts)
   print(f"search: {name} on {device}: {result.candidates} opt lists in {result.search_seconds:.2f} s; chose "
         f"{chosen} ({result.seconds * 1e3:.3f} ms; heuristic {result.heuristic * 1e3:.3f} ms)", file=sys.stderr)
   record = {"opts": chosen, "budget": budget, "ms": result.seconds * 1e3, "heuristic_ms": result.heuristic * 1e3}

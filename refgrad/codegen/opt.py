@@ -146,39 +146,41 @@ def gated(load: UOp, inside: UOp) -> UOp:
   return load.replace(src=(load.src[0], load.src[1], valid))
 
 
-def padto(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
-  index = thread_index(sink, axis, "PADTO")
-  size = padded_size(f"PADTO: thread axis {axis}", index.arg[1], amount)
-  padded = UOp(Ops.SPECIAL, index.dtype, (), (axis, size))
+def pad_index(sink: UOp, index: UOp, size: int, also: Callable[[UOp, UOp], UOp | None]) -> UOp:
+  """The kernel with thread or loop index `index` counting to `size`: loads past its old end are gated, and
+  also(node, inside) rewrites what else must know (stores, reduces), given the condition `inside` the old range."""
+  padded = index.replace(arg=(index.arg[0], size))
   inside = padded.lt(index.arg[1])
 
   def change(u: UOp) -> UOp:
     if u is index:
       return padded
-    if u.op is Ops.LOAD and padded in u.src[1].toposort:  # the padded threads read nothing past the edge...
+    if u.op is Ops.LOAD and padded in u.src[1].toposort:  # nothing is read past the edge
       return gated(u, inside)
-    if u.op is Ops.STORE:  # ... and write nothing
-      return u.replace(src=(*u.src[:3], inside if len(u.src) < 4 else u.src[3].logical_and(inside)))
-    return u
-  return rebuild(sink, change), tuple(size if i == axis else s for i, s in enumerate(shape))
+    return also(u, inside) or u
+  return rebuild(sink, change)
+
+
+def padto(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  index = thread_index(sink, axis, "PADTO")
+  size = padded_size(f"PADTO: thread axis {axis}", index.arg[1], amount)
+
+  def gate_store(u: UOp, inside: UOp) -> UOp | None:  # the added threads write nothing
+    if u.op is not Ops.STORE:
+      return None
+    return u.replace(src=(*u.src[:3], inside if len(u.src) < 4 else u.src[3].logical_and(inside)))
+  return pad_index(sink, index, size, gate_store), tuple(size if i == axis else s for i, s in enumerate(shape))
 
 
 def padloop(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
   loop = reduce_loop(sink, axis, "PADLOOP")
   size = padded_size(f"PADLOOP: reduce loop {axis}", loop.arg[1], amount)
-  padded = UOp(Ops.RANGE, loop.dtype, (), (axis, size))
-  inside = padded.lt(loop.arg[1])
 
-  def change(u: UOp) -> UOp:
-    if u is loop:
-      return padded
-    if u.op is Ops.LOAD and padded in u.src[1].toposort:  # the padded iterations read nothing past the edge...
-      return gated(u, inside)
-    if u.op is Ops.REDUCE and padded in u.src[1:]:  # ... and add the identity
-      identity = UOp.const(u.dtype, reduce_identity(u.arg, u.dtype))
-      return u.replace(src=(inside.where(u.src[0], identity), *u.src[1:]))
-    return u
-  return rebuild(sink, change), shape
+  def add_identity(u: UOp, inside: UOp) -> UOp | None:  # the added iterations add the reduction's identity
+    if u.op is not Ops.REDUCE or inside.src[0] not in u.src[1:]:
+      return None
+    return u.replace(src=(inside.where(u.src[0], UOp.const(u.dtype, reduce_identity(u.arg, u.dtype))), *u.src[1:]))
+  return pad_index(sink, loop, size, add_identity), shape
 
 
 OptRule = Callable[[UOp, tuple[int, ...], int, int], tuple[UOp, tuple[int, ...]]]  # (sink, shape, axis, amount)
