@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from refgrad.codegen.opt import TRANSCENDENTAL_COST
 from refgrad.device import Buffer
 from refgrad.dtype import dtypes
 from refgrad.uop import GroupOp, Ops, UOp, prod
@@ -30,8 +31,7 @@ OUTPUT, EXPANDED, REDUCED, REUSED = "output", "expanded", "reduced", "reused"
 # What an expanded elementwise value costs per element, in ALU ops (a transcendental counts as TRANSCENDENTAL_COST):
 # from COSTLY_OPS on, recomputing it for every copy costs more than a kernel that computes it once (softmax weights:
 # an exp; a dropout mask: threefry's ~100 integer ops).
-TRANSCENDENTALS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
-TRANSCENDENTAL_COST, COSTLY_OPS = 16, 16
+COSTLY_OPS = 16
 # A kernel of its own pays off only where it saves more than launching it costs (about 10-20 us on a CPU device, and
 # a compile the first time): the three splits below apply from this many elements of the work they save on.
 SPLIT_MIN_ELEMENTS = 1 << 14
@@ -161,7 +161,7 @@ class Scheduler:
       return n in self._cost or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS) or self.computed_elsewhere(n)
     for n in walk([node], leaf):  # sources first, so each lookup below is already known
       if n not in self._cost:
-        own = TRANSCENDENTAL_COST if n.op in TRANSCENDENTALS else int(n.op in GroupOp.ALU)
+        own = TRANSCENDENTAL_COST if n.op in GroupOp.Transcendental else int(n.op in GroupOp.ALU)
         self._cost[n] = 0 if leaf(n) else min(COSTLY_OPS, own + sum(self._cost[s] for s in n.src))
     return self._cost[node] >= COSTLY_OPS
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from refgrad.alu import reduce_identity, result_dtype
 from refgrad.codegen.symbolic import simplify_index
-from refgrad.uop import Ops, UOp, prod
+from refgrad.uop import GroupOp, Ops, UOp, prod
 
 
 class OptError(ValueError):
@@ -244,7 +244,6 @@ WORK_THRESHOLD = 1 << 16
 THREAD_THRESHOLD = 1 << 19
 # A libm exp2/log2/sin/sqrt call costs about as much as this many multiply-adds (measured on CLANG: a 512K-element
 # exp kernel takes 2.7 ms, a 512K x 64 multiply-add reduction about 1 ms).
-TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
 TRANSCENDENTAL_COST = 16
 
 
@@ -296,7 +295,7 @@ def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: 
     return parse_opts(env)
   loops = [u for u in sink.toposort if u.op is Ops.RANGE]
   work = prod(shape) * prod(u.arg[1] for u in loops)
-  if any(u.op in TRANSCENDENTAL for u in sink.toposort):
+  if any(u.op in GroupOp.Transcendental for u in sink.toposort):
     work *= TRANSCENDENTAL_COST
   opts = []
   if upcast_lanes >= 2 and loops and work >= WORK_THRESHOLD and not reduce_vectorizes(sink):
