@@ -37,6 +37,7 @@ def workloads(device: str) -> list[tuple[str, Callable, Callable, float]]:
     ("elementwise chain, 6 ops, 4M f32", lambda: chain(vec), lambda: chain(tv).realize(), 0.0),
     ("full sum, 4M f32", lambda: vec.sum(), lambda: tv.sum().realize(), 0.0),
     ("axis-1 sum, 2048x2048 f32", lambda: mat.sum(1), lambda: tm.sum(1).realize(), 0.0),
+    ("axis-0 sum, 2048x2048 f32", lambda: mat.sum(0), lambda: tm.sum(0).realize(), 0.0),
     ("matmul 256^3 f32", lambda: a256 @ b256, lambda: (t256[0] @ t256[1]).realize(), 2 * 256 ** 3),
     ("matmul 512^3 f32", lambda: a512 @ b512, lambda: (t512[0] @ t512[1]).realize(), 2 * 512 ** 3),
   ]
