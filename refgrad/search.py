@@ -18,8 +18,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from refgrad.codegen.linearize import compile_ast, lowered_kernel
-from refgrad.codegen.opt import OptError, OptList, opts_text, parse_opts, random_opts
+from refgrad.codegen.linearize import compile_ast, random_kernel_opts
+from refgrad.codegen.opt import OptError, OptList, opts_text, parse_opts
 from refgrad.device import Buffer, Device, cache_dir
 from refgrad.uop import Ops, UOp
 
@@ -74,12 +74,11 @@ def candidates(ast: UOp, device: str, budget: int, seed: str) -> list[OptList]:
   """The heuristic's opts, no opts, then up to `budget` distinct random legal opt lists (seeded by the kernel)."""
   heuristic = compile_ast(ast, Device[device].caps).opts
   found = [heuristic, ()]
-  sink, shape = lowered_kernel(ast)
-  rng = random.Random(seed)
+  rng, caps = random.Random(seed), Device[device].caps
   for _ in range(budget * 4):
     if len(found) >= budget + 2:
       break
-    opts = random_opts(sink, shape, rng, max_opts=4)
+    opts = random_kernel_opts(ast, caps, rng, max_opts=4)
     if opts not in found:
       found.append(opts)
   return found

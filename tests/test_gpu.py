@@ -2,6 +2,7 @@
 give the plain program's result. PYGPU is the interpreter handed the capabilities of a GPU, so every kernel it runs
 is GPU-shaped (grid of at most 3 axes, work-groups, reductions split across a group through local memory), once
 with a group's items interleaved over a reduction (GPU) and once with a contiguous run each (CPU OpenCL)."""
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -9,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from refgrad import Device, Tensor, dtypes
-from refgrad.codegen.linearize import compile_ast
+from refgrad.codegen.linearize import compile_ast, random_kernel_opts
+from refgrad.codegen.opt import OptError, parse_opts
 from refgrad.device import Capabilities, DeviceImpl
 from refgrad.interp import kernel
 from refgrad.interp.device import PythonAllocator
@@ -134,3 +136,63 @@ def test_gpu_shaped_programs_survive_tiny_blocks(pygpu, program):
     check_against_reference(program.run, *program.inputs, device=pygpu)
   finally:
     kernel.BLOCK_ELEMENTS = old
+
+
+@pytest.mark.parametrize("opts", ["GROUP(0,2)", "GROUP(0,3)", "GROUP(0,7)", "GROUP(0,100)", "UNROLL(0,2) GROUP(0,5)"])
+def test_work_groups_of_any_size_share_a_reduction(pygpu, opts):
+  """GROUP sets a grouped reduction's items per work-group, powers of two or not (the last round of a group of 7
+  over 5000 iterations is partial). A full sum whose order matters (+-3e38 and small values), a row max, a sum
+  over two axes; each against the plain reference, and the program shaped as asked."""
+  rng = np.random.default_rng(4)
+  x = rng.standard_normal(5000).astype(np.float32)
+  x[[10, 4000]] = np.float32(3e38), np.float32(-3e38)
+  for fn in (lambda t: t.sum(), lambda t: t.reshape(10, 500).max(1), lambda t: t.reshape(10, 50, 10).sum((0, 2))):
+    report = check_against_reference(fn, x, device=pygpu, opts=lambda ast: parse_opts(opts))
+    assert report.kernels and all(k.comparison.ok for k in report.kernels)
+    program = compile_ast(fn(Tensor(x)).schedule()[-1].ast, GPU_CAPS, parse_opts(opts))
+    assert program.local_shape[0] == parse_opts(opts)[-1].amount and Ops.DEFINE_LOCAL in ops_of(program)
+
+
+@pytest.mark.parametrize("opts, local", [("LOCAL(0,4)", (4, 1)), ("LOCAL(1,5)", (1, 5)),
+                                         ("LOCAL(0,2) LOCAL(1,2)", (2, 2)), ("UPCAST(1,2) LOCAL(0,8)", (8, 1))])
+def test_local_sizes_choose_plain_work_groups(pygpu, opts, local):
+  """LOCAL sets the work-group shape of a kernel and keeps its reductions per item (no local memory)."""
+  rng = np.random.default_rng(5)
+  a, b = rng.standard_normal((10, 64)).astype(np.float32), rng.standard_normal((64, 16)).astype(np.float32)
+  report = check_against_reference(lambda x, y: x @ y, a, b, device=pygpu, opts=lambda ast: parse_opts(opts))
+  assert report.kernels and all(k.comparison.ok for k in report.kernels)
+  program = compile_ast((Tensor(a) @ Tensor(b)).schedule()[-1].ast, GPU_CAPS, parse_opts(opts))
+  assert program.local_shape == local and Ops.DEFINE_LOCAL not in ops_of(program)
+
+
+@pytest.mark.parametrize("build, opts, message", [
+  (lambda x: x + 1, "GROUP(0,4)", "no reduction a work-group can share"),
+  (lambda x: x.sum(), "GROUP(0,1)", "at least 2 and at most 256"),
+  (lambda x: x.reshape(50, 100).sum(1), "GROUP(0,200)", "at least 2 and at most 100"),
+  (lambda x: x.reshape(10, 500).sum(1), "LOCAL(0,3)", "grid \\(10,\\) has no axis 0 that 3 items divide"),
+  (lambda x: x.reshape(10, 500).sum(1), "LOCAL(1,2)", "has no axis 1"),
+  (lambda x: x.sum(), "GROUP(0,4) LOCAL(0,1)", "either share its reductions or run plain items"),
+  (lambda x: x.reshape(50, 100).sum(1), "UPCAST(0,2) GROUP(0,4)", "no reduction a work-group can share"),
+])
+def test_work_group_opts_that_do_not_fit_are_refused(build, opts, message):
+  ast = build(Tensor(np.ones(5000, np.float32))).schedule()[-1].ast
+  with pytest.raises(OptError, match=message):
+    compile_ast(ast, GPU_CAPS, parse_opts(opts))
+
+
+def test_work_group_opts_are_refused_on_devices_without_work_groups():
+  ast = Tensor(np.ones(5000, np.float32)).sum().schedule()[-1].ast
+  for caps in (None, Capabilities(upcast_lanes=8, threads=2)):
+    with pytest.raises(OptError, match="for devices that launch them"):
+      compile_ast(ast, caps, parse_opts("GROUP(0,4)"))
+
+
+def test_random_opts_for_a_gpu_end_in_work_group_opts_that_compile():
+  x = Tensor(np.ones((64, 300), np.float32))
+  asts = [item.ast for t in (x.sum(1), x.max(), x @ x.T) for item in t.schedule() if not item.is_copy]
+  rng = random.Random(0)
+  drawn = [(ast, random_kernel_opts(ast, GPU_CAPS, rng)) for ast in asts for _ in range(30)]
+  kinds = {opts[-1].kind for _, opts in drawn}
+  assert {"GROUP", "LOCAL"} <= kinds
+  for ast, opts in drawn:
+    compile_ast(ast, GPU_CAPS, opts)

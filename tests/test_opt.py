@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from refgrad import Device, Tensor
-from refgrad.codegen.linearize import compile_ast, lowered_kernel
-from refgrad.codegen.opt import Opt, OptError, apply_opts, default_opts, legal_opts, opts_text, parse_opts, random_opts
+from refgrad.codegen.linearize import compile_ast, lowered_kernel, random_kernel_opts
+from refgrad.codegen.opt import Opt, OptError, apply_opts, default_opts, legal_opts, opts_text, parse_opts
 from refgrad.device import UnsupportedDTypeError
 from refgrad.testing.reference import check_against_reference
 from refgrad.testing.strategies import alu_kernels, tensor_programs
@@ -19,15 +19,16 @@ from refgrad.uop import Ops
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 
 
-def with_random_opts(seed: int):
-  """An opts chooser for check_against_reference: a random legal opt list per kernel, from this seed."""
-  rng = random.Random(seed)
-  return lambda ast: random_opts(*lowered_kernel(ast), rng, max_opts=3)
+def with_random_opts(seed: int, device: str):
+  """An opts chooser for check_against_reference: a random legal opt list per kernel for the device (work-group
+  opts too where it launches work-groups), from this seed."""
+  rng, caps = random.Random(seed), Device[device].caps
+  return lambda ast: random_kernel_opts(ast, caps, rng, max_opts=3)
 
 
 def agrees_with_opts(program, device, seed):
   try:
-    check_against_reference(program.run, *program.inputs, device=device, opts=with_random_opts(seed))
+    check_against_reference(program.run, *program.inputs, device=device, opts=with_random_opts(seed, device))
   except UnsupportedDTypeError:
     reject()
 

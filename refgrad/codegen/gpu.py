@@ -14,6 +14,14 @@ kernel (codegen/lowering.py) for such a device, in two steps:
   GPU, where neighbouring items read neighbouring addresses at once, and a contiguous run of iterations where
   the items of a group run one after the other (`caps.interleaved_groups` False: OpenCL on a CPU).
 
+Two opts (codegen/opt.py) choose the work-groups instead of these defaults; they are checked here, where the grid
+is planned, and draw from `gpu_opts` in a fuzz campaign or a search:
+
+* `GROUP(0, L)`: a kernel's reductions are shared by work-groups of L items (any L the reductions, the device's
+  work-group size and local memory allow, not only the power of two chosen by default).
+* `LOCAL(axis, k)`: work-groups of k items along grid axis `axis` (1 along axes no LOCAL names), and no grouped
+  reduction: every item runs its reduction loops alone.
+
 The ops it introduces (the interpreter, refgrad/interp/kernel.py, runs them too):
 
 | op | meaning |
@@ -27,6 +35,7 @@ The ops it introduces (the interpreter, refgrad/interp/kernel.py, runs them too)
 from __future__ import annotations
 
 from refgrad.alu import reduce_identity
+from refgrad.codegen.opt import Opt, OptError, OptList
 from refgrad.codegen.symbolic import simplify
 from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
@@ -78,19 +87,76 @@ def top_reduces(value: UOp) -> list[UOp] | None:
   return reduces
 
 
+def group_limit(reduces: list[UOp], caps: Capabilities) -> int:
+  """The most items a work-group may share these reductions over: no more than the shortest has iterations, the
+  device's work-group size, and what its local memory holds (one partial result per item and reduction)."""
+  shortest = min(prod(r.arg[1] for r in red.src[1:]) for red in reduces)
+  return min(shortest, caps.max_local_size, caps.local_memory // sum(red.dtype.itemsize for red in reduces))
+
+
 def group_size(reduces: list[UOp], outputs: int, caps: Capabilities) -> int:
   """Items per work-group for grouped reductions (a power of two), or 0 to keep the plain loops."""
   if not reduces or outputs == 0 or outputs > GROUPED_OUTPUTS:
     return 0
-  shortest = min(prod(r.arg[1] for r in red.src[1:]) for red in reduces)
-  if shortest < max(outputs, 2):
+  if min(prod(r.arg[1] for r in red.src[1:]) for red in reduces) < max(outputs, 2):
     return 0
-  local_bytes = sum(red.dtype.itemsize for red in reduces)
-  limit = min(shortest, caps.max_local_size, PREFERRED_GROUP, caps.local_memory // local_bytes)
+  limit = min(group_limit(reduces, caps), PREFERRED_GROUP)
   size = 1
   while size * 2 <= limit:
     size *= 2
   return size if size >= 2 else 0
+
+
+def shareable_reduces(sink: UOp) -> list[UOp]:
+  """The reductions a work-group may share: those of a kernel with one store, none nested in another."""
+  return (top_reduces(sink.src[0].src[2]) or []) if len(sink.src) == 1 else []
+
+
+def chosen_group(sink: UOp, shape: tuple[int, ...], caps: Capabilities, opts: OptList) -> int:
+  """Items per work-group for this kernel's grouped reductions (0: none), by its GROUP or LOCAL opt or by default."""
+  group = [o.amount for o in opts if o.kind == "GROUP"]
+  if any(o.kind == "LOCAL" for o in opts):
+    if group:
+      raise OptError("GROUP and LOCAL: a kernel's work-groups either share its reductions or run plain items")
+    return 0
+  reduces = shareable_reduces(sink)
+  if not group:
+    return group_size(reduces, prod(shape), caps)
+  if not reduces:
+    raise OptError("GROUP: the kernel has no reduction a work-group can share (it needs one store and no nested "
+                   "reductions)")
+  limit = group_limit(reduces, caps)
+  if not 2 <= group[-1] <= limit:
+    raise OptError(f"GROUP: {group[-1]} items per work-group: the amount must be at least 2 and at most {limit} "
+                   "(the shortest reduction, the device's work-group size and its local memory)")
+  return group[-1]
+
+
+def chosen_local_shape(grid: tuple[int, ...], caps: Capabilities, opts: OptList) -> tuple[int, ...]:
+  """Work-groups for a kernel without grouped reductions: by its LOCAL opts, or as large as allowed."""
+  named = {o.axis: o.amount for o in opts if o.kind == "LOCAL"}
+  if not named:
+    return plain_local_shape(grid, min(caps.max_local_size, PREFERRED_GROUP))
+  for axis, amount in named.items():
+    if axis >= len(grid) or amount < 1 or grid[axis] % amount:
+      raise OptError(f"LOCAL({axis},{amount}): the grid {grid} has no axis {axis} that {amount} items divide")
+  local = tuple(named.get(axis, 1) for axis in range(len(grid)))
+  if prod(local) > caps.max_local_size:
+    raise OptError(f"LOCAL: work-groups of {local} items exceed the device's {caps.max_local_size}")
+  return local
+
+
+def gpu_opts(sink: UOp, shape: tuple[int, ...], caps: Capabilities, amounts: tuple[int, ...] = (2, 3, 4, 8, 16, 64)
+             ) -> list[Opt]:
+  """Every GROUP or LOCAL opt that applies to this kernel (after its other opts) on this device."""
+  found = []
+  reduces = shareable_reduces(sink)
+  if reduces:
+    found += [Opt("GROUP", 0, k) for k in amounts if 2 <= k <= group_limit(reduces, caps)]
+  grid = [prod(shape[d] for d in dims) for dims in grid_axes(shape, len(caps.max_global_size))]
+  found += [Opt("LOCAL", axis, k) for axis, size in enumerate(grid) for k in amounts
+            if size % k == 0 and k <= caps.max_local_size]
+  return found
 
 
 class _GroupedReduce:
@@ -132,18 +198,26 @@ class _GroupedReduce:
     return UOp(Ops.REDUCE, red.dtype, (UOp(Ops.LOAD, red.dtype, (synced, slot)), slot), red.arg)
 
 
+def planned_with_the_grid(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  """GROUP and LOCAL leave the kernel as it is: to_gpu reads and checks them when it plans the work-groups."""
+  return sink, shape
+
+
+WORK_GROUP_RULES = (("GROUP", planned_with_the_grid), ("LOCAL", planned_with_the_grid))
+
+
 # ---- the pass
-def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities,
+           opts: OptList = ()) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """A lowered kernel and its output shape -> the GPU-shaped kernel, its global shape and its local shape. A kernel
   with several stores (an upcast tile, codegen/opt.py) maps each of them; only a single store's reductions are
-  shared by a work-group."""
+  shared by a work-group. `opts` are the kernel's opts: GROUP and LOCAL choose its work-groups."""
+  size = chosen_group(sink, shape, caps, opts)
   if len(sink.src) > 1:
-    return _to_gpu_tile(sink, shape, caps)
+    return _to_gpu_tile(sink, shape, caps, opts)
   store = sink.src[0]
   out_param, out_index, value, *store_gate = store.src  # a PADTO opt gates the store
   axes = grid_axes(shape, len(caps.max_global_size))
-  reduces = top_reduces(value)
-  size = group_size(reduces, prod(shape), caps) if reduces is not None else 0
   grid = [prod(shape[d] for d in dims) for dims in axes]
   index_of_axis = [UOp(Ops.SPECIAL, INDEX, (), (axis, n)) for axis, n in enumerate(grid)]
   gate = None
@@ -164,10 +238,7 @@ def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities) -> tuple[UOp, 
     grouped = _GroupedReduce(item, size, first_range, caps.interleaved_groups)
     value = value.substitute({red: grouped(red) for red in top_reduces(value)})
   check_grid(grid, caps)
-  if size:
-    local = (size,) + (1,) * (len(grid) - 1)
-  else:
-    local = plain_local_shape(tuple(grid), min(caps.max_local_size, PREFERRED_GROUP))
+  local = (size,) + (1,) * (len(grid) - 1) if size else chosen_local_shape(tuple(grid), caps, opts)
   new_store = UOp(Ops.STORE, dtypes.void, (out_param, out_index, value) + ((gate,) if gate is not None else ()))
   return simplify(UOp(Ops.SINK, dtypes.void, (new_store,))), tuple(grid), local
 
@@ -178,12 +249,13 @@ def check_grid(grid: list[int], caps: Capabilities) -> None:
       raise ValueError(f"kernel grid axis {axis} has {size} work-items, more than the device's {limit}")
 
 
-def _to_gpu_tile(sink: UOp, shape: tuple[int, ...], caps: Capabilities) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+def _to_gpu_tile(sink: UOp, shape: tuple[int, ...], caps: Capabilities,
+                 opts: OptList) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """Several stores per thread: each reads its thread indices from the grid; no work-group reductions."""
   axes = grid_axes(shape, len(caps.max_global_size))
   grid = [prod(shape[d] for d in dims) for dims in axes]
   mapping = thread_mapping(shape, axes, [UOp(Ops.SPECIAL, INDEX, (), (axis, n)) for axis, n in enumerate(grid)])
   check_grid(grid, caps)
-  local = plain_local_shape(tuple(grid), min(caps.max_local_size, PREFERRED_GROUP))
+  local = chosen_local_shape(tuple(grid), caps, opts)
   stores = tuple(store.substitute(mapping) for store in sink.src)
   return simplify(UOp(Ops.SINK, dtypes.void, stores)), tuple(grid), local

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from refgrad.codegen.gpu import WORK_GROUP_RULES, gpu_opts, to_gpu
 from refgrad.codegen.lowering import lower_kernel
-from refgrad.codegen.opt import OptList, apply_opts, default_opts, opts_text
+from refgrad.codegen.opt import OptList, apply_opts, default_opts, opts_text, random_opts
 from refgrad.codegen.symbolic import simplify, simplify_gated_loads
 from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
@@ -236,10 +238,35 @@ def _compile(ast: UOp, caps: Capabilities | None, opts: OptList) -> Program:
   lowered, shape = lowered_kernel(ast)
   name = kernel_name(lowered, shape)
   if opts:
-    lowered, shape = apply_opts(lowered, shape, opts, caps.opt_rules if caps is not None else ())
+    lowered, shape = apply_opts(lowered, shape, opts, device_rules(caps))
     lowered = simplify(lowered)
-  if caps is not None and caps.max_global_size is not None:
-    from refgrad.codegen.gpu import to_gpu
-    lowered, shape, local = to_gpu(lowered, shape, caps)
+  if launches_work_groups(caps):
+    lowered, shape, local = to_gpu(lowered, shape, caps, opts)
     return Program(name, tuple(linearize(lowered)), shape, ast, local, opts)
   return Program(name, tuple(linearize(lowered)), shape, ast, opts=opts)
+
+
+def launches_work_groups(caps: Capabilities | None) -> bool:
+  return caps is not None and caps.max_global_size is not None
+
+
+def device_rules(caps: Capabilities | None) -> tuple:
+  """The opt rules a device adds to codegen/opt.py's: the work-group opts where it launches work-groups, then its
+  own (Capabilities.opt_rules)."""
+  if caps is None:
+    return ()
+  return (WORK_GROUP_RULES if launches_work_groups(caps) else ()) + caps.opt_rules
+
+
+def random_kernel_opts(ast: UOp, caps: Capabilities | None, rng: random.Random, max_opts: int = 3) -> OptList:
+  """A random legal opt list for a scheduled kernel on a device (what `refgrad fuzz --opts`, `refgrad check` and
+  the search draw): codegen/opt.py's opts, then, on a device that launches work-groups, half the time a GROUP or
+  LOCAL opt that fits the kernel as those opts left it."""
+  sink, shape = lowered_kernel(ast)
+  opts = random_opts(sink, shape, rng, max_opts)
+  if launches_work_groups(caps):
+    optimized, shape = apply_opts(sink, shape, opts)
+    choices = gpu_opts(simplify(optimized), shape, caps)
+    if choices and rng.random() < 0.5:
+      opts += (rng.choice(choices),)
+  return opts

@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 
 from refgrad.alu import OP_KINDS, result_dtype, ulp_distance
-from refgrad.codegen.linearize import compile_ast, lowered_kernel
-from refgrad.codegen.opt import random_opts
+from refgrad.codegen.linearize import compile_ast, random_kernel_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.testing.compare import Comparison, compare
@@ -355,7 +354,8 @@ class ProgramCase:
     opts = None
     if self.opts_seed is not None:
       rng = random.Random(self.opts_seed)
-      opts = lambda ast: random_opts(*lowered_kernel(ast), rng)  # noqa: E731
+      caps = Device[device].caps
+      opts = lambda ast: random_kernel_opts(ast, caps, rng)  # noqa: E731
     report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device, opts=opts)
     return UnitOutcome([CaseResult(self.label, "program", PASS, report.worst_ulp, report.checked,
                                    report.undefined + report.unbounded)], [k.ast for k in report.kernels])

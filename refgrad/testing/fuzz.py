@@ -28,8 +28,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from refgrad.codegen.linearize import lowered_kernel
-from refgrad.codegen.opt import OptList, random_opts
+from refgrad.codegen.linearize import random_kernel_opts
+from refgrad.codegen.opt import OptList
 from refgrad.dtype import DType, dtypes
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
 from refgrad.uop import UOp
@@ -83,11 +83,14 @@ def kernel_pairs(ast: Any) -> set[tuple[str, str]]:
 
 
 # ---- the worker: runs one program at a time, in its own process
-def opts_for(program_text: str) -> Callable[[UOp], OptList]:
-  """The opt lists `refgrad fuzz --opts` runs a program's kernels with: random and legal (refgrad/codegen/opt.py),
-  drawn in kernel order from a seed made of the program's text, so a finding replays with the same opts."""
+def opts_for(program_text: str, device: str) -> Callable[[UOp], OptList]:
+  """The opt lists `refgrad fuzz --opts` runs a program's kernels with on a device: random and legal
+  (linearize.random_kernel_opts), drawn in kernel order from a seed made of the program's text, so a finding
+  replays with the same opts."""
+  from refgrad.device import Device
+  caps = Device[device].caps
   rng = random.Random(hashlib.sha256(program_text.encode()).hexdigest())
-  return lambda ast: random_opts(*lowered_kernel(ast), rng)
+  return lambda ast: random_kernel_opts(ast, caps, rng)
 
 
 def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = None,
@@ -96,7 +99,7 @@ def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = N
   test did not raise is refgrad's own and propagates. The (op, dtype) pairs of a checked program's kernels are
   added to `coverage`. With `opts`, the device runs each kernel under a random legal opt list (opts_for)."""
   from refgrad.testing.reference import ReferenceMismatch, check_against_reference, raised_by_device
-  chooser = opts_for(program.to_python()) if opts else None
+  chooser = opts_for(program.to_python(), device) if opts else None
   try:
     report = check_against_reference(program.run, *program.inputs, device=device, opts=chooser)
   except ReferenceMismatch as e:
@@ -261,7 +264,7 @@ def finding_source(kind: str, detail: str, program: Any, device: str, plugin_fil
   plugins = "".join(f"load_plugin_file({p!r})\n" for p in plugin_files)
   summary = textwrap.indent("\n".join(detail.splitlines()[:12]), "# ")
   body = textwrap.indent(program.to_python(), "  ")
-  replay_opts = f", opts=opts_for({program.to_python()!r})" if opts else ""
+  replay_opts = f", opts=opts_for({program.to_python()!r}, {device!r})" if opts else ""
   return f'''"""refgrad fuzz finding ({kind}) on {device}. Run: python -m pytest {{this file}}"""
 from math import inf, nan  # noqa: F401  (values print as inf and nan)
 
