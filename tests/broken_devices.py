@@ -210,6 +210,42 @@ def opencl_probe() -> str | None:
   return probe()
 
 
+# ---- a threading bug of a CPU backend: the real CLANG device, its threaded kernels launched wrong
+@dataclasses.dataclass(frozen=True)
+class _RangesFromZero(Program):
+  """Every thread runs as many rows as its range has, but from row 0 (its range's start is lost at the launch):
+  the threads write the same first rows of the output, and its last rows are never written."""
+
+  def thread_ranges(self) -> list[tuple[int, int]]:
+    return [(0, end - start) for start, end in super().thread_ranges()]
+
+
+class _OverlappingThreads:
+  def __init__(self, runtime):
+    self.runtime = runtime
+
+  def load(self, binary: bytes, program: Program):
+    fields = {f.name: getattr(program, f.name) for f in dataclasses.fields(program)}
+    return self.runtime.load(binary, _RangesFromZero(**fields))
+
+
+def make_thread_bug(name: str) -> DeviceImpl:
+  from refgrad_clang import make_device
+  clang = make_device()
+  return dataclasses.replace(clang, name=name, runtime=_OverlappingThreads(clang.runtime))
+
+
+def clang_probe() -> str | None:
+  try:
+    from refgrad_clang import probe
+  except ImportError:
+    return "refgrad-clang is not installed"
+  return probe()
+
+
+THREAD_BUGS = {"OPTBUG_THREADS_OVERLAP": make_thread_bug}
+
+
 # ---- devices that take the whole process down, for the fuzzer's worker isolation (never run them in-process)
 def _crash_on_max(program: Program):
   import ctypes
@@ -274,6 +310,8 @@ def refgrad_devices() -> list[DeviceSpec]:
   specs += [DeviceSpec(name, lambda name=name: make_opt_bug(name), plugin="tests.broken_devices") for name in OPT_BUGS]
   specs += [DeviceSpec(name, lambda name=name: make_gpu_bug(name), plugin="tests.broken_devices", probe=opencl_probe)
             for name in GPU_BUGS]
+  specs += [DeviceSpec(name, lambda name=name: make_thread_bug(name), plugin="tests.broken_devices",
+                       probe=clang_probe) for name in THREAD_BUGS]
   return specs + [DeviceSpec(name, lambda name=name: make_fatal(name), plugin="tests.broken_devices") for name in FATAL]
 
 

@@ -91,6 +91,32 @@ def test_check_catches_each_planted_grouped_reduction_bug(device, tmp_path):
   assert check("OPENCL")[0] == 0
 
 
+@pytest.mark.skipif("CLANG" not in Device.available(), reason="the threading bug is planted in CLANG")
+def test_check_catches_threads_writing_overlapping_outputs(tmp_path):
+  """CLANG with every thread's range launched from row 0: the threads write the same rows and the last are never
+  written. The check's long batched kernels are threaded by CLANG's own heuristic, and fail."""
+  report = tmp_path / "report.json"
+  assert main(["check", "--device", "OPTBUG_THREADS_OVERLAP", "--json", str(report)]) == 1
+  failed = [c for c in json.loads(report.read_text())["cases"] if c["status"] == "fail"]
+  assert failed and all("THREAD(" in c["detail"] for c in failed)
+
+
+def test_an_output_lane_the_device_never_writes_is_caught_even_where_the_answer_is_zero():
+  """A device whose kernels write nothing, on zeros its allocator hands out: the answer (0) is already there, but
+  the check fills every output with a poison pattern before the kernel runs."""
+  from refgrad.device import DeviceImpl
+  from refgrad.interp.device import PythonAllocator
+  from refgrad.testing.reference import ReferenceMismatch, check_against_reference
+  Device.register("WRITES_NOTHING", lambda: DeviceImpl("WRITES_NOTHING", PythonAllocator(),
+                                                       interpret=lambda program: lambda *buffers: None))
+  try:
+    for dtype in (np.float32, np.int32, np.bool_):
+      with pytest.raises(ReferenceMismatch):
+        check_against_reference(lambda t: t * 0, np.zeros(8, dtype), device="WRITES_NOTHING")
+  finally:
+    Device.remove("WRITES_NOTHING")
+
+
 def test_fuzz_with_opts_catches_an_optimizer_bug_and_the_reproducer_replays_its_opts(tmp_path):
   findings = tmp_path / "findings"
   code = main(["fuzz", "--device", "OPTBUG_UPCAST_STALE", "--opts", "--seconds", "60", "--max-findings", "1",

@@ -148,6 +148,8 @@ def explain_segment(segment: Segment, result: Comparison, actual: np.ndarray, ex
     if result.dtype.kind == "f":
       ulps = f" ({int(ulp_distance(actual[lane:lane + 1], expected[lane:lane + 1])[0])} ulp apart)"
     lines.append(f"  operands ({shown}): device {lane_text(actual, lane)}, reference {lane_text(expected, lane)}{ulps}")
+  if kernel_explanation:  # which kernel of the batch, with which opts
+    lines.append("the batch: " + kernel_explanation.splitlines()[0])
   source = kernel_explanation.find("kernel source on")
   if source >= 0:
     lines.append("the batch's " + kernel_explanation[source:])

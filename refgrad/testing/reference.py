@@ -86,11 +86,15 @@ def _as_tensors(inputs: tuple) -> list[Any]:
   return [x if isinstance(x, Tensor) else Tensor(x, device="PYTHON") for x in inputs]
 
 
+POISON = 0xA5  # every byte of an output before the kernel under test runs (not a bool; an unlikely float or int)
+
+
 def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray], opts: OptList | None) -> np.ndarray:
   """Run one kernel on `device` (with `opts`, else the device's own), its inputs copied from the reference's
-  buffers."""
+  buffers. The output starts filled with POISON, so a lane the kernel never writes is caught even where the
+  allocator hands back memory that still holds the right answer from an earlier run."""
   out = item.buffers[0]
-  buffers = [Buffer(device, out.size, out.dtype)]
+  buffers = [Buffer(device, out.size, out.dtype).copyin(np.full(out.nbytes, POISON, np.uint8).view(out.dtype.np))]
   buffers += [Buffer(device, b.size, b.dtype).copyin(x) for b, x in zip(item.buffers[1:], inputs[1:])]
   if opts is None:
     run_schedule([ScheduleItem(item.ast, tuple(buffers))])
