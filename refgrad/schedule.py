@@ -10,7 +10,8 @@ expanded into a reduce is also realized first: fused, it would be recomputed for
 through an EXPAND (a convolution's padded input, read by every output channel): its own kernel pads once, and the
 reduce's inner loop reads a plain buffer with no bounds checks (CLANG conv2d 8x32x32x32 * 64x32x3x3: 23 ms ->
 3.5 ms). And a reduce that several of the tensors being realized need (an optimizer step's gradient, read by the
-parameter and both moments) is realized once for all of them. Every split gives the same bits; it only saves work.
+parameter and both moments) is realized once for all of them, as is a costly elementwise value that both a reduce
+and something else read (softmax's exp(x - max), read by the sum and by the weights). Every split gives the same bits; it only saves work.
 `contiguous()`, copies between devices, and the tensors being realized are always their own kernels.
 """
 from __future__ import annotations
@@ -136,6 +137,9 @@ class _KernelBuilder:
       return node.replace(src=(self.input_from(node.src[0], EXPANDED),))
     if node.op is Ops.PAD and where == REUSED and worth_a_kernel(node):
       return self.input_from(node, EXPANDED)
+    if node in self.scheduler.reread and node is not self.root and worth_a_kernel(node) and \
+       self.scheduler.costly(node):
+      return self.input_from(node, EXPANDED)
     below = {OUTPUT: EXPANDED, REDUCED: REUSED}.get(where, where) if node.op is Ops.EXPAND else where
     return node.replace(src=tuple(self.build(s, below) for s in node.src))
 
@@ -147,7 +151,7 @@ class Scheduler:
     self.items: list[ScheduleItem] = []
     self.done: dict[UOp, Buffer] = {}
     self._cost: dict[UOp, int] = {}
-    self.shared = shared_reduces(roots)
+    self.shared, self.reread = shared_values(roots)
 
   def computed_elsewhere(self, node: UOp) -> bool:
     """True if a kernel's graph reads node from a buffer rather than computing it."""
@@ -209,18 +213,25 @@ def walk(roots: list[UOp], leaf: Callable[[UOp], bool]) -> list[UOp]:
   return order
 
 
-def shared_reduces(roots: list[UOp]) -> set[UOp]:
-  """The reduces that more than one of the nodes being realized needs: each is realized once and read by all of
-  them (an optimizer step updates a parameter and its moments from one gradient), not recomputed per kernel."""
+def shared_values(roots: list[UOp]) -> tuple[set[UOp], set[UOp]]:
+  """Two kinds of value that several kernels would compute, each realized once and read by all of them instead:
+  - the reduces more than one of the nodes being realized needs (an optimizer step updates a parameter and its
+    moments from one gradient);
+  - the elementwise values that a reduce reads and something else reads too (softmax's exp(x - max): the sum of
+    it is expanded, so it has a kernel of its own, and the weights need it again); only the costly ones are split
+    (Scheduler.costly), when the kernel builder meets them."""
   roots = list(dict.fromkeys(roots))
-  if len(roots) < 2:
-    return set()
   order = walk(roots, lambda n: n.op is Ops.BUFFER or n in _REALIZED)
   reached_from = {root: 1 << i for i, root in enumerate(roots)}  # a bit per root that needs the node
+  users: dict[UOp, list[UOp]] = {}
   for node in reversed(order):  # users before their sources
-    for s in node.src:
+    for s in dict.fromkeys(node.src):
       reached_from[s] = reached_from.get(s, 0) | reached_from.get(node, 0)
-  return {n for n in order if n.op is Ops.REDUCE_AXIS and reached_from[n] & (reached_from[n] - 1)}
+      users.setdefault(s, []).append(node)
+  reduces = {n for n in order if n.op is Ops.REDUCE_AXIS and reached_from[n] & (reached_from[n] - 1)}
+  elementwise = {n for n, seen_by in users.items() if n.op in GroupOp.ALU and len(seen_by) > 1
+                 and any(u.op is Ops.REDUCE_AXIS for u in seen_by)}
+  return reduces, elementwise
 
 
 def create_schedule(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:

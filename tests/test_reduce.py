@@ -348,6 +348,18 @@ def test_softmax_weights_expanded_into_a_matmul_get_a_kernel_of_their_own():
   assert len(small.schedule()) == 4  # the scores, their max, the sum, and the weighted sum with the weights fused in
 
 
+@pytest.mark.parametrize("rows", [64, 4])
+def test_softmax_computes_its_exponentials_once(rows):
+  """exp(x - max) is read by the sum (expanded: its own kernel) and by the division: computed once into a buffer
+  where that saves 2^14 or more exponentials, fused into both kernels below that."""
+  x = np.random.default_rng(5).standard_normal((rows, 512)).astype(np.float32)
+  x[0, :3] = 0.0, -0.0, 80.0
+  out = Tensor(x).softmax(1)
+  exps = [sum(u.op is Ops.EXP2 for u in item.ast.toposort) for item in out.schedule()]
+  assert sum(exps) == (1 if rows * 512 >= 1 << 14 else 2)
+  check(out, torch.softmax(torch.from_numpy(x), 1), D.float32, atol=1e-6)
+
+
 def test_a_reduce_several_realized_tensors_need_is_computed_once():
   """Like an optimizer step: two updates read one gradient; the gradient's reduce is one kernel, not one per update."""
   rng = np.random.default_rng(8)
