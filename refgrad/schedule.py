@@ -11,8 +11,9 @@ through an EXPAND (a convolution's padded input, read by every output channel): 
 reduce's inner loop reads a plain buffer with no bounds checks (CLANG conv2d 8x32x32x32 * 64x32x3x3: 23 ms ->
 3.5 ms). And a reduce that several of the tensors being realized need (an optimizer step's gradient, read by the
 parameter and both moments) is realized once for all of them, as is a costly elementwise value that both a reduce
-and something else read (softmax's exp(x - max), read by the sum and by the weights). Every split gives the same bits; it only saves work.
-`contiguous()`, copies between devices, and the tensors being realized are always their own kernels.
+and something else read (softmax's exp(x - max), read by the sum and by the weights). Every split gives the same
+bits; it only saves work. `contiguous()`, copies between devices, and the tensors being realized are always their
+own kernels.
 """
 from __future__ import annotations
 
