@@ -101,7 +101,7 @@ def test_undefined_lanes_travel_through_local_memory(pygpu):
     assert undefined_of(out).tolist() == [True, False], device
 
 
-def test_lockstep_interpreter_rejects_local_stores_inside_loops():
+def test_lockstep_interpreter_rejects_local_loads_outside_the_loops_of_their_stores():
   x = Tensor(np.arange(4000, dtype=np.int32)).realize()
   program = program_of(x.sum())
   store = next(i for i, u in enumerate(program.uops) if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_LOCAL)
@@ -111,7 +111,7 @@ def test_lockstep_interpreter_rejects_local_stores_inside_loops():
   uops.insert(loop_end, uops.pop(store))
   assert loop_start < uops.index(program.uops[store]) < loop_end + 1
   broken = type(program)(program.name, tuple(uops), program.global_shape, program.key, program.local_shape)
-  with pytest.raises(NotImplementedError, match="local-memory STORE inside a loop"):
+  with pytest.raises(NotImplementedError, match="local-memory LOAD outside a loop its STOREs are in"):
     kernel.PythonKernel(broken)
 
 
@@ -165,6 +165,32 @@ def test_local_sizes_choose_plain_work_groups(pygpu, opts, local):
   assert program.local_shape == local and Ops.DEFINE_LOCAL not in ops_of(program)
 
 
+@pytest.mark.parametrize("case, opts", [
+  ("matmul", "LOCAL(0,4) LOCAL(1,4) LOCALTILE(0,4)"), ("matmul", "LOCALTILE(0,8)"),
+  ("matmul", "LOCAL(1,2) LOCALTILE(0,6)"),
+  ("matmul", "LOCAL(0,8) LOCAL(1,16) LOCALTILE(0,2)"), ("matmul", "PADTO(1,3) LOCAL(0,3) LOCAL(1,4) LOCALTILE(0,3)"),
+  ("row max", "LOCAL(0,8) LOCALTILE(0,4)"), ("batched", "LOCAL(0,4) LOCAL(1,2) LOCAL(2,2) LOCALTILE(0,3)"),
+  ("matmul", "UNROLL(0,2) LOCAL(0,4) LOCAL(1,2) LOCALTILE(0,3)"),
+])
+def test_local_memory_tiles_keep_the_values(pygpu, case, opts):
+  """LOCALTILE stages a block of each shared load in local memory (both matmul operands under a 2-d work-group; a
+  row max read by a row of items; a batched matmul on a 3-d grid), any block size that divides the loop, padded
+  grids included: against the plain reference, with the tiles where they should be."""
+  rng = np.random.default_rng(6)
+  fn, shapes = {"matmul": (lambda x, y: x @ y, [(16, 24), (24, 8)]),
+                "row max": (lambda x, y: (x * y).max(0), [(24, 16), (24, 1)]),
+                "batched": (lambda x, y: x @ y, [(2, 8, 12), (2, 12, 4)])}[case]
+  inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  inputs[0].flat[5] = np.float32(3e38)
+  report = check_against_reference(fn, *inputs, device=pygpu, opts=lambda ast: parse_opts(opts))
+  assert report.kernels and all(k.comparison.ok for k in report.kernels)
+  program = compile_ast(fn(*(Tensor(x) for x in inputs)).schedule()[-1].ast, GPU_CAPS, parse_opts(opts))
+  first_loop = next(i for i, u in enumerate(program.uops) if u.op is Ops.RANGE)
+  locals_at = [i for i, u in enumerate(program.uops) if u.op is Ops.DEFINE_LOCAL]
+  barriers_at = [i for i, u in enumerate(program.uops) if u.op is Ops.BARRIER]
+  assert locals_at and max(locals_at) < first_loop < min(barriers_at)  # declared at the top, synchronized per block
+
+
 @pytest.mark.parametrize("build, opts, message", [
   (lambda x: x + 1, "GROUP(0,4)", "no reduction a work-group can share"),
   (lambda x: x.sum(), "GROUP(0,1)", "at least 2 and at most 256"),
@@ -173,6 +199,13 @@ def test_local_sizes_choose_plain_work_groups(pygpu, opts, local):
   (lambda x: x.reshape(10, 500).sum(1), "LOCAL(1,2)", "has no axis 1"),
   (lambda x: x.sum(), "GROUP(0,4) LOCAL(0,1)", "either share its reductions or run plain items"),
   (lambda x: x.reshape(50, 100).sum(1), "UPCAST(0,2) GROUP(0,4)", "no reduction a work-group can share"),
+  (lambda x: x.reshape(50, 100).sum(1), "LOCALTILE(0,3)", "cannot run in blocks of 3"),
+  (lambda x: x.reshape(50, 100).sum(1), "LOCALTILE(1,4)", "no reduce loop 1"),
+  (lambda x: x.reshape(50, 100).sum(1), "LOCALTILE(0,4)", "no load of reduce loop 0 is read by several items"),
+  (lambda x: x.reshape(50, 100).sum(1), "GROUP(0,4) LOCALTILE(0,4)", "either share its reductions or run plain"),
+  (lambda x: x.reshape(50, 100).sum(0), "UPCAST(0,2) LOCALTILE(0,4)", "stores several outputs per item"),
+  (lambda x: (lambda y: y.reshape(25, 200) @ y.reshape(200, 25))(x.cast(dtypes.float64).contiguous()),
+   "LOCAL(0,25) LOCAL(1,5) LOCALTILE(0,100)", "more than the device's 32768 bytes"),
 ])
 def test_work_group_opts_that_do_not_fit_are_refused(build, opts, message):
   ast = build(Tensor(np.ones(5000, np.float32))).schedule()[-1].ast
@@ -191,8 +224,8 @@ def test_random_opts_for_a_gpu_end_in_work_group_opts_that_compile():
   x = Tensor(np.ones((64, 300), np.float32))
   asts = [item.ast for t in (x.sum(1), x.max(), x @ x.T) for item in t.schedule() if not item.is_copy]
   rng = random.Random(0)
-  drawn = [(ast, random_kernel_opts(ast, GPU_CAPS, rng)) for ast in asts for _ in range(30)]
+  drawn = [(ast, random_kernel_opts(ast, GPU_CAPS, rng)) for ast in asts for _ in range(100)]
   kinds = {opts[-1].kind for _, opts in drawn}
-  assert {"GROUP", "LOCAL"} <= kinds
+  assert {"GROUP", "LOCAL", "LOCALTILE"} <= kinds
   for ast, opts in drawn:
     compile_ast(ast, GPU_CAPS, opts)

@@ -21,6 +21,12 @@ is planned, and draw from `gpu_opts` in a fuzz campaign or a search:
   work-group size and local memory allow, not only the power of two chosen by default).
 * `LOCAL(axis, k)`: work-groups of k items along grid axis `axis` (1 along axes no LOCAL names), and no grouped
   reduction: every item runs its reduction loops alone.
+* `LOCALTILE(axis, k)`: local-memory tiles. Reduce loop `axis` runs in blocks of k iterations; per block, the
+  work-group loads each value that several of its items read (a load that does not vary along some axis of the
+  group: a matmul's row of A for the items along a row of outputs) into local memory once, items sharing the
+  loads, waits at a barrier, and every item reads those values from local memory. Two buffers alternate between
+  blocks, so one barrier per block suffices: an item overwrites a buffer only after passing the next block's
+  barrier, which every item reaches only after it has finished reading that buffer.
 
 The ops it introduces (the interpreter, refgrad/interp/kernel.py, runs them too):
 
@@ -115,9 +121,10 @@ def shareable_reduces(sink: UOp) -> list[UOp]:
 def chosen_group(sink: UOp, shape: tuple[int, ...], caps: Capabilities, opts: OptList) -> int:
   """Items per work-group for this kernel's grouped reductions (0: none), by its GROUP or LOCAL opt or by default."""
   group = [o.amount for o in opts if o.kind == "GROUP"]
-  if any(o.kind == "LOCAL" for o in opts):
+  if any(o.kind in ("LOCAL", "LOCALTILE") for o in opts):
     if group:
-      raise OptError("GROUP and LOCAL: a kernel's work-groups either share its reductions or run plain items")
+      raise OptError("GROUP with LOCAL or LOCALTILE: a kernel's work-groups either share its reductions or run "
+                     "plain items")
     return 0
   reduces = shareable_reduces(sink)
   if not group:
@@ -156,6 +163,13 @@ def gpu_opts(sink: UOp, shape: tuple[int, ...], caps: Capabilities, amounts: tup
   grid = [prod(shape[d] for d in dims) for dims in grid_axes(shape, len(caps.max_global_size))]
   found += [Opt("LOCAL", axis, k) for axis, size in enumerate(grid) for k in amounts
             if size % k == 0 and k <= caps.max_local_size]
+  loops = {u.arg for u in sink.toposort if u.op is Ops.RANGE}
+  for tile in [Opt("LOCALTILE", axis, k) for axis, size in loops for k in amounts if k < size and size % k == 0]:
+    try:
+      to_gpu(sink, shape, caps, (tile,))
+      found.append(tile)
+    except OptError:
+      pass
   return found
 
 
@@ -198,12 +212,92 @@ class _GroupedReduce:
     return UOp(Ops.REDUCE, red.dtype, (UOp(Ops.LOAD, red.dtype, (synced, slot)), slot), red.arg)
 
 
+# ---- local-memory tiles
+class LocalTile:
+  """The LOCALTILE opt on a plain GPU-shaped kernel value (its thread indices read from the grid's SPECIALs)."""
+
+  def __init__(self, grid: tuple[int, ...], local: tuple[int, ...], caps: Capabilities):
+    self.local, self.caps, self.buffers = local, caps, 0
+    self.global_ids = {axis: UOp(Ops.SPECIAL, INDEX, (), (axis, n)) for axis, n in enumerate(grid)}
+    self.groups = {axis: UOp(Ops.GROUP_INDEX, INDEX, (), (axis, n // g))
+                   for axis, (n, g) in enumerate(zip(grid, local))}
+    self.items = {axis: UOp(Ops.LOCAL_INDEX, INDEX, (), (axis, g)) if g > 1 else UOp.const(INDEX, 0)
+                  for axis, g in enumerate(local)}
+
+  def __call__(self, value: UOp, axis: int, amount: int) -> UOp:
+    reduces = [u for u in value.toposort if u.op is Ops.REDUCE and any(r.arg[0] == axis for r in u.src[1:])]
+    if not reduces:
+      raise OptError(f"LOCALTILE: the kernel has no reduce loop {axis}")
+    red = reduces[0]
+    loop = next(r for r in red.src[1:] if r.arg[0] == axis)
+    if loop.arg[1] % amount or not 2 <= amount < loop.arg[1]:
+      raise OptError(f"LOCALTILE: reduce loop {axis} of size {loop.arg[1]} cannot run in blocks of {amount}: the "
+                     "amount must be at least 2, below the size, and divide it")
+    blocks = UOp(Ops.RANGE, INDEX, (), (axis, loop.arg[1] // amount))
+    inside = UOp(Ops.RANGE, INDEX, (), (1 + max(u.arg[0] for u in value.toposort if u.op is Ops.RANGE), amount))
+    staged = {load: self.stage(load, loop, blocks, inside, amount) for load in self.shared_loads(red.src[0], loop)}
+    if not staged:
+      raise OptError(f"LOCALTILE: no load of reduce loop {axis} is read by several items of a work-group of "
+                     f"{self.local} (it varies along every axis of the group, or with another loop)")
+    if sum(2 * self.tile_size(load, amount) * load.dtype.itemsize for load in staged) > self.caps.local_memory:
+      raise OptError(f"LOCALTILE: tiles of {amount} iterations need more than the device's {self.caps.local_memory} "
+                     "bytes of local memory")
+    body = red.src[0].substitute(staged).substitute({loop: blocks * amount + inside})
+    inner = UOp(Ops.REDUCE, red.dtype, (body, inside, *(r for r in red.src[1:] if r is not loop)), red.arg)
+    return value.substitute({red: UOp(Ops.REDUCE, red.dtype, (inner, blocks), red.arg)})
+
+  def shared_loads(self, body: UOp, loop: UOp) -> list[UOp]:
+    """Global loads of `loop` that depend on no other loop and not on some axis of the group (its items share them)."""
+    found = []
+    for load in (u for u in body.toposort if u.op is Ops.LOAD and u.src[0].op is Ops.PARAM):
+      nodes = load.toposort
+      varies = [a for a, g in enumerate(self.local) if g > 1 and self.global_ids[a] in nodes]
+      if loop in nodes and len(varies) < sum(g > 1 for g in self.local) and \
+         not any(u.op is Ops.RANGE and u is not loop for u in nodes):
+        found.append(load)
+    return found
+
+  def dims_of(self, load: UOp) -> list[int]:
+    nodes = load.toposort
+    return [a for a in self.global_ids if self.global_ids[a] in nodes]
+
+  def tile_size(self, load: UOp, amount: int) -> int:
+    """Slots of one block's tile: one per iteration and per item position along the grid axes the load varies on."""
+    return prod(self.local[a] for a in self.dims_of(load)) * amount
+
+  def stage(self, load: UOp, loop: UOp, blocks: UOp, inside: UOp, amount: int) -> UOp:
+    """The load read from a local tile: the group's items store the block's slots (slot = position x amount +
+    iteration), round-robin, into one of two buffers; after the barrier each reads its own position's slot."""
+    dims, size, items = self.dims_of(load), self.tile_size(load, amount), prod(self.local)
+    flat = UOp.const(INDEX, 0)
+    for a in range(len(self.local)):
+      flat = flat * self.local[a] + self.items[a]
+    buffer = UOp(Ops.DEFINE_LOCAL, load.dtype, (), (self.buffers, 2 * size))
+    self.buffers += 1
+    half = (blocks % 2) * size
+    stores = []
+    for first in range(0, size, items):
+      slot = flat + first
+      rest, coords = slot // amount, {}
+      for a in reversed(dims):
+        coords[a], rest = rest % self.local[a], rest // self.local[a]
+      value = load.substitute({**{self.global_ids[a]: self.groups[a] * self.local[a] + coords[a] for a in dims},
+                               loop: blocks * amount + slot % amount})
+      gate = (slot.lt(size),) if first + items > size else ()
+      stores.append(UOp(Ops.STORE, dtypes.void, (buffer, half + slot, value, *gate)))
+    mine = UOp.const(INDEX, 0)
+    for a in dims:
+      mine = mine * self.local[a] + self.items[a]
+    synced = UOp(Ops.BARRIER, load.dtype, (buffer, *stores))
+    return UOp(Ops.LOAD, load.dtype, (synced, half + mine * amount + inside))
+
+
 def planned_with_the_grid(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
   """GROUP and LOCAL leave the kernel as it is: to_gpu reads and checks them when it plans the work-groups."""
   return sink, shape
 
 
-WORK_GROUP_RULES = (("GROUP", planned_with_the_grid), ("LOCAL", planned_with_the_grid))
+WORK_GROUP_RULES = tuple((name, planned_with_the_grid) for name in ("GROUP", "LOCAL", "LOCALTILE"))
 
 
 # ---- the pass
@@ -239,6 +333,8 @@ def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities,
     value = value.substitute({red: grouped(red) for red in top_reduces(value)})
   check_grid(grid, caps)
   local = (size,) + (1,) * (len(grid) - 1) if size else chosen_local_shape(tuple(grid), caps, opts)
+  for tile in (o for o in opts if o.kind == "LOCALTILE"):
+    value = LocalTile(tuple(grid), local, caps)(value, tile.axis, tile.amount)
   new_store = UOp(Ops.STORE, dtypes.void, (out_param, out_index, value) + ((gate,) if gate is not None else ()))
   return simplify(UOp(Ops.SINK, dtypes.void, (new_store,))), tuple(grid), local
 
@@ -252,6 +348,9 @@ def check_grid(grid: list[int], caps: Capabilities) -> None:
 def _to_gpu_tile(sink: UOp, shape: tuple[int, ...], caps: Capabilities,
                  opts: OptList) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """Several stores per thread: each reads its thread indices from the grid; no work-group reductions."""
+  if any(o.kind == "LOCALTILE" for o in opts):
+    raise OptError("LOCALTILE: the kernel stores several outputs per item (an UPCAST tile); local-memory tiles are "
+                   "built for kernels with one store")
   axes = grid_axes(shape, len(caps.max_global_size))
   grid = [prod(shape[d] for d in dims) for dims in axes]
   mapping = thread_mapping(shape, axes, [UOp(Ops.SPECIAL, INDEX, (), (axis, n)) for axis, n in enumerate(grid)])

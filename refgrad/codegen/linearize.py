@@ -160,9 +160,15 @@ class _Linearizer:
     return self.deps[node]
 
   def emit(self, target: UOp, skip_ranges: frozenset[UOp] = frozenset()) -> None:
-    """Emit target and everything it needs; with skip_ranges, only what does not depend on those loops."""
+    """Emit target and everything it needs; with skip_ranges, only what does not depend on those loops (looking
+    into the bodies of reduces nested in them too, so what those need from outside every loop is hoisted as well)."""
     for n in target.toposort:
-      if n in self.emitted or (skip_ranges and self.ranges_of(n) & skip_ranges):
+      if n in self.emitted:
+        continue
+      if skip_ranges and self.ranges_of(n) & skip_ranges:
+        if n.op is Ops.DEFINE_ACC:
+          body, ranges = self.reduces[n]
+          self.emit(body, skip_ranges | frozenset(ranges))
         continue
       if n.op is Ops.DEFINE_ACC:
         self.emit_reduce(n)
@@ -197,6 +203,9 @@ class _Linearizer:
 def linearize(sink: UOp) -> list[UOp]:
   flat_sink, reduces = _replace_reduces(sink)
   lin = _Linearizer(reduces)
+  for local in (u for u in sink.toposort if u.op is Ops.DEFINE_LOCAL):  # declared at the kernel's outermost scope
+    lin.emitted.add(local)
+    lin.order.append(local)
   for store in flat_sink.src:
     lin.emit(store)
   return lin.order

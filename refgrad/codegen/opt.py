@@ -20,8 +20,9 @@ An `Opt` names a transformation, the axis it applies to and an amount:
 - `TILE(axis, k)`: reduce loop `axis` runs in blocks of k: it becomes a loop over the n/k blocks, where it stood,
   and a loop of k inside the block, moved innermost (loop tiling: each block of `axis` is reused by every iteration
   of the loops inside it while it is still in cache).
-- `GROUP(0, L)` and `LOCAL(axis, k)`: the work-groups of a device that launches them (items sharing a reduction,
-  or the plain work-group shape); codegen/gpu.py checks and applies them, other devices refuse them.
+- `GROUP(0, L)`, `LOCAL(axis, k)` and `LOCALTILE(axis, k)`: the work-groups of a device that launches them (items
+  sharing a reduction, the plain work-group shape, tiles of a reduce loop's shared loads in local memory);
+  codegen/gpu.py checks and applies them, other devices refuse them.
 
 UPCAST, UNROLL and TILE need k to divide the size, PADTO and PADLOOP a size that k does not divide, THREAD at most as
 many threads as rows, SWAP two loops of the same reduction (an `OptError` says why an opt does not apply). Every opt
@@ -231,13 +232,13 @@ def thread(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[U
 
 
 def work_groups(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
-  raise OptError("GROUP and LOCAL choose work-groups: they are for devices that launch them (codegen/gpu.py), not "
-                 "for this one")
+  raise OptError("GROUP, LOCAL and LOCALTILE shape work-groups: they are for devices that launch them "
+                 "(codegen/gpu.py), not for this one")
 
 
 APPLY: dict[str, OptRule] = {"UPCAST": upcast, "UNROLL": unroll, "THREAD": thread, "PADTO": padto,
                              "PADLOOP": padloop, "SWAP": swap, "TILE": tile, "GROUP": work_groups,
-                             "LOCAL": work_groups}
+                             "LOCAL": work_groups, "LOCALTILE": work_groups}
 
 
 def apply_opts(sink: UOp, shape: tuple[int, ...], opts: OptList,

@@ -12,7 +12,8 @@ tracked in a mask per value and stored beside the output, so differential checks
 
 GPU-shaped programs (codegen/gpu.py) run the same way. Every work-item executes each uop before any executes the
 next (lockstep), so a BARRIER has nothing left to wait for; blocks hold whole work-groups, and local memory is
-an array per work-group of the block.
+an array per work-group of the block. Loop iterations run side by side too, so a local memory written inside loops
+(a LOCALTILE's tiles) holds one copy per iteration of those loops, and is read only inside them.
 """
 from __future__ import annotations
 
@@ -94,6 +95,7 @@ class PythonKernel:
     self.rank = self.n_globals + len(ranges)
     self.axis_of: dict[UOp, int] = {u: u.arg[0] for u in self.uops if u.op is Ops.SPECIAL}
     self.axis_of.update({r: self.n_globals + i for i, r in enumerate(ranges)})
+    self.loop_size = {self.n_globals + i: r.arg[1] for i, r in enumerate(ranges)}
     self.loop_end: dict[int, int] = {}
     open_loops: list[int] = []
     self.acc_axes: dict[UOp, tuple[int, ...]] = {}
@@ -121,12 +123,22 @@ class PythonKernel:
     self.last_use = self._last_uses()
 
   def _check_lockstep(self) -> None:
-    """Loop iterations run side by side, so local memory may only be written and synchronized outside loops."""
-    depth = 0
+    """Loop iterations run side by side, so each local memory has a copy per iteration of the loops its stores are
+    in (`local_loops`), and may be read only inside those loops, where the iteration says which copy."""
+    self.local_loops: dict[UOp, tuple[int, ...]] = {}
+    open_loops: list[UOp] = []
     for u in self.uops:
-      depth += (u.op is Ops.RANGE) - (u.op is Ops.ENDRANGE)
-      if depth and (u.op is Ops.BARRIER or (u.op is Ops.STORE and _is_local(u.src[0]))):
-        raise NotImplementedError(f"{self.program.name}: a local-memory {u.op.name} inside a loop")
+      if u.op is Ops.RANGE:
+        open_loops.append(u)
+      elif u.op is Ops.ENDRANGE:
+        open_loops.pop()
+      elif u.op is Ops.STORE and _is_local(u.src[0]):
+        self.local_loops.setdefault(u.src[0], tuple(self.axis_of[r] for r in open_loops))
+      elif u.op is Ops.LOAD and _is_local(u.src[0]):
+        local = u.src[0] if u.src[0].op is Ops.DEFINE_LOCAL else u.src[0].src[0]
+        inside = {self.axis_of[r] for r in open_loops}
+        if not set(self.local_loops.get(local, ())) <= inside:
+          raise NotImplementedError(f"{self.program.name}: a local-memory LOAD outside a loop its STOREs are in")
 
   def _index_only_uops(self) -> frozenset[UOp]:
     """Index math that only feeds affine loads and stores: those read it as strides, so it never runs."""
@@ -359,9 +371,12 @@ def _gated_store(run: _Run, u: UOp) -> None:
     run.out_undefined[where] = np.broadcast_to(undefined, shape)[chosen] if undefined is not None else False
 
 
-def _local_lanes(run: _Run, index: np.ndarray, *others: np.ndarray) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
-  """Fancy-index keys into a local memory (work-group coordinates, then the index) and their common shape."""
-  coords = run.group_coords()
+def _local_lanes(run: _Run, buffer: UOp, index: np.ndarray,
+                 *others: np.ndarray) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
+  """Fancy-index keys into a local memory (work-group coordinates, the iterations of the loops it is stored in, then
+  the index) and their common shape."""
+  loops = run.k.local_loops.get(buffer if buffer.op is Ops.DEFINE_LOCAL else buffer.src[0], ())
+  coords = run.group_coords() + tuple(run.block.axis_values(a, run.k.rank) for a in loops)
   shape = np.broadcast_shapes(index.shape, *(np.shape(x) for x in coords + others))
   return tuple(np.broadcast_to(x, shape) for x in coords + (index,)), shape
 
@@ -370,7 +385,7 @@ def _load_local(run: _Run, u: UOp) -> None:
   memory = run.local_memory(u.src[0])
   index = np.clip(np.asarray(run.env[u.src[1]]), 0, memory.data.shape[-1] - 1)
   valid = np.asarray(run.env[u.src[2]]) if len(u.src) > 2 else None
-  key, _ = _local_lanes(run, index)
+  key, _ = _local_lanes(run, u.src[0], index)
   value = memory.data[key]
   undefined = memory.undefined[key] if memory.undefined is not None else None
   if valid is not None:
@@ -385,7 +400,7 @@ def _store_local(run: _Run, u: UOp) -> None:
   index, value = np.asarray(run.env[u.src[1]]), np.asarray(run.env[u.src[2]])
   gate = np.asarray(run.env[u.src[3]]) if len(u.src) > 3 else np.ones((), dtype=bool)
   undefined = run.undef.get(u.src[2])
-  key, shape = _local_lanes(run, index, value, gate)
+  key, shape = _local_lanes(run, u.src[0], index, value, gate)
   chosen = np.broadcast_to(gate, shape)
   key = tuple(k[chosen] for k in key)
   memory.data[key] = np.broadcast_to(value, shape)[chosen]
@@ -397,7 +412,8 @@ def _store_local(run: _Run, u: UOp) -> None:
 
 def _define_local(run: _Run, u: UOp) -> None:
   groups = tuple(count // unit for count, unit in zip(run.block.count, run.k.block_unit))
-  run.locals[u] = PyBuffer(np.zeros(groups + (u.arg[1],), dtype=u.dtype.np))
+  iterations = tuple(run.k.loop_size[a] for a in run.k.local_loops.get(u, ()))
+  run.locals[u] = PyBuffer(np.zeros(groups + iterations + (u.arg[1],), dtype=u.dtype.np))
 
 
 def _local_index(run: _Run, u: UOp) -> None:

@@ -206,3 +206,17 @@ def test_bitcast_of_an_op_made_nan_is_undefined_not_a_mismatch():
     results.append((out.numpy(), undefined_lanes(out)))
   (expected, undefined), (actual, _) = results
   assert undefined is not None and undefined.all() and compare(actual, expected, undefined).ok
+
+
+@pytest.mark.parametrize("opts", ["LOCAL(0,16) LOCAL(1,16) LOCALTILE(0,16)", "LOCAL(0,8) LOCAL(1,4) LOCALTILE(0,5)",
+                                  "GROUP(0,7)", "LOCAL(0,3)", "PADTO(1,5) LOCAL(0,5) LOCAL(1,2) LOCALTILE(0,4)"])
+def test_work_group_opts_and_local_tiles_run_on_opencl(opencl, opts):
+  """The real device under the work-group opts: local-memory tiles with their barriers inside the loop, groups of
+  7 items sharing a reduction, odd work-group shapes; values against the reference kernel by kernel."""
+  from refgrad.codegen.opt import parse_opts
+  from refgrad.testing.reference import check_against_reference
+  rng = np.random.default_rng(9)
+  a, b = rng.standard_normal((32, 80)).astype(np.float32), rng.standard_normal((80, 48)).astype(np.float32)
+  fn = (lambda x, y: x @ y) if "GROUP" not in opts else (lambda x, y: x.sum(1) + y.sum(0)[:32])
+  report = check_against_reference(fn, a, b, device="OPENCL", opts=lambda ast: parse_opts(opts))
+  assert report.kernels and all(k.comparison.ok for k in report.kernels)
