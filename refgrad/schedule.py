@@ -30,6 +30,7 @@ from refgrad.uop import GroupOp, Ops, UOp, prod
 # below an EXPAND (a reduce would be recomputed per copy), inside a reduce's input (so would a costly expanded
 # value), or inside a reduce's input and below an EXPAND (a padded value there is read by many outputs).
 OUTPUT, EXPANDED, REDUCED, REUSED = "output", "expanded", "reduced", "reused"
+BELOW_EXPAND = {OUTPUT: EXPANDED, REDUCED: REUSED}  # where the source of an EXPAND built at a place is built
 # What an expanded elementwise value costs per element, in ALU ops (a transcendental counts as TRANSCENDENTAL_COST):
 # from COSTLY_OPS on, recomputing it for every copy costs more than a kernel that computes it once (softmax weights:
 # an exp; a dropout mask: threefry's ~100 integer ops).
@@ -141,7 +142,7 @@ class _KernelBuilder:
     if node in self.scheduler.reread and node is not self.root and worth_a_kernel(node) and \
        self.scheduler.costly(node):
       return self.input_from(node, EXPANDED)
-    below = {OUTPUT: EXPANDED, REDUCED: REUSED}.get(where, where) if node.op is Ops.EXPAND else where
+    below = BELOW_EXPAND.get(where, where) if node.op is Ops.EXPAND else where
     return node.replace(src=tuple(self.build(s, below) for s in node.src))
 
 
@@ -156,7 +157,7 @@ class Scheduler:
 
   def computed_elsewhere(self, node: UOp) -> bool:
     """True if a kernel's graph reads node from a buffer rather than computing it."""
-    return node in self.done or node in _REALIZED or node.op in OWN_KERNEL
+    return node.op in OWN_KERNEL or node in self.done or node in _REALIZED
 
   def costly(self, node: UOp) -> bool:
     """True if computing node in a kernel costs at least COSTLY_OPS ALU ops per element, not counting buffers and

@@ -14,23 +14,36 @@ from refgrad.dtype import DType, as_python_scalar, dtypes
 from refgrad.ops import GroupOp, Ops  # noqa: F401  (re-exported: the IR's users import them from here)
 from refgrad.ranges import value_range
 
+_KEYED = (float, bool, tuple)  # the arg types whose == would merge values a kernel must keep apart
+
 
 def _arg_key(arg: Any) -> Any:
-  """Hash-consing key of an arg: keeps -0.0 apart from 0.0 and True apart from 1."""
-  if type(arg) is float:
+  """Hash-consing key of an arg: keeps -0.0 apart from 0.0 and True apart from 1. A tuple of ints (a shape, an
+  axis list: most args) is its own key, without a copy."""
+  kind = type(arg)
+  if kind is float:
     return ("float", arg.hex()) if not math.isnan(arg) else ("float", "nan")
-  if type(arg) is bool:
+  if kind is bool:
     return ("bool", arg)
-  if type(arg) is tuple:
+  if kind is tuple and any(type(a) in _KEYED for a in arg):
     return tuple(_arg_key(a) for a in arg)
   return arg
+
+
+def _forget(cache: dict[tuple, weakref.ref], key: tuple, dead: weakref.ref) -> None:
+  """A node was collected: drop its cache entry, unless a new node of the same key has replaced it since. The cache
+  comes bound, not looked up: at interpreter exit, module globals are gone before the last nodes."""
+  if cache.get(key) is dead:
+    del cache[key]
 
 
 class UOp:
   """A node of the IR. Structurally equal nodes are the same object, so `is` and `==` agree: UOp keeps object's own
   identity `==` and hash (in C, so dict and set lookups on the hot paths cost no Python call)."""
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
-  _cache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+  # key -> a weak reference to the node; an entry goes when its node does (_forget). A plain dict of weakrefs, not a
+  # WeakValueDictionary: its get() and __setitem__ are Python calls, and the scheduler makes thousands of nodes a step
+  _cache: dict[tuple, weakref.ref] = {}
 
   op: Ops
   dtype: DType
@@ -40,14 +53,14 @@ class UOp:
   def __new__(cls, op: Ops, dtype: DType = dtypes.void,
               src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     key = (op, dtype, src, _arg_key(arg))
-    if (found := UOp._cache.get(key)) is not None:
+    if (ref := UOp._cache.get(key)) is not None and (found := ref()) is not None:
       return found
     node = super().__new__(cls)
     object.__setattr__(node, "op", op)
     object.__setattr__(node, "dtype", dtype)
     object.__setattr__(node, "src", src)
     object.__setattr__(node, "arg", arg)
-    UOp._cache[key] = node
+    UOp._cache[key] = weakref.ref(node, functools.partial(_forget, UOp._cache, key))
     return node
 
   def __setattr__(self, name: str, value: Any) -> None:
@@ -59,8 +72,8 @@ class UOp:
     return (UOp, (self.op, self.dtype, self.src, self.arg))
 
   def replace(self, **kwargs: Any) -> UOp:
-    fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg} | kwargs
-    return UOp(fields["op"], fields["dtype"], tuple(fields["src"]), fields["arg"])
+    src = tuple(kwargs["src"]) if "src" in kwargs else self.src
+    return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), src, kwargs.get("arg", self.arg))
 
   # ---- graph walks
   @functools.cached_property

@@ -319,6 +319,19 @@ def tile_loads_contiguously(sink: UOp, axis: int) -> bool:
   return bool(moving) and all(stride_along(u.src[1], index) == 1 for u in moving)
 
 
+def loop_work(sink: UOp) -> list[UOp]:
+  """The ALU ops and loads a kernel runs in its reduce loops (those that depend on a loop)."""
+  loops = [u for u in sink.toposort if u.op is Ops.RANGE]
+  body = {u: None for r in sink.toposort if r.op is Ops.REDUCE for u in r.src[0].toposort
+          if (u.op in GroupOp.ALU or u.op is Ops.LOAD) and any(loop in u.toposort for loop in loops)}
+  return list(body)
+
+
+def shared_loop_work(work: list[UOp], index: UOp) -> int:
+  """How much of the loop work does not depend on a thread index: what a tile along it computes once for all."""
+  return sum(index not in u.toposort for u in work)
+
+
 def innermost(loops: list[UOp]) -> UOp:
   """The innermost of a kernel's reduce loops (the last one lowering made)."""
   return max(loops, key=lambda u: u.arg[0])
@@ -343,34 +356,68 @@ def reduce_vectorizes(sink: UOp) -> bool:
 
 
 def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: int = 1) -> OptList:
-  """The heuristic for a CPU device whose compiler vectorizes `upcast_lanes` floats: for a long reduction, compute
-  a tile of outputs per thread (up to upcast_lanes along the last thread axis, 4 along the one before) where the
-  tile shares loads, so that every loaded value feeds several accumulators; and split the outermost axis over
-  `threads` CPU threads when there is enough work (a transcendental counts as TRANSCENDENTAL_COST multiply-adds).
-  Elementwise kernels get no tile (the compiler vectorizes their loop)."""
+  """The heuristic for a CPU device whose compiler vectorizes `upcast_lanes` floats: a tile of outputs per thread
+  where its outputs share work (`tile_opts`), and the outermost axis split over `threads` CPU threads when there is
+  enough work (`kernel_work`)."""
   env = os.environ.get("REFGRAD_OPTS")
   if env is not None:
     return parse_opts(env)
-  loops = [u for u in sink.toposort if u.op is Ops.RANGE]
-  work = prod(shape) * prod(u.arg[1] for u in loops)
-  if any(u.op in GroupOp.Transcendental for u in sink.toposort):
-    work *= TRANSCENDENTAL_COST
-  opts = []
-  if upcast_lanes >= 2 and loops and work >= WORK_THRESHOLD and not reduce_vectorizes(sink):
-    # a tile helps where its outputs share loads, where it reads vectors, or where the inner loop is short: then
-    # they share index math too (a long row sum's tile shares nothing and would undo the split reduction, or a
-    # GPU's grouped reduction)
-    long_inner_loop = innermost(loops).arg[1] >= LONG_LOOP
-    axes = sorted((u.arg for u in sink.toposort if u.op is Ops.SPECIAL), reverse=True)[:2]
-    for (axis, size), lanes in zip(axes, (upcast_lanes, 4)):
-      shares, vectors = tile_shares_loads(sink, axis), tile_loads_contiguously(sink, axis)
-      if vectors and not shares:  # two vectors a row: a column sum of 2048^2, 1.4 -> 1.0 ms on CLANG
-        lanes *= 2
-      amount = next((k for k in (lanes, 4, 2) if k <= lanes and size % k == 0 and size > k), None)
-      if amount and (shares or vectors or not long_inner_loop):
-        opts.append(Opt("UPCAST", axis, amount))
-        shape = tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+  work = kernel_work(sink, shape)
+  opts: OptList = ()
+  if upcast_lanes >= 2 and work >= WORK_THRESHOLD:
+    opts, shape = tile_opts(sink, shape, upcast_lanes)
   outer = next((i for i, s in enumerate(shape) if s > 1), None)
   if threads > 1 and work >= THREAD_THRESHOLD and outer is not None and shape[outer] >= threads:
-    opts.append(Opt("THREAD", outer, threads))
-  return tuple(opts)
+    opts += (Opt("THREAD", outer, threads),)
+  return opts
+
+
+def kernel_work(sink: UOp, shape: tuple[int, ...]) -> int:
+  """About how many multiply-adds a kernel runs: outputs times loop iterations (times TRANSCENDENTAL_COST if it
+  calls a transcendental); an elementwise kernel, outputs times half its ALU ops (the pooling gradient's index math:
+  about 50 ops per element)."""
+  loops = [u for u in sink.toposort if u.op is Ops.RANGE]
+  transcendental = any(u.op in GroupOp.Transcendental for u in sink.toposort)
+  if loops:
+    return prod(shape) * prod(u.arg[1] for u in loops) * (TRANSCENDENTAL_COST if transcendental else 1)
+  ops = sum(TRANSCENDENTAL_COST if u.op in GroupOp.Transcendental else 1 for u in sink.toposort if u.op in GroupOp.ALU)
+  return prod(shape) * max(1, ops // 2)
+
+
+# An elementwise kernel gets a tile along an axis when at least this many of its ALU ops do not depend on that axis
+# (index math of windows and strides, computed once for the tile): the CNN's pooling gradient, 1.2 -> 0.8 ms on CLANG.
+SHARED_INDEX_OPS = 8
+
+
+def tile_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int) -> tuple[OptList, tuple[int, ...]]:
+  """UPCASTs along the thread axes the work depends on least, so a tile computes that work once for all its outputs
+  (a convolution's input gradient: its index math does not depend on the batch axis, 5.5 -> 0.6 ms on CLANG); on a
+  tie, the later axes, whose loads are contiguous. With reduce loops, up to upcast_lanes outputs along the first such
+  axis and 4 along the second, where the tile shares loads, reads vectors, or the inner loop is short (a long row
+  sum's tile would share nothing and undo the split reduction, or a GPU's grouped reduction), and not when the
+  innermost loop already reads every operand contiguously (the split reduction vectorizes it). Elementwise kernels
+  (the compiler vectorizes their loop) only where SHARED_INDEX_OPS of their ops are shared, 4 outputs along one axis."""
+  loops = [u for u in sink.toposort if u.op is Ops.RANGE]
+  if loops and reduce_vectorizes(sink):
+    return (), shape
+  work = loop_work(sink) if loops else [u for u in sink.toposort if u.op in GroupOp.ALU]
+  specials = [u for u in sink.toposort if u.op is Ops.SPECIAL]
+  by_sharing = sorted(specials, key=lambda u: (shared_loop_work(work, u), u.arg[0]), reverse=True)
+  long_inner_loop = bool(loops) and innermost(loops).arg[1] >= LONG_LOOP
+  opts: list[Opt] = []
+  for index in by_sharing:
+    if len(opts) == (2 if loops else 1):
+      break
+    axis, size = index.arg
+    if loops:
+      shares, vectors = tile_shares_loads(sink, axis), tile_loads_contiguously(sink, axis)
+      lanes = (upcast_lanes if not opts else 4) * (2 if vectors and not shares else 1)  # two vectors a column row
+      helps = shares or vectors or not long_inner_loop
+    else:
+      lanes, helps = 4, shared_loop_work(work, index) >= SHARED_INDEX_OPS
+    # a small axis (a 3x3 window's) is tiled whole
+    amount = next((k for k in (lanes, 8, 4, 2) if k <= lanes and size % k == 0), size if size <= 4 else None)
+    if amount and helps:
+      opts.append(Opt("UPCAST", axis, amount))
+      shape = tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+  return tuple(opts), shape
