@@ -22,6 +22,7 @@ LAYERS = [
   ("autograd", ["refgrad.gradient"]),
   ("frontend mixins", ["refgrad.frontend"]),  # they build tensors through type(self), never importing Tensor
   ("Tensor", ["refgrad.tensor"]),
+  ("capture and replay", ["refgrad.jit"]),
   ("package", ["refgrad"]),
   ("nn", ["refgrad.nn"]),
   ("oracle kit and CLI", ["refgrad.testing", "refgrad.cli"]),

@@ -1,0 +1,173 @@
+"""Capture and replay (refgrad/jit.py): replays give the function's own results on new inputs, on every device,
+without scheduling or compiling; a jitted training step follows the plain one's loss curve bit for bit; calls a
+capture cannot replay are refused with the reason; the oracle (testing/jit_check.py) catches a replay that reads a
+stale input."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refgrad.tensor
+from refgrad import Device, Tensor, TinyJit, dtypes
+from refgrad.jit import CapturedCall, JitError
+from refgrad.nn.optim import SGD, Adam
+from refgrad.nn.state import get_parameters
+from refgrad.testing.jit_check import ReplayMismatch, check_jit_replay
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from examples import mlp  # noqa: E402
+
+
+def attention_block(q, k, v):
+  return q.scaled_dot_product_attention(k, v).sum(-1), (q @ k.transpose(-1, -2)).max()
+
+
+def input_sets(shapes, n=4, seed=0, dtype=np.float32):
+  rng = np.random.default_rng(seed)
+  return [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(n)]
+
+
+@pytest.mark.parametrize("fn, shapes", [
+  (lambda a, b: (a @ b).relu() + 1, [(5, 7), (7, 3)]),
+  (attention_block, [(2, 4, 8), (2, 4, 8), (2, 4, 8)]),
+  (lambda a: (a.exp().sum(0), a.max(), a[1:, ::2] * -0.0), [(6, 4)]),
+  (lambda a: a.sum() + 1, [()]),
+  (lambda a: (a * 2, a.sum()), [(0, 3)]),
+])
+def test_replays_give_the_functions_own_results_on_new_inputs(refgrad_device, fn, shapes):
+  """Each call's inputs differ; replays are compared bit for bit with the plain function on the same device, and
+  the plain function with the reference. 0-d and empty inputs too."""
+  assert check_jit_replay(fn, input_sets(shapes), device=refgrad_device) == 2
+
+
+def test_replays_neither_schedule_nor_compile(monkeypatch):
+  """The third call runs with scheduling made to fail: it only launches (compiling comes after scheduling)."""
+  jitted = TinyJit(lambda a, b: (a * b).sum(1) + a.max())
+  calls = input_sets([(8, 16), (8, 16)], n=3)
+  for inputs in calls[:2]:
+    jitted(*(Tensor(x) for x in inputs))
+  def refuse(*args, **kwargs):
+    raise AssertionError("a replay scheduled kernels")
+  inputs = [Tensor(x) for x in calls[2]]
+  with monkeypatch.context() as patch:
+    patch.setattr(refgrad.tensor, "create_schedule", refuse)
+    result = jitted(*inputs)
+  got = result.numpy()
+  a, b = calls[2]
+  np.testing.assert_allclose(got, (a * b).sum(1) + a.max(), rtol=1e-5)
+
+
+def train(model, optimizer, steps: int, jit: bool) -> list[float]:
+  x_np, y_np = mlp.spirals()
+  def step(x, y):
+    optimizer.zero_grad()
+    loss = model(x).sparse_categorical_crossentropy(y)
+    loss.backward()
+    optimizer.step()
+    return loss
+  run = TinyJit(step) if jit else step
+  with Tensor.train():
+    return [run(Tensor(x_np), Tensor(y_np)).item() for _ in range(steps)]
+
+
+@pytest.mark.parametrize("make_optimizer", [lambda p: Adam(p, lr=0.01), lambda p: SGD(p, lr=0.1, momentum=0.9)],
+                         ids=["adam", "sgd-momentum"])
+def test_a_jitted_training_step_follows_the_plain_loss_curve_bit_for_bit(refgrad_device, make_optimizer):
+  """Parameters and optimizer state get new buffers every step (Tensor.replace): the replay reads them where the
+  last step left them and writes the other buffer of each pair; 7 steps cover both alternations twice."""
+  curves, weights = [], []
+  for jit in (False, True):
+    Device.DEFAULT, previous = refgrad_device, Device.DEFAULT
+    try:
+      Tensor.manual_seed(1)
+      model = mlp.MLP()
+      curves.append(train(model, make_optimizer(get_parameters(model)), steps=7, jit=jit))
+      weights.append([p.numpy() for p in get_parameters(model)])
+    finally:
+      Device.DEFAULT = previous
+  assert curves[0] == curves[1] and curves[0][-1] < curves[0][0]
+  assert all(np.array_equal(a, b) for a, b in zip(*weights))
+
+
+@pytest.mark.parametrize("second, message", [
+  ((np.ones((4, 3), np.float32),),
+   r"\(\[4, 3\] float32 on PYTHON\) differ from the captured call's \(\[2, 3\] float32"),
+  ((np.ones((2, 3), np.float64),), "float64"),
+  ((np.ones((2, 3), np.float32), np.ones(2, np.float32)), r"\(\[2, 3\] float32 on PYTHON, \[2\] float32"),
+])
+def test_a_call_the_capture_cannot_replay_is_refused(second, message):
+  jitted = TinyJit(lambda *ts: sum(t.sum() for t in ts))
+  for _ in range(2):
+    jitted(Tensor(np.ones((2, 3), np.float32)))
+  with pytest.raises(JitError, match=message):
+    jitted(*(Tensor(x) for x in second))
+  jitted.reset()
+  assert jitted(*(Tensor(x) for x in second)).item() == sum(x.sum() for x in second)  # captured afresh
+
+
+def test_a_call_on_another_device_is_refused():
+  devices = [d for d in Device.available() if d != "PYTHON"]
+  if not devices:
+    pytest.skip("only PYTHON is installed: no second device to call with")
+  jitted = TinyJit(lambda t: t + 1)
+  for _ in range(2):
+    jitted(Tensor([1.0, 2.0]))
+  with pytest.raises(JitError, match=f"on {devices[0]}"):
+    jitted(Tensor([1.0, 2.0], device=devices[0]))
+
+
+def test_random_numbers_inside_a_jitted_function_are_refused_not_repeated():
+  jitted = TinyJit(lambda t: t * Tensor.rand(*t.shape))
+  jitted(Tensor.ones(4))
+  with pytest.raises(NotImplementedError, match="draws random numbers"):
+    jitted(Tensor.ones(4))
+
+
+def test_results_of_a_replay_are_the_captured_tensors_written_again():
+  jitted = TinyJit(lambda t: t * 2)
+  first = [jitted(Tensor([float(i)])) for i in range(2)]
+  third = jitted(Tensor([5.0]))
+  assert third is first[1] and third.tolist() == [10.0] and first[0].tolist() == [0.0]
+  assert jitted(Tensor([7.0]), ).dtype == dtypes.float32 and third.tolist() == [14.0]
+
+
+class StaleInputCall(CapturedCall):
+  """A planted replay bug: the captured call's input buffers are read again instead of the new inputs."""
+
+  def buffers_of(self, number, new_inputs):
+    return super().buffers_of(number, self.inputs)
+
+
+def stale_jit(fn):
+  jitted = TinyJit(fn)
+  original = jitted._capture
+
+  def capture(*args):
+    result = original(*args)
+    jitted.captured.__class__ = StaleInputCall
+    return result
+  jitted._capture = capture
+  return jitted
+
+
+def test_the_oracle_catches_a_replay_that_reads_a_stale_input(refgrad_device):
+  calls = input_sets([(3, 5)], n=3)
+  with pytest.raises(ReplayMismatch, match="call 2 \\(replayed by the jit\\)"):
+    check_jit_replay(lambda a: a.exp() + 1, calls, device=refgrad_device, jit=stale_jit)
+  assert check_jit_replay(lambda a: a.exp() + 1, calls, device=refgrad_device) == 1
+
+
+def test_the_replay_oracle_needs_three_calls():
+  with pytest.raises(ValueError, match="at least 3 sets of inputs"):
+    check_jit_replay(lambda a: a + 1, input_sets([(2,)], n=2), device="PYTHON")
+
+
+def test_the_docstring_example_runs():
+  import doctest
+
+  import refgrad.jit
+  test = doctest.DocTestParser().get_doctest(refgrad.jit.TinyJit.__doc__, {}, "TinyJit", refgrad.jit.__file__, 0)
+  runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+  runner.run(test)
+  assert runner.summarize(verbose=False).failed == 0 and test.examples
