@@ -171,6 +171,7 @@ def test_local_sizes_choose_plain_work_groups(pygpu, opts, local):
   ("matmul", "LOCAL(0,8) LOCAL(1,16) LOCALTILE(0,2)"), ("matmul", "PADTO(1,3) LOCAL(0,3) LOCAL(1,4) LOCALTILE(0,3)"),
   ("row max", "LOCAL(0,8) LOCALTILE(0,4)"), ("batched", "LOCAL(0,4) LOCAL(1,2) LOCAL(2,2) LOCALTILE(0,3)"),
   ("matmul", "UNROLL(0,2) LOCAL(0,4) LOCAL(1,2) LOCALTILE(0,3)"),
+  ("two matmuls", "LOCAL(0,4) LOCAL(1,4) LOCALTILE(0,4) LOCALTILE(1,4)"),
 ])
 def test_local_memory_tiles_keep_the_values(pygpu, case, opts):
   """LOCALTILE stages a block of each shared load in local memory (both matmul operands under a 2-d work-group; a
@@ -179,7 +180,8 @@ def test_local_memory_tiles_keep_the_values(pygpu, case, opts):
   rng = np.random.default_rng(6)
   fn, shapes = {"matmul": (lambda x, y: x @ y, [(16, 24), (24, 8)]),
                 "row max": (lambda x, y: (x * y).max(0), [(24, 16), (24, 1)]),
-                "batched": (lambda x, y: x @ y, [(2, 8, 12), (2, 12, 4)])}[case]
+                "batched": (lambda x, y: x @ y, [(2, 8, 12), (2, 12, 4)]),
+                "two matmuls": (lambda x, y: x @ y + (x * 2) @ y, [(16, 24), (24, 8)])}[case]
   inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
   inputs[0].flat[5] = np.float32(3e38)
   report = check_against_reference(fn, *inputs, device=pygpu, opts=lambda ast: parse_opts(opts))

@@ -14,8 +14,8 @@ kernel (codegen/lowering.py) for such a device, in two steps:
   GPU, where neighbouring items read neighbouring addresses at once, and a contiguous run of iterations where
   the items of a group run one after the other (`caps.interleaved_groups` False: OpenCL on a CPU).
 
-Two opts (codegen/opt.py) choose the work-groups instead of these defaults; they are checked here, where the grid
-is planned, and draw from `gpu_opts` in a fuzz campaign or a search:
+Three opts (codegen/opt.py) shape the work-groups instead of these defaults; they are checked here, where the grid
+is planned, and `gpu_opts` lists those that apply to a kernel (what a fuzz campaign or a search draws from):
 
 * `GROUP(0, L)`: a kernel's reductions are shared by work-groups of L items (any L the reductions, the device's
   work-group size and local memory allow, not only the power of two chosen by default).
@@ -119,7 +119,7 @@ def shareable_reduces(sink: UOp) -> list[UOp]:
 
 
 def chosen_group(sink: UOp, shape: tuple[int, ...], caps: Capabilities, opts: OptList) -> int:
-  """Items per work-group for this kernel's grouped reductions (0: none), by its GROUP or LOCAL opt or by default."""
+  """Items per work-group for this kernel's grouped reductions (0: none), by its work-group opts or by default."""
   group = [o.amount for o in opts if o.kind == "GROUP"]
   if any(o.kind in ("LOCAL", "LOCALTILE") for o in opts):
     if group:
@@ -155,7 +155,7 @@ def chosen_local_shape(grid: tuple[int, ...], caps: Capabilities, opts: OptList)
 
 def gpu_opts(sink: UOp, shape: tuple[int, ...], caps: Capabilities, amounts: tuple[int, ...] = (2, 3, 4, 8, 16, 64)
              ) -> list[Opt]:
-  """Every GROUP or LOCAL opt that applies to this kernel (after its other opts) on this device."""
+  """Every GROUP, LOCAL or LOCALTILE opt that applies to this kernel (after its other opts) on this device."""
   found = []
   reduces = shareable_reduces(sink)
   if reduces:
@@ -293,7 +293,7 @@ class LocalTile:
 
 
 def planned_with_the_grid(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
-  """GROUP and LOCAL leave the kernel as it is: to_gpu reads and checks them when it plans the work-groups."""
+  """The work-group opts leave the kernel as it is: to_gpu reads and checks them when it plans the work-groups."""
   return sink, shape
 
 
@@ -305,7 +305,7 @@ def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities,
            opts: OptList = ()) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """A lowered kernel and its output shape -> the GPU-shaped kernel, its global shape and its local shape. A kernel
   with several stores (an upcast tile, codegen/opt.py) maps each of them; only a single store's reductions are
-  shared by a work-group. `opts` are the kernel's opts: GROUP and LOCAL choose its work-groups."""
+  shared by a work-group. `opts` are the kernel's opts: GROUP, LOCAL and LOCALTILE shape its work-groups."""
   size = chosen_group(sink, shape, caps, opts)
   if len(sink.src) > 1:
     return _to_gpu_tile(sink, shape, caps, opts)
@@ -333,8 +333,9 @@ def to_gpu(sink: UOp, shape: tuple[int, ...], caps: Capabilities,
     value = value.substitute({red: grouped(red) for red in top_reduces(value)})
   check_grid(grid, caps)
   local = (size,) + (1,) * (len(grid) - 1) if size else chosen_local_shape(tuple(grid), caps, opts)
+  tiles = LocalTile(tuple(grid), local, caps)  # one for all LOCALTILEs: it numbers their local buffers
   for tile in (o for o in opts if o.kind == "LOCALTILE"):
-    value = LocalTile(tuple(grid), local, caps)(value, tile.axis, tile.amount)
+    value = tiles(value, tile.axis, tile.amount)
   new_store = UOp(Ops.STORE, dtypes.void, (out_param, out_index, value) + ((gate,) if gate is not None else ()))
   return simplify(UOp(Ops.SINK, dtypes.void, (new_store,))), tuple(grid), local
 
