@@ -269,8 +269,8 @@ def device_rules(caps: Capabilities | None) -> tuple:
 
 def random_kernel_opts(ast: UOp, caps: Capabilities | None, rng: random.Random, max_opts: int = 3) -> OptList:
   """A random legal opt list for a scheduled kernel on a device (what `refgrad fuzz --opts`, `refgrad check` and
-  the search draw): codegen/opt.py's opts, then, on a device that launches work-groups, half the time a GROUP or
-  LOCAL opt that fits the kernel as those opts left it."""
+  the search draw): codegen/opt.py's opts, then, on a device that launches work-groups, half the time a GROUP,
+  LOCAL or LOCALTILE opt that fits the kernel as those opts left it."""
   sink, shape = lowered_kernel(ast)
   opts = random_opts(sink, shape, rng, max_opts)
   if launches_work_groups(caps):

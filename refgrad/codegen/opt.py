@@ -319,17 +319,25 @@ def tile_loads_contiguously(sink: UOp, axis: int) -> bool:
   return bool(moving) and all(stride_along(u.src[1], index) == 1 for u in moving)
 
 
-def loop_work(sink: UOp) -> list[UOp]:
+def index_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+  """The thread indices (SPECIAL) and loops (RANGE) each node of a kernel depends on, in one pass."""
+  deps: dict[UOp, frozenset[UOp]] = {}
+  for u in sink.toposort:
+    own = frozenset((u,)) if u.op in (Ops.SPECIAL, Ops.RANGE) else frozenset()
+    deps[u] = own.union(*(deps[s] for s in u.src))
+  return deps
+
+
+def loop_work(sink: UOp, deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
   """The ALU ops and loads a kernel runs in its reduce loops (those that depend on a loop)."""
-  loops = [u for u in sink.toposort if u.op is Ops.RANGE]
   body = {u: None for r in sink.toposort if r.op is Ops.REDUCE for u in r.src[0].toposort
-          if (u.op in GroupOp.ALU or u.op is Ops.LOAD) and any(loop in u.toposort for loop in loops)}
+          if (u.op in GroupOp.ALU or u.op is Ops.LOAD) and any(d.op is Ops.RANGE for d in deps[u])}
   return list(body)
 
 
-def shared_loop_work(work: list[UOp], index: UOp) -> int:
-  """How much of the loop work does not depend on a thread index: what a tile along it computes once for all."""
-  return sum(index not in u.toposort for u in work)
+def shared_loop_work(work: list[UOp], index: UOp, deps: dict[UOp, frozenset[UOp]]) -> int:
+  """How much of the work does not depend on a thread index: what a tile along it computes once for all."""
+  return sum(index not in deps[u] for u in work)
 
 
 def innermost(loops: list[UOp]) -> UOp:
@@ -400,9 +408,10 @@ def tile_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int) -> tuple[Opt
   loops = [u for u in sink.toposort if u.op is Ops.RANGE]
   if loops and reduce_vectorizes(sink):
     return (), shape
-  work = loop_work(sink) if loops else [u for u in sink.toposort if u.op in GroupOp.ALU]
+  deps = index_deps(sink)
+  work = loop_work(sink, deps) if loops else [u for u in sink.toposort if u.op in GroupOp.ALU]
   specials = [u for u in sink.toposort if u.op is Ops.SPECIAL]
-  by_sharing = sorted(specials, key=lambda u: (shared_loop_work(work, u), u.arg[0]), reverse=True)
+  by_sharing = sorted(specials, key=lambda u: (shared_loop_work(work, u, deps), u.arg[0]), reverse=True)
   long_inner_loop = bool(loops) and innermost(loops).arg[1] >= LONG_LOOP
   opts: list[Opt] = []
   for index in by_sharing:
@@ -414,7 +423,7 @@ def tile_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int) -> tuple[Opt
       lanes = (upcast_lanes if not opts else 4) * (2 if vectors and not shares else 1)  # two vectors a column row
       helps = shares or vectors or not long_inner_loop
     else:
-      lanes, helps = 4, shared_loop_work(work, index) >= SHARED_INDEX_OPS
+      lanes, helps = 4, shared_loop_work(work, index, deps) >= SHARED_INDEX_OPS
     # a small axis (a 3x3 window's) is tiled whole
     amount = next((k for k in (lanes, 8, 4, 2) if k <= lanes and size % k == 0), size if size <= 4 else None)
     if amount and helps:
