@@ -10,7 +10,7 @@ import pytest
 
 import refgrad.tensor
 from refgrad import Device, Tensor, TinyJit, dtypes
-from refgrad.jit import CapturedCall, JitError
+from refgrad.jit import CapturedCall, JitError, tensors_in
 from refgrad.nn.optim import SGD, Adam
 from refgrad.nn.state import get_parameters
 from refgrad.testing.jit_check import ReplayMismatch, check_jit_replay
@@ -38,7 +38,9 @@ def input_sets(shapes, n=4, seed=0, dtype=np.float32):
 def test_replays_give_the_functions_own_results_on_new_inputs(refgrad_device, fn, shapes):
   """Each call's inputs differ; replays are compared bit for bit with the plain function on the same device, and
   the plain function with the reference. 0-d and empty inputs too."""
-  assert check_jit_replay(fn, input_sets(shapes), device=refgrad_device) == 2
+  calls = input_sets(shapes)
+  outputs = [t.numel() for t in tensors_in(fn(*(Tensor(x) for x in calls[0])))]
+  assert check_jit_replay(fn, calls, device=refgrad_device) == (2, 2 * sum(outputs))
 
 
 def test_replays_neither_schedule_nor_compile(monkeypatch):
@@ -155,7 +157,7 @@ def test_the_oracle_catches_a_replay_that_reads_a_stale_input(refgrad_device):
   calls = input_sets([(3, 5)], n=3)
   with pytest.raises(ReplayMismatch, match="call 2 \\(replayed by the jit\\)"):
     check_jit_replay(lambda a: a.exp() + 1, calls, device=refgrad_device, jit=stale_jit)
-  assert check_jit_replay(lambda a: a.exp() + 1, calls, device=refgrad_device) == 1
+  assert check_jit_replay(lambda a: a.exp() + 1, calls, device=refgrad_device) == (1, 15)
 
 
 def test_the_replay_oracle_needs_three_calls():
@@ -171,3 +173,17 @@ def test_the_docstring_example_runs():
   runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
   runner.run(test)
   assert runner.summarize(verbose=False).failed == 0 and test.examples
+
+
+def test_refgrad_check_replays_its_programs_and_catches_a_stale_replay(refgrad_device, monkeypatch):
+  """The check's "jit replay" rows: on the device, captured programs replayed on new inputs pass; with the planted
+  stale-input jit they fail, naming the replayed call."""
+  from functools import partial
+
+  from refgrad.testing import conformance
+  run = conformance.run_conformance(refgrad_device, only="jit replay")
+  assert len(run.results) == len(conformance.REPLAYED) and all(r.status == conformance.PASS for r in run.results)
+  monkeypatch.setattr(conformance, "check_jit_replay", partial(check_jit_replay, jit=stale_jit))
+  broken = conformance.run_conformance(refgrad_device, only="jit replay")
+  assert broken.results and all(r.status == conformance.FAIL and "replayed by the jit" in r.detail
+                                for r in broken.results)

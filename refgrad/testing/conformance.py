@@ -34,6 +34,7 @@ from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.testing.compare import Comparison, compare
 from refgrad.testing.edges import cast_values, dtype_edges
+from refgrad.testing.jit_check import check_jit_replay
 from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference, lane_text
 from refgrad.uop import GroupOp, Ops, UOp
 
@@ -333,6 +334,21 @@ def _conv2d(image: Any, weight: Any) -> Any:
   return total
 
 
+# Programs of the corpus that also run jitted: run, captured, then replayed this many times, each call's inputs new.
+REPLAYED = ("matmul", "conv via windows", "full reductions", "integer arithmetic")
+REPLAYS = 3
+
+
+def _other_inputs(inputs: list[np.ndarray], count: int) -> list[list[np.ndarray]]:
+  """`count` more sets of inputs like these (shapes, dtypes, magnitudes), each different in order and in value (so a
+  replay of stale inputs cannot pass by a max or a sum that does not see the order)."""
+  rng = np.random.default_rng(99)
+  def other(x: np.ndarray, k: int) -> np.ndarray:
+    shuffled = rng.permutation(x.reshape(-1)).reshape(x.shape)
+    return shuffled * x.dtype.type(1 + 0.25 * k) if x.dtype.kind == "f" else shuffled + x.dtype.type(k)
+  return [[other(x, k) for x in inputs] for k in range(1, count + 1)]
+
+
 # Each corpus program also runs under this many random legal opt lists (refgrad/codegen/opt.py), one row each: the
 # device's own heuristic runs in the plain rows, and these prove the optimizer's other choices on the device too.
 OPT_DRAWS = 2
@@ -347,12 +363,16 @@ class ProgramCase:
   inputs: list[np.ndarray]
   dtypes: tuple[DType, ...] = ()
   opts_seed: int | None = None
+  replay: bool = False  # run jitted (refgrad/jit.py) on new inputs: replays must give the plain call's bits
 
   @property
   def rows(self) -> set[str]:
     return {self.label}
 
   def run(self, device: str) -> UnitOutcome:
+    if self.replay:
+      _, lanes = check_jit_replay(self.fn, [self.inputs, *_other_inputs(self.inputs, 1 + REPLAYS)], device)
+      return UnitOutcome([CaseResult(self.label, "program", PASS, 0, lanes, 0)], [])
     opts = None
     if self.opts_seed is not None:
       rng = random.Random(self.opts_seed)
@@ -376,6 +396,8 @@ def all_units(kinds: list[DType] | None = None) -> list[Unit]:
   units += [ProgramCase(name, fn, inputs) for name, (fn, inputs) in _corpus().items()]
   units += [ProgramCase(f"{name}, opts draw {draw}", fn, inputs, opts_seed=draw)
             for name, (fn, inputs) in _corpus().items() for draw in range(1, OPT_DRAWS + 1)]
+  units += [ProgramCase(f"{name}, jit replay", fn, inputs, replay=True)
+            for name, (fn, inputs) in _corpus().items() if name in REPLAYED]
   return units
 
 

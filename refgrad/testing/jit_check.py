@@ -32,21 +32,22 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def check_jit_replay(fn: Callable[..., Any], calls: Sequence[Sequence[np.ndarray]], device: str,
-                     jit: Callable[[Callable[..., Any]], Any] = TinyJit) -> int:
+                     jit: Callable[[Callable[..., Any]], Any] = TinyJit) -> tuple[int, int]:
   """Raise ReplayMismatch at the first call whose jitted result differs from the plain one (ReferenceMismatch if a
-  plain result is wrong); return the number of replayed calls checked. `jit` wraps fn (TinyJit, or a jit under
-  test)."""
+  plain result is wrong); return the number of replayed calls checked and of the output lanes they compared. `jit`
+  wraps fn (TinyJit, or a jit under test)."""
   if len(calls) < 3:
     raise ValueError(f"check_jit_replay needs at least 3 sets of inputs (2 run and capture), got {len(calls)}")
-  jitted = jit(fn)
+  jitted, lanes = jit(fn), 0
   for number, inputs in enumerate(calls):
     check_against_reference(fn, *inputs, device=device)
     plain = _arrays(fn(*(Tensor(x, device=device) for x in inputs)))
     replayed = _arrays(jitted(*(Tensor(x, device=device) for x in inputs)))
     for i, (want, got) in enumerate(zip(plain, replayed)):
       if not _same_bits(want, got):
-        lanes = np.flatnonzero(~((want == got) | ((want != want) & (got != got))).reshape(-1))[:5]
+        where = np.flatnonzero(~((want == got) | ((want != want) & (got != got))).reshape(-1))[:5]
         raise ReplayMismatch(f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit) on {device}: "
-                             f"output {i} differs from the function's own result at flat lanes {lanes.tolist()}: "
-                             f"jit {got.reshape(-1)[lanes].tolist()}, function {want.reshape(-1)[lanes].tolist()}")
-  return len(calls) - 2
+                             f"output {i} differs from the function's own result at flat lanes {where.tolist()}: "
+                             f"jit {got.reshape(-1)[where].tolist()}, function {want.reshape(-1)[where].tolist()}")
+    lanes += sum(x.size for x in plain) if number >= 2 else 0
+  return len(calls) - 2, lanes
