@@ -126,8 +126,17 @@ class CapturedCall:
     return self.result
 
 
+def call_signature(tensors: list[Tensor], buffers: list[Buffer]) -> tuple:
+  """What a replay must match: each input's shape, dtype and device, and which inputs are one tensor (a capture of
+  f(x, x) reads one buffer for both)."""
+  first = {}
+  return tuple((t.shape, t.dtype, t.device, first.setdefault(b, i)) for i, (t, b) in enumerate(zip(tensors, buffers)))
+
+
 def describe(signature: tuple) -> str:
-  return "(" + ", ".join(f"{list(shape)} {dtype.name} on {device}" for shape, dtype, device in signature) + ")"
+  parts = [f"{list(shape)} {dtype.name} on {device}" + (f" (the same tensor as input {same})" if same != i else "")
+           for i, (shape, dtype, device, same) in enumerate(signature)]
+  return "(" + ", ".join(parts) + ")"
 
 
 class TinyJit(Generic[ReturnType]):
@@ -158,7 +167,7 @@ class TinyJit(Generic[ReturnType]):
     if lazy := [t for t in tensors if realized_buffer(t.uop) is None]:
       Tensor.realize(*lazy)
     inputs = [input_buffer(t) for t in tensors]
-    signature = tuple((t.shape, t.dtype, t.device) for t in tensors)
+    signature = call_signature(tensors, inputs)
     if self.captured is not None:
       return self.captured.replay(inputs, signature)
     self.calls += 1

@@ -108,6 +108,17 @@ def test_a_call_the_capture_cannot_replay_is_refused(second, message):
   assert jitted(*(Tensor(x) for x in second)).item() == sum(x.sum() for x in second)  # captured afresh
 
 
+def test_one_tensor_passed_twice_is_part_of_what_a_replay_must_match():
+  jitted = TinyJit(lambda a, b: a * 10 + b)
+  x = Tensor([1.0, 2.0])
+  for _ in range(2):
+    jitted(x, x)
+  with pytest.raises(JitError, match="the same tensor as input 0"):
+    jitted(Tensor([1.0, 2.0]), Tensor([5.0, 6.0]))
+  y = Tensor([3.0, 4.0])
+  assert jitted(y, y).tolist() == [33.0, 44.0]
+
+
 def test_a_call_on_another_device_is_refused():
   devices = [d for d in Device.available() if d != "PYTHON"]
   if not devices:
@@ -131,7 +142,7 @@ def test_results_of_a_replay_are_the_captured_tensors_written_again():
   first = [jitted(Tensor([float(i)])) for i in range(2)]
   third = jitted(Tensor([5.0]))
   assert third is first[1] and third.tolist() == [10.0] and first[0].tolist() == [0.0]
-  assert jitted(Tensor([7.0]), ).dtype == dtypes.float32 and third.tolist() == [14.0]
+  assert jitted(Tensor([7.0])) is third and third.dtype == dtypes.float32 and third.tolist() == [14.0]
 
 
 class StaleInputCall(CapturedCall):
