@@ -35,7 +35,8 @@ ReturnType = TypeVar("ReturnType")
 
 
 class JitError(ValueError):
-  """A call a capture cannot replay: other input shapes, dtypes or devices, or a number of tensors."""
+  """A call a capture cannot replay: other input shapes, dtypes or devices, another number of input tensors, or one
+  tensor passed where the capture had two (or the other way round)."""
 
 
 def tensors_in(value: Any) -> list[Tensor]:
@@ -50,7 +51,8 @@ def tensors_in(value: Any) -> list[Tensor]:
 
 
 def input_buffer(t: Tensor) -> Buffer:
-  """The buffer holding a realized input, which must be all of it (not a view into a larger buffer)."""
+  """The buffer holding a realized input, which must be all of it: an input that is a view into a larger buffer is
+  made contiguous first (the tensor keeps its values and gets a buffer of its own)."""
   buf = realized_buffer(t.uop)
   if buf is None or buf.size != t.numel():
     t.replace(t.contiguous()).realize()
