@@ -420,7 +420,7 @@ def tile_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int) -> tuple[Opt
     axis, size = index.arg
     if loops:
       shares, vectors = tile_shares_loads(sink, axis), tile_loads_contiguously(sink, axis)
-      lanes = (upcast_lanes if not opts else 4) * (2 if vectors and not shares else 1)  # two vectors a column row
+      lanes = (upcast_lanes if not opts else 4) * (2 if vectors and not shares else 1)  # a column sum: 2 vectors
       helps = shares or vectors or not long_inner_loop
     else:
       lanes, helps = 4, shared_loop_work(work, index, deps) >= SHARED_INDEX_OPS
