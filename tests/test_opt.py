@@ -52,7 +52,6 @@ SHAPED = {
   "two reduces in one kernel": (lambda a, b: (a.sum(1, keepdim=True) + a.max(1, keepdim=True)) * b, [(8, 16), (8, 1)]),
   "softmax (dependent reduces)": (lambda a, b: (a - b).softmax(1), [(8, 16), (8, 1)]),
   "conv2d": (lambda a, b: a.conv2d(b, padding=1), [(2, 3, 8, 8), (4, 3, 3, 3)]),
-  "sum over a strided and a contiguous axis": (lambda a, b: a.sum((0, 2)) * b, [(6, 4, 8), (4,)]),
 }
 
 
