@@ -114,9 +114,10 @@ def _upcast_stale_value(sink: UOp, shape: tuple, axis: int, amount: int):
   stores = []
   for lane in range(amount):
     for store in sink.src:
-      param, where, value = store.src[:3]
-      stores.append(store.replace(src=(param, where.substitute({index: outer * amount + lane}),
-                                       value.substitute({index: outer * amount}), *store.src[3:])))
+      param, where, value, *gate = store.src  # a PADTO gate, like the index, is the lane's own
+      lane_index = {index: outer * amount + lane}
+      stores.append(store.replace(src=(param, where.substitute(lane_index), value.substitute({index: outer * amount}),
+                                       *(g.substitute(lane_index) for g in gate))))
   return sink.replace(src=tuple(stores)), tuple(s // amount if i == axis else s for i, s in enumerate(shape))
 
 

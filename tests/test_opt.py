@@ -200,11 +200,15 @@ def test_loop_interchange_and_tiling_keep_the_values(refgrad_device, opts):
   rng = np.random.default_rng(3)
   x = rng.standard_normal((2, 12, 10)).astype(np.float32)
   x[0, 11, 9] = np.float32(3e38)
+  x[1] = -np.abs(x[1]) - 1  # row 1's max is a tie of -0.0 and +0.0, which any loop order must resolve alike
+  x[1, 0, 3], x[1, 7, 0] = -0.0, 0.0
   for fn in (lambda t: t.sum((1, 2)), lambda t: t.max((1, 2))):
     report = check_against_reference(fn, x, device=refgrad_device, opts=lambda ast: parse_opts(opts))
     assert report.kernels and all(k.comparison.ok for k in report.kernels)
   got = Tensor(x, device=refgrad_device)
   assert np.array_equal(got.max((1, 2)).numpy(), x.max((1, 2)))
+  tie = Tensor(x, device=refgrad_device).max((1, 2)).numpy()[1]
+  assert tie == 0 and not np.signbit(tie)  # the reference's MAX of -0.0 and +0.0 is +0.0 (SPEC.md)
 
 
 def test_swap_and_tile_reorder_the_loop_nest():

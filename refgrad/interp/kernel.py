@@ -135,7 +135,7 @@ class PythonKernel:
       elif u.op is Ops.STORE and _is_local(u.src[0]):
         self.local_loops.setdefault(u.src[0], tuple(self.axis_of[r] for r in open_loops))
       elif u.op is Ops.LOAD and _is_local(u.src[0]):
-        local = u.src[0] if u.src[0].op is Ops.DEFINE_LOCAL else u.src[0].src[0]
+        local = _defined_local(u.src[0])
         inside = {self.axis_of[r] for r in open_loops}
         if not set(self.local_loops.get(local, ())) <= inside:
           raise NotImplementedError(f"{self.program.name}: a local-memory LOAD outside a loop its STOREs are in")
@@ -286,7 +286,7 @@ class _Run:
                  for a, unit in enumerate(self.k.block_unit))
 
   def local_memory(self, buffer: UOp) -> PyBuffer:
-    return self.locals[buffer if buffer.op is Ops.DEFINE_LOCAL else buffer.src[0]]
+    return self.locals[_defined_local(buffer)]
 
   def index_array(self, u: UOp) -> np.ndarray:
     """The index of a load or store as an array (affine indices are not evaluated as uops: rebuild them)."""
@@ -297,6 +297,11 @@ class _Run:
     for axis, k in form.coeffs:
       index = index + k * self.block.axis_values(axis, self.k.rank)
     return index
+
+
+def _defined_local(buffer: UOp) -> UOp:
+  """The DEFINE_LOCAL a local load or store reaches, directly or through its BARRIER."""
+  return buffer if buffer.op is Ops.DEFINE_LOCAL else buffer.src[0]
 
 
 def _is_local(buffer: UOp) -> bool:
@@ -375,7 +380,7 @@ def _local_lanes(run: _Run, buffer: UOp, index: np.ndarray,
                  *others: np.ndarray) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
   """Fancy-index keys into a local memory (work-group coordinates, the iterations of the loops it is stored in, then
   the index) and their common shape."""
-  loops = run.k.local_loops.get(buffer if buffer.op is Ops.DEFINE_LOCAL else buffer.src[0], ())
+  loops = run.k.local_loops.get(_defined_local(buffer), ())
   coords = run.group_coords() + tuple(run.block.axis_values(a, run.k.rank) for a in loops)
   shape = np.broadcast_shapes(index.shape, *(np.shape(x) for x in coords + others))
   return tuple(np.broadcast_to(x, shape) for x in coords + (index,)), shape

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from refgrad.codegen.linearize import random_kernel_opts
 from refgrad.codegen.opt import OptList
+from refgrad.device import Device
 from refgrad.dtype import DType, dtypes
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
 from refgrad.uop import UOp
@@ -87,7 +88,6 @@ def opts_for(program_text: str, device: str) -> Callable[[UOp], OptList]:
   """The opt lists `refgrad fuzz --opts` runs a program's kernels with on a device: random and legal
   (linearize.random_kernel_opts), drawn in kernel order from a seed made of the program's text, so a finding
   replays with the same opts."""
-  from refgrad.device import Device
   caps = Device[device].caps
   rng = random.Random(hashlib.sha256(program_text.encode()).hexdigest())
   return lambda ast: random_kernel_opts(ast, caps, rng)
@@ -191,7 +191,6 @@ def programs_strategy(focus: DType | None = None, allowed: tuple[DType, ...] = A
 
 def claimed_dtypes(device: str) -> tuple[DType, ...]:
   """The dtypes `device` declares (Capabilities.dtypes), in the strategies' order: all a campaign may draw."""
-  from refgrad.device import Device
   return tuple(d for d in ALL if d in Device[device].caps.dtypes)
 
 
