@@ -1,6 +1,6 @@
 """Train a small MLP on a generated 3-class spiral data set (no downloads).
 
-    python examples/mlp.py [--steps 300] [--device CLANG]
+    python examples/mlp.py [--steps 300] [--device CLANG] [--shard CLANG,CLANG:1]
 
 Reaches at least 90% training accuracy within 300 steps on every device (the same numbers on each:
 refgrad's random numbers are identical across devices).
@@ -36,9 +36,10 @@ class MLP:
     return self.l3(self.l2(self.l1(x).relu()).relu())
 
 
-def train(steps: int = 300, device: str | None = None, seed: int = 0, quiet: bool = False) -> dict[str, float]:
-  """Train and return {'loss', 'accuracy', 'steps_per_second'}."""
-  return fit(MLP, spirals(seed=seed), steps, device, seed, quiet)
+def train(steps: int = 300, device: str | None = None, seed: int = 0, quiet: bool = False,
+          shard: tuple[str, ...] | None = None) -> dict[str, float]:
+  """Train and return {'loss', 'accuracy', 'steps_per_second'}; `shard`: data-parallel over these devices."""
+  return fit(MLP, spirals(seed=seed), steps, device, seed, quiet, shard)
 
 
 if __name__ == "__main__":

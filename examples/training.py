@@ -26,14 +26,20 @@ def progress(step: int, total: int, loss: float, width: int = 30) -> None:
 
 
 def fit(make_model: Callable[[], Any], data: tuple[np.ndarray, np.ndarray], steps: int, device: str | None,
-        seed: int, quiet: bool) -> dict[str, float]:
-  """Full-batch Adam on (inputs, int labels); returns {'loss', 'accuracy', 'steps_per_second'}."""
-  if device:
-    Device.DEFAULT = device
+        seed: int, quiet: bool, shard: tuple[str, ...] | None = None) -> dict[str, float]:
+  """Full-batch Adam on (inputs, int labels); returns {'loss', 'accuracy', 'steps_per_second'}. With `shard`
+  (device names) it trains data-parallel: the batch split over the devices, the parameters copied to each, the
+  gradients' sums over the batch added across devices."""
+  if device or shard:
+    Device.DEFAULT = device or shard[0]
   Tensor.manual_seed(seed)
   x_np, y_np = data
   x, y = Tensor(x_np), Tensor(y_np)
   model = make_model()
+  if shard:
+    x, y = x.shard(shard, axis=0), y.shard(shard, axis=0)
+    for p in get_parameters(model):
+      p.shard_(shard)
   opt = Adam(get_parameters(model), lr=0.01)
   start, loss_value = time.perf_counter(), float("nan")
   with Tensor.train():
@@ -55,7 +61,10 @@ def main(description: str, default_steps: int, train: Callable[..., dict[str, fl
   parser.add_argument("--steps", type=int, default=default_steps)
   parser.add_argument("--device", default=None)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--shard", default=None, metavar="DEVICES",
+                      help="train data-parallel over these devices, comma-separated (e.g. CLANG,CLANG:1)")
   args = parser.parse_args()
-  result = train(args.steps, args.device, args.seed)
+  shard = tuple(args.shard.split(",")) if args.shard else None
+  result = train(args.steps, args.device, args.seed, shard=shard)
   print(f"device {Device.DEFAULT}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.1%}, "
         f"{result['steps_per_second']:.1f} steps/s")

@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from refgrad.alu import exec_reduce
 from refgrad.dtype import ALL_DTYPES, DType
 
 
@@ -142,6 +143,11 @@ class DeviceImpl:
   runtime: Runtime | None = None
   interpret: Callable[[Any], Runner] | None = None
   runner_cache: int = RUNNER_CACHE_SIZE  # loaded kernels kept (a device whose kernels are large keeps fewer)
+  # Optional native transfers between devices (defaults: through host memory): transfer(dest, src) copies a buffer
+  # of another device into dest of this one; allreduce(op, dest, partials) writes into dest the reduction (op:
+  # Ops.ADD, MUL or MAX) of same-sized buffers on several devices, meaning what alu.exec_reduce means.
+  transfer: Callable[[Buffer, Buffer], None] | None = None
+  allreduce: Callable[[Any, Buffer, list[Buffer]], None] | None = None
   _runners: LRU[Runner] = field(init=False)
 
   def __post_init__(self):
@@ -164,6 +170,21 @@ class DeviceImpl:
       runner = self._build_runner(program)
       self._runners.put(key, runner)
     return runner
+
+  def copy_from(self, dest: Buffer, src: Buffer) -> None:
+    """Copy src (a buffer of any device) into dest, a buffer of this device."""
+    if self.transfer is not None:
+      self.transfer(dest, src)
+    else:
+      dest.copyin(src.numpy())
+
+  def all_reduce(self, op: Any, dest: Buffer, partials: list[Buffer]) -> None:
+    """dest (of this device) = the reduction by op of the partials (buffers of any devices), element by element."""
+    if self.allreduce is not None:
+      self.allreduce(op, dest, partials)
+      return
+    stacked = np.stack([p.numpy() for p in partials])
+    dest.copyin(exec_reduce(op, dest.dtype, stacked, 0).reshape(-1))
 
   def synchronize(self) -> None:
     """Wait for every kernel launched on this device (runtimes that launch asynchronously have `synchronize`)."""
@@ -292,10 +313,16 @@ class DeviceRegistry:
   def alias(self, alias: str, name: str) -> None:
     self._aliases[alias.upper()] = name.upper()
 
-  def canonicalize(self, name: str | None) -> str:
-    """'clang:1' -> 'CLANG:1'; None -> the default device. Unknown names raise ValueError listing the known."""
+  def canonicalize(self, name: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
+    """'clang:1' -> 'CLANG:1'; None -> the default device; a tuple or list of names (a tensor over several devices)
+    -> a tuple of canonical names, each once. Unknown names raise ValueError listing the known."""
     if name is None:
       return self.DEFAULT
+    if isinstance(name, (tuple, list)):
+      names = tuple(self.canonicalize(n) for n in name)
+      if not names or any(isinstance(n, tuple) for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"a tensor over several devices needs distinct device names, got {tuple(name)!r}")
+      return names
     if not isinstance(name, str):
       raise TypeError(f"device must be a string like 'PYTHON' or 'CLANG:1', got {type(name).__name__}")
     base, _, index = name.upper().partition(":")

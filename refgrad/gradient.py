@@ -88,6 +88,16 @@ def _no_grad(ctx: Any, node: UOp) -> tuple:
   return (None,) * len(node.src)
 
 
+def _multi_grad(ctx: Any, node: UOp) -> tuple:
+  """Each part of a tensor over several devices gets its range of the gradient, on its device. Replicated parts are
+  one value: the first gets the whole gradient, the others none (else a source copied to each would get it n times)."""
+  axis, bounds = node.arg
+  if axis is None:
+    return (ctx.to(node.src[0].device),) + (None,) * (len(node.src) - 1)
+  return tuple(ctx.shrink(tuple((lo, hi) if k == axis else None for k in range(ctx.ndim))).to(part.device)
+               for part, (lo, hi) in zip(node.src, bounds))
+
+
 GRADIENT_RULES = PatternMatcher([
   (UPat(Ops.ADD, name="node"), lambda ctx, node: (ctx, ctx)),
   (UPat(Ops.MUL, name="node"), lambda ctx, node: (ctx * _t(ctx, node.src[1]), ctx * _t(ctx, node.src[0]))),
@@ -118,6 +128,7 @@ GRADIENT_RULES = PatternMatcher([
   (UPat(Ops.REDUCE_AXIS, name="node"), _reduce_grad),
   (UPat((Ops.CONTIGUOUS, Ops.ASSIGN), name="node"), lambda ctx, node: (ctx,) + (None,) * (len(node.src) - 1)),
   (UPat(Ops.COPY, name="node"), lambda ctx, node: (ctx.to(node.src[0].device),)),
+  (UPat(Ops.MULTI, name="node"), _multi_grad),
 ])
 
 

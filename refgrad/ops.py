@@ -22,6 +22,11 @@ class Ops(Enum):
   REDUCE_AXIS = auto(); CONTIGUOUS = auto(); COPY = auto(); ASSIGN = auto(); DETACH = auto()  # noqa: E702
   # autograd only: the value of src[0], with a gradient from a named rule in gradient.py (arg: the rule's key)
   CUSTOM_GRAD = auto()
+  # a tensor over several devices: src[i] is device i's part; arg (axis, bounds): the axis split between the parts
+  # (None: each part is the whole tensor) and the range of it each part holds (refgrad/multi.py)
+  MULTI = auto()
+  # the combination (arg[0]: ADD, MUL or MAX) of partial results held by several devices, on device arg[1]
+  ALLREDUCE = auto()
   # kernel programs
   PARAM = auto(); SPECIAL = auto(); RANGE = auto(); REDUCE = auto(); LOAD = auto(); STORE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACCUMULATE = auto(); ENDRANGE = auto(); SINK = auto()  # noqa: E702

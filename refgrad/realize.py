@@ -7,16 +7,27 @@ from refgrad.codegen.linearize import compile_ast
 from refgrad.device import Buffer, Device
 from refgrad.schedule import ScheduleItem
 from refgrad.search import opts_for
+from refgrad.uop import Ops, UOp
 
-# While a TinyJit captures a call (refgrad/jit.py): every launch, as (runner, buffers); a runner None is a copy.
-CAPTURE: list[tuple[Callable[..., None] | None, tuple[Buffer, ...]]] | None = None
+# While a TinyJit captures a call (refgrad/jit.py): every launch, as (runner, buffers, ast); a runner None is a
+# transfer (run_transfer(ast, buffers)).
+CAPTURE: list[tuple[Callable[..., None] | None, tuple[Buffer, ...], UOp]] | None = None
+
+
+def run_transfer(ast: UOp, buffers: tuple[Buffer, ...] | list[Buffer]) -> None:
+  """A COPY or ALLREDUCE item, run by its destination's device (DeviceImpl.copy_from, DeviceImpl.all_reduce)."""
+  dest, *sources = buffers
+  device = Device[dest.device]
+  if ast.op is Ops.COPY:
+    device.copy_from(dest, sources[0])
+  else:
+    device.all_reduce(ast.arg[0], dest, sources)
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:
   for item in items:
-    if item.is_copy:
-      dest, src = item.buffers
-      dest.copyin(src.numpy())
+    if item.is_transfer:
+      run_transfer(item.ast, item.buffers)
       runner = None
     else:
       device = Device[item.buffers[0].device]
@@ -24,4 +35,4 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       runner = device.get_runner(program)
       runner(*(b.handle for b in item.buffers))
     if CAPTURE is not None:
-      CAPTURE.append((runner, item.buffers))
+      CAPTURE.append((runner, item.buffers, item.ast))

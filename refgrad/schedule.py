@@ -18,13 +18,13 @@ own kernels.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from refgrad import multi
 from refgrad.codegen.opt import TRANSCENDENTAL_COST
 from refgrad.device import Buffer
 from refgrad.dtype import dtypes
-from refgrad.uop import GroupOp, Ops, UOp, prod
+from refgrad.uop import GroupOp, Ops, UOp, prod, walk
 
 # Where a node is built, relative to the kernel's output: only elementwise ops above it (a reduce may be inlined),
 # below an EXPAND (a reduce would be recomputed per copy), inside a reduce's input (so would a costly expanded
@@ -44,18 +44,19 @@ def worth_a_kernel(node: UOp) -> bool:
   return prod(node.shape) >= SPLIT_MIN_ELEMENTS
 
 
-OWN_KERNEL = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})  # always computed by a kernel of their own
+OWN_KERNEL = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ALLREDUCE, Ops.ASSIGN})  # always computed by an item of their own
 
 
 @dataclass(frozen=True)
 class ScheduleItem:
-  """One kernel (or a copy): `ast` is SINK(STORE(PARAM 0, value)) over PARAM inputs; buffers[i] is PARAM i."""
+  """One kernel: `ast` is SINK(STORE(PARAM 0, value)) over PARAM inputs, buffers[i] is PARAM i. Or a transfer
+  between devices: `ast` a COPY (buffers: destination, source) or an ALLREDUCE (destination, partials...)."""
   ast: UOp
   buffers: tuple[Buffer, ...]
 
   @property
-  def is_copy(self) -> bool:
-    return self.ast.op is Ops.COPY
+  def is_transfer(self) -> bool:
+    return self.ast.op in (Ops.COPY, Ops.ALLREDUCE)
 
 
 # Graph nodes that have been computed, and the buffer holding each one's value. A tensor that must keep its
@@ -82,6 +83,13 @@ def remember_realized(buffers: dict[UOp, Buffer]) -> None:
   for node, buf in buffers.items():
     if node.op is not Ops.BUFFER and not (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER):
       _REALIZED[node] = buf
+
+
+def realized_node(node: UOp, buffers: dict[UOp, Buffer]) -> UOp:
+  """The node reading node's value from the buffers a schedule computed (a MULTI of them for a lowered MULTI)."""
+  if node.op is Ops.MULTI:
+    return multi.multi([realized_node(p, buffers) for p in node.src], *node.arg)
+  return buffer_node(buffers[node] if node in buffers else realized_buffer(node), node.shape)
 
 
 def buffer_node(buf: Buffer, shape: tuple[int, ...]) -> UOp:
@@ -181,8 +189,9 @@ class Scheduler:
 
   def _schedule(self, node: UOp, where: str) -> Buffer:
     out = Buffer(node.device, prod(node.shape), node.dtype)
-    if node.op is Ops.COPY:
-      self.items.append(ScheduleItem(UOp(Ops.COPY, node.dtype, (), node.arg), (out, self.realize(node.src[0]))))
+    if node.op in (Ops.COPY, Ops.ALLREDUCE):
+      sources = tuple(self.realize(s) for s in node.src)
+      self.items.append(ScheduleItem(UOp(node.op, node.dtype, (), node.arg), (out, *sources)))
       return out
     if node.op is Ops.ASSIGN:
       target = self.realize(node.src[0])
@@ -195,24 +204,6 @@ class Scheduler:
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, node.dtype, (), (0, out.size)), body))
     self.items.append(ScheduleItem(UOp(Ops.SINK, dtypes.void, (store,)), tuple(builder.buffers)))
     return out
-
-
-def walk(roots: list[UOp], leaf: Callable[[UOp], bool]) -> list[UOp]:
-  """The nodes reachable from roots, each after its sources, not looking below a node where leaf(node) holds."""
-  order: list[UOp] = []
-  seen: set[UOp] = set()
-  stack = [(root, False) for root in reversed(roots)]
-  while stack:
-    node, expanded = stack.pop()
-    if node in seen:
-      continue
-    if expanded or leaf(node):
-      seen.add(node)
-      order.append(node)
-      continue
-    stack.append((node, True))
-    stack.extend((s, False) for s in reversed(node.src) if s not in seen)
-  return order
 
 
 def shared_values(roots: list[UOp]) -> tuple[set[UOp], set[UOp]]:
@@ -236,9 +227,16 @@ def shared_values(roots: list[UOp]) -> tuple[set[UOp], set[UOp]]:
   return reduces, elementwise
 
 
+def device_parts(nodes: list[UOp]) -> list[UOp]:
+  """nodes as graphs on one device each: a node over several devices gives a MULTI of them (refgrad/multi.py)."""
+  return multi.lower_multi(nodes) if multi.in_use() else nodes
+
+
 def create_schedule(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:
   """The kernels that realize `nodes`, in dependency order, and the buffer each node (and each intermediate the
-  schedule computes into a buffer of its own) ends up in."""
+  schedule computes into a buffer of its own) ends up in. A node over several devices is realized part by part:
+  the buffers are its lowered parts' (device_parts)."""
+  nodes = [p for n in device_parts(nodes) for p in (n.src if n.op is Ops.MULTI else (n,))]
   scheduler = Scheduler(nodes)
   results = {n: scheduler.realize(n) for n in nodes}
   return scheduler.items, {**scheduler.done, **results}

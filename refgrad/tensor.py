@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from refgrad import multi
 from refgrad.device import Buffer, Device
 from refgrad.dtype import DType, dtypes, from_numpy, least_upper_dtype, to_dtype
 from refgrad.frontend.autograd import AutogradMixin
@@ -22,7 +23,15 @@ from refgrad.frontend.reduce import ReduceMixin
 from refgrad.frontend.scatter import ScatterMixin
 from refgrad.frontend.shapes import Scalar, Shape, ShapeError, check_shape, normalize_dim, shape_args
 from refgrad.realize import run_schedule
-from refgrad.schedule import ScheduleItem, buffer_node, create_schedule, realized_buffer, remember_realized
+from refgrad.schedule import (
+  ScheduleItem,
+  buffer_node,
+  create_schedule,
+  device_parts,
+  realized_buffer,
+  realized_node,
+  remember_realized,
+)
 from refgrad.uop import Ops, UOp, prod
 
 
@@ -66,6 +75,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
       self.uop = _const_uop(data, dt, device)
       return
     array = _to_numpy(data, dtype)
+    if isinstance(device, tuple):  # on several devices: a copy on each
+      self.uop = Tensor(array, device=device[0]).shard(device).uop
+      return
     buf = Buffer(device, array.size, from_numpy(array.dtype)).copyin(array)
     self.uop = buffer_node(buf, array.shape)
 
@@ -213,7 +225,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     """
     shape = check_shape(shape_args(shape), "empty")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    return Tensor(buffer_node(Buffer(Device.canonicalize(device), prod(shape), dt), shape), **kwargs)
+    device = Device.canonicalize(device)
+    if isinstance(device, tuple):
+      return Tensor(multi.multi([Tensor.empty(*shape, dtype=dt, device=d).uop for d in device], None, None), **kwargs)
+    return Tensor(buffer_node(Buffer(device, prod(shape), dt), shape), **kwargs)
 
   @staticmethod
   def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | str | None = None,
@@ -340,15 +355,23 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     0
     """
     tensors = (self, *others)
-    items, buffers = create_schedule([t.uop for t in tensors])
+    lowered = device_parts([t.uop for t in tensors])
+    items, buffers = create_schedule(lowered)
     run_schedule(items)  # if this raises, no tensor has been changed
     remember_realized(buffers)
-    for t in tensors:
+    for t, node in zip(tensors, lowered):
+      value = realized_node(node, buffers)
+      if node.op is Ops.MULTI:
+        multi.remember_realized(t.uop, value)
+      elif node is not t.uop:  # lowered from several devices (a gather): the tensor's own node is computed too
+        remember_realized({t.uop: realized_buffer(value)})
       if not t._keeps_history():
-        t.uop = buffer_node(buffers[t.uop] if t.uop in buffers else realized_buffer(t.uop), t.shape)
+        t.uop = value
     return self
 
   def _buffer(self) -> Buffer:
+    if isinstance(self.device, tuple):  # over several devices: gathered on the first
+      return self.to(self.device[0])._buffer()
     self.realize()
     return realized_buffer(self.uop)
 
@@ -398,14 +421,58 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     """
     return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
-  def to(self, device: str) -> Tensor:
-    """A copy on another device (self if it is already there).
+  def to(self, device: str | tuple[str, ...]) -> Tensor:
+    """A copy on another device (self if it is already there). A tensor over several devices is gathered; a tuple
+    of devices gives a copy on each (shard with axis None).
 
     >>> Tensor([1, 2]).to("PYTHON").device
     'PYTHON'
     """
     device = Device.canonicalize(device)
-    return self if device == self.device else Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), device))
+    if device == self.device:
+      return self
+    if isinstance(device, tuple):
+      return self.shard(device)
+    return Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), device))
+
+  def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None,
+            splits: tuple[int, ...] | None = None) -> Tensor:
+    """This tensor over several devices: split along `axis` (device i holds the i-th range; as even as possible,
+    or the sizes in `splits`), or a whole copy on each with axis None. Ops on it run on every device, with copies
+    between them where an op needs data from another (a sum over the split axis adds every device's partial sum).
+
+    >>> t = Tensor.arange(6).reshape(2, 3).shard(("PYTHON", "PYTHON:1"), axis=1)
+    >>> t.device, t.shape, (t * 10).sum(1).tolist()
+    (('PYTHON', 'PYTHON:1'), (2, 3), [30, 120])
+    """
+    devices = Device.canonicalize(tuple(devices) if isinstance(devices, list) else devices)
+    if not isinstance(devices, tuple):
+      raise TypeError(f"shard: devices must be a tuple of device names, got {devices!r}")
+    if axis is None:
+      if splits is not None:
+        raise ValueError("shard: splits need an axis to split")
+      return Tensor(multi.multi([self._part_on(d, None) for d in devices], None, None),
+                    requires_grad=self.requires_grad)
+    axis = normalize_dim(axis, self.ndim)
+    bounds = multi.split_bounds(self.shape[axis], len(devices), None if splits is None else tuple(splits))
+    parts = [self._part_on(d, (axis, lo, hi)) for d, (lo, hi) in zip(devices, bounds)]
+    return Tensor(multi.multi(parts, axis, bounds), requires_grad=self.requires_grad)
+
+  def _part_on(self, device: str, split: tuple[int, int, int] | None) -> UOp:
+    """The node of one device's part of a shard: the range start:end of an axis of self (all of it for None)."""
+    node = self.uop if split is None else multi.shrink_axis(self.uop, *split)
+    return node if node.device == device else UOp(Ops.COPY, self.dtype, (node,), device)
+
+  def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None,
+             splits: tuple[int, ...] | None = None) -> Tensor:
+    """shard in place: this tensor becomes its shard over `devices`; returns self.
+
+    >>> w = Tensor.ones(2, 2)
+    >>> w.shard_(("PYTHON", "PYTHON:1")).device
+    ('PYTHON', 'PYTHON:1')
+    """
+    self.uop = self.shard(devices, axis, splits).uop
+    return self
 
   def to_(self, device: str) -> Tensor:
     """Move this tensor to another device, in place; returns self.
@@ -469,8 +536,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
 
-def _const_uop(value: Scalar, dtype: DType, device: str) -> UOp:
-  return UOp.const(dtype, value).replace(src=(UOp(Ops.DEVICE, dtypes.void, (), device),))
+def _const_uop(value: Scalar, dtype: DType, device: str | tuple[str, ...]) -> UOp:
+  return multi.const_on(dtype, value, device)
 
 
 def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:

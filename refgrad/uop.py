@@ -111,13 +111,18 @@ class UOp:
     return infer_shape(self)
 
   @functools.cached_property
-  def device(self) -> str:
+  def device(self) -> str | tuple[str, ...]:
+    """The device name; a tuple of names for a tensor over several devices (a MULTI, or a constant on them)."""
+    if self.op is Ops.MULTI:
+      return tuple(s.device for s in self.src)
     if self.op is Ops.DEVICE:
       return self.arg
     if self.op is Ops.BUFFER:
       return self.arg.device
     if self.op is Ops.COPY:
       return self.arg
+    if self.op is Ops.ALLREDUCE:
+      return self.arg[1]
     return self.src[0].device
 
   # ---- construction helpers (used by the lowering and by tests)
@@ -215,6 +220,12 @@ def _shrink_shape(u: UOp) -> tuple[int, ...]:
   return tuple(end - start for start, end in u.arg)
 
 
+def _multi_shape(u: UOp) -> tuple[int, ...]:
+  axis, bounds = u.arg
+  shape = u.src[0].shape
+  return shape if axis is None else shape[:axis] + (max(end for _, end in bounds),) + shape[axis + 1:]
+
+
 SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.CONST: lambda u: (),
   Ops.DEVICE: lambda u: (),
@@ -230,6 +241,8 @@ SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.CONTIGUOUS: lambda u: u.src[0].shape,
   Ops.DETACH: lambda u: u.src[0].shape,
   Ops.CUSTOM_GRAD: lambda u: u.src[0].shape,
+  Ops.MULTI: _multi_shape,
+  Ops.ALLREDUCE: lambda u: u.src[0].shape,
   Ops.COPY: lambda u: u.src[0].shape,
   Ops.ASSIGN: lambda u: u.src[0].shape,
   Ops.CAST: lambda u: u.src[0].shape,
@@ -250,3 +263,21 @@ def prod(xs: Any) -> int:
   for x in xs:
     out *= x
   return out
+
+
+def walk(roots: list[UOp], leaf: Callable[[UOp], bool]) -> list[UOp]:
+  """The nodes reachable from roots, each after its sources, not looking below a node where leaf(node) holds."""
+  order: list[UOp] = []
+  seen: set[UOp] = set()
+  stack = [(root, False) for root in reversed(roots)]
+  while stack:
+    node, expanded = stack.pop()
+    if node in seen:
+      continue
+    if expanded or leaf(node):
+      seen.add(node)
+      order.append(node)
+      continue
+    stack.append((node, True))
+    stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+  return order

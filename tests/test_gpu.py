@@ -224,7 +224,7 @@ def test_work_group_opts_are_refused_on_devices_without_work_groups():
 
 def test_random_opts_for_a_gpu_end_in_work_group_opts_that_compile():
   x = Tensor(np.ones((64, 300), np.float32))
-  asts = [item.ast for t in (x.sum(1), x.max(), x @ x.T) for item in t.schedule() if not item.is_copy]
+  asts = [item.ast for t in (x.sum(1), x.max(), x @ x.T) for item in t.schedule() if not item.is_transfer]
   rng = random.Random(0)
   drawn = [(ast, random_kernel_opts(ast, GPU_CAPS, rng)) for ast in asts for _ in range(100)]
   kinds = {opts[-1].kind for _, opts in drawn}

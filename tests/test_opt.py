@@ -62,7 +62,7 @@ def test_every_legal_single_opt_keeps_the_values(refgrad_device, case):
   rng = np.random.default_rng(0)
   inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
   for item in fn(*(Tensor(x) for x in inputs)).schedule():
-    if item.is_copy:
+    if item.is_transfer:
       continue
     for opt in legal_opts(lowered_kernel(item.ast)[0]):
       chooser = lambda ast, opt=opt: _if_legal(ast, opt)  # noqa: E731

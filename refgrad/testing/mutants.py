@@ -460,7 +460,7 @@ def rendered_witness(mutant: Mutant) -> list[tuple[str, str]]:
   outputs = fn(*(Tensor(x, device="PYTHON") for x in inputs))
   items, _ = create_schedule([outputs.uop])
   dialect = CDialect()
-  programs = [compile_ast(item.ast, dialect.caps) for item in items if not item.is_copy]
+  programs = [compile_ast(item.ast, dialect.caps) for item in items if not item.is_transfer]
   real, mutated = CStyleRenderer(dialect), MutantRenderer(dialect, mutant)
   return [(real.render(p), mutated.render(p)) for p in programs]
 

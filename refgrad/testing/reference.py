@@ -174,7 +174,7 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
   report = ReferenceReport(device)
   for index, item in enumerate(items):
     run_schedule([item])  # the reference
-    if item.is_copy:
+    if item.is_transfer:
       continue
     contents = [b.numpy() for b in item.buffers]
     expected, bound, undefined = kernel_error_bounds(item.ast, dict(enumerate(contents)))
