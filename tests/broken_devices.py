@@ -10,7 +10,9 @@ import dataclasses
 from collections.abc import Callable
 
 import ml_dtypes
+import numpy as np
 
+from refgrad.alu import exec_reduce
 from refgrad.codegen import opt
 from refgrad.codegen.linearize import Program
 from refgrad.device import Capabilities, DeviceImpl, DeviceSpec
@@ -247,6 +249,32 @@ def clang_probe() -> str | None:
 THREAD_BUGS = {"OPTBUG_THREADS_OVERLAP": make_thread_bug}
 
 
+# ---- transfers between a device's instances that lose or double data (a sharded program's copies and all-reduces)
+def _index(device: str) -> int:
+  return int(device.partition(":")[2] or 0)
+
+
+def _drop_last_shard(dest, src) -> None:
+  """A copy from another instance of the device that never arrives when it comes from any instance but the first:
+  a gather over two devices drops the last shard (the destination keeps whatever it held)."""
+  if _index(src.device) == 0 or src.device.partition(":")[0] != dest.device.partition(":")[0]:
+    dest.copyin(src.numpy())
+
+
+def _double_count_first(op, dest, partials) -> None:
+  """An all-reduce of sums that counts the first device's partial twice (a max of it twice would not show)."""
+  counted = [partials[0], *partials] if op is Ops.ADD else partials
+  dest.copyin(exec_reduce(op, dest.dtype, np.stack([p.numpy() for p in counted]), 0).reshape(-1))
+
+
+MULTI_BUGS = {"MULTIBUG_COPY_DROPS_LAST": {"transfer": _drop_last_shard},
+              "MULTIBUG_ALLREDUCE_DOUBLE": {"allreduce": _double_count_first}}
+
+
+def make_multi_bug(name: str) -> DeviceImpl:
+  return DeviceImpl(name, PythonAllocator(), interpret=PythonKernel, **MULTI_BUGS[name])
+
+
 # ---- devices that take the whole process down, for the fuzzer's worker isolation (never run them in-process)
 def _crash_on_max(program: Program):
   import ctypes
@@ -313,6 +341,8 @@ def refgrad_devices() -> list[DeviceSpec]:
             for name in GPU_BUGS]
   specs += [DeviceSpec(name, lambda name=name: make_thread_bug(name), plugin="tests.broken_devices",
                        probe=clang_probe) for name in THREAD_BUGS]
+  specs += [DeviceSpec(name, lambda name=name: make_multi_bug(name), plugin="tests.broken_devices")
+            for name in MULTI_BUGS]
   return specs + [DeviceSpec(name, lambda name=name: make_fatal(name), plugin="tests.broken_devices") for name in FATAL]
 
 

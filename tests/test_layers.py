@@ -17,8 +17,8 @@ LAYERS = [
   ("rewrite engine", ["refgrad.rewrite"]),
   ("device contract", ["refgrad.device", "refgrad.plugins"]),
   ("codegen", ["refgrad.codegen"]),
-  ("reference device, schedule and realize", ["refgrad.interp", "refgrad.schedule", "refgrad.search",
-                                               "refgrad.realize"]),
+  ("reference device, schedule and realize", ["refgrad.interp", "refgrad.multi", "refgrad.schedule",
+                                               "refgrad.search", "refgrad.realize"]),
   ("autograd", ["refgrad.gradient"]),
   ("frontend mixins", ["refgrad.frontend"]),  # they build tensors through type(self), never importing Tensor
   ("Tensor", ["refgrad.tensor"]),

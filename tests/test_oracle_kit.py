@@ -61,6 +61,29 @@ def test_fuzz_detects_each_broken_device_within_a_minute(device, tmp_path):
     module["test_finding"]()
 
 
+@pytest.mark.parametrize("device", sorted(broken_devices.MULTI_BUGS))
+def test_check_catches_each_planted_multi_device_bug(device, tmp_path):
+  """A copy between the device's instances that drops the last shard, an all-reduce that counts one device twice:
+  the check's sharded programs fail, naming the transfer, and every other row passes."""
+  report = tmp_path / "report.json"
+  assert main(["check", "--device", device, "--json", str(report)]) == 1
+  cases = json.loads(report.read_text())["cases"]
+  failed = [c for c in cases if c["status"] == "fail"]
+  transfer = "copy PYTHON:1 -> PYTHON" if "COPY" in device else "allreduce ADD of PYTHON, PYTHON:1"
+  assert failed and all(c["row"].startswith("sharded") and transfer in c["detail"] for c in failed)
+
+
+def test_fuzz_draws_sharded_programs_and_finds_a_double_counting_allreduce(tmp_path):
+  findings = tmp_path / "findings"
+  code = main(["fuzz", "--device", "MULTIBUG_ALLREDUCE_DOUBLE", "--seconds", "60", "--max-findings", "1",
+               "--findings", str(findings), "--plugin", BROKEN_FILE])
+  written = list(findings.glob("test_finding_*.py"))
+  assert code == 1 and written and ".shard((" in written[0].read_text()
+  module = runpy.run_path(str(written[0]))
+  with pytest.raises(AssertionError, match="allreduce ADD"):
+    module["test_finding"]()
+
+
 @pytest.mark.parametrize("device", sorted(broken_devices.OPT_BUGS))
 def test_check_catches_each_planted_optimizer_bug(device, tmp_path, capsys):
   """The check's corpus under random opt lists fails on each optimizer bug, and the report names the opts."""

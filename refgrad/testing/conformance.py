@@ -319,7 +319,16 @@ def _corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
     "integer arithmetic": (lambda t: (t // 7) * 3 + t % 5 - (t >> 2) ^ (t << 1), [ints]),
     "argmax and comparisons": (lambda t: t.argmax(1) + (t > 0).sum(1), [x]),
     "random-looking hash": (lambda t: ((t.cast(dtypes.uint32) * 2654435761) ^ (t.cast(dtypes.uint32) >> 13)), [ints]),
+    # over two instances of the device: each part's kernels, the copies and all-reduces between them
+    "sharded sums and maxima": (lambda t: _sharded(t, 0).sum(0) * _sharded(t, 1).max(1).sum(), [x]),
+    "sharded matmul, gathered": (lambda a, b: (_sharded(a, 0) @ _sharded(b, None)).to("PYTHON"), [x, w]),
+    "sharded integers, resharded": (lambda t: (_sharded(t, 1) * 3 + _sharded(t, 0)).sum(1), [ints]),
   }
+
+
+def _sharded(t: Any, axis: int | None) -> Any:
+  """t split along axis (None: copied) over two reference instances, which the check maps to the device's."""
+  return t.shard(("PYTHON", "PYTHON:1"), axis=axis)
 
 
 def _conv2d(image: Any, weight: Any) -> Any:
@@ -380,7 +389,8 @@ class ProgramCase:
       opts = lambda ast: random_kernel_opts(ast, caps, rng)  # noqa: E731
     report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device, opts=opts)
     return UnitOutcome([CaseResult(self.label, "program", PASS, report.worst_ulp, report.checked,
-                                   report.undefined + report.unbounded)], [k.ast for k in report.kernels])
+                                   report.undefined + report.unbounded)],
+                       [k.ast for k in report.kernels if k.ast is not None])
 
 
 Unit = Batch | ProgramCase

@@ -110,7 +110,8 @@ def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = N
     return "error", traceback.format_exc(limit=6)
   if coverage is not None:
     for kernel in report.kernels:
-      coverage |= kernel_pairs(kernel.ast)
+      if kernel.ast is not None:  # None: a transfer between devices
+        coverage |= kernel_pairs(kernel.ast)
   return "ok", ""
 
 

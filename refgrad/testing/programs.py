@@ -33,8 +33,12 @@ def _call_source(step: Step) -> str:
 
 @dataclass
 class TensorProgram:
+  """`shard_devices` and `shard_axes`, if given: every input is first sharded over those devices (each along its
+  axis, None: copied to each), so every step runs on a tensor over several devices."""
   inputs: list[np.ndarray]
   steps: list[Step] = field(default_factory=list)
+  shard_devices: tuple[str, ...] = ()
+  shard_axes: tuple[int | None, ...] = ()
 
   def build(self, device: str | None = None) -> Any:
     """Replay the program with refgrad on `device`; returns the last value's Tensor."""
@@ -44,6 +48,8 @@ class TensorProgram:
   def run(self, *tensors: Any) -> Any:
     """Replay the steps on the given input tensors (for check_against_reference)."""
     values = list(tensors)
+    if self.shard_devices:
+      values = [t.shard(self.shard_devices, axis=axis) for t, axis in zip(values, self.shard_axes)]
     for step in self.steps:
       args = [values[a] if (i < len(step.refs) and step.refs[i]) else a for i, a in enumerate(step.args)]
       receiver, rest = args[0], args[1:]
@@ -53,14 +59,17 @@ class TensorProgram:
   def to_python(self) -> str:
     """The body of `def program(v0, v1, ...)` that replays this program."""
     first = len(self.inputs)
-    lines = [f"v{first + i} = {_call_source(step)}" for i, step in enumerate(self.steps)]
+    lines = self._shard_lines() + [f"v{first + i} = {_call_source(step)}" for i, step in enumerate(self.steps)]
     return "\n".join(lines + [f"return v{first + len(self.steps) - 1}" if self.steps else "return v0"])
 
   def __repr__(self) -> str:
     lines = [f"v{i} = Tensor({x.tolist()!r}, dtype={x.dtype})" for i, x in enumerate(self.inputs)]
     first = len(self.inputs)
-    lines += [f"v{first + i} = {step!r}" for i, step in enumerate(self.steps)]
+    lines += self._shard_lines() + [f"v{first + i} = {step!r}" for i, step in enumerate(self.steps)]
     return "\n".join(lines)
+
+  def _shard_lines(self) -> list[str]:
+    return [f"v{i} = v{i}.shard({self.shard_devices!r}, axis={axis!r})" for i, axis in enumerate(self.shard_axes)]
 
 
 def dtype_of(x: np.ndarray) -> DType:

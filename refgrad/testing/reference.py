@@ -20,11 +20,11 @@ from refgrad.alu import ulp_distance
 from refgrad.codegen.linearize import compile_ast
 from refgrad.codegen.opt import OptList, opts_text
 from refgrad.device import Buffer, Device
-from refgrad.realize import run_schedule
+from refgrad.realize import run_schedule, run_transfer
 from refgrad.schedule import ScheduleItem, create_schedule
 from refgrad.testing.bounds import kernel_error_bounds
 from refgrad.testing.compare import Comparison, compare
-from refgrad.uop import UOp
+from refgrad.uop import Ops, UOp
 
 
 class ReferenceMismatch(AssertionError):
@@ -44,7 +44,7 @@ class Lanes:
 class KernelResult:
   name: str
   comparison: Comparison
-  ast: UOp | None = None          # the kernel, so a report can say which backend code paths it took
+  ast: UOp | None = None          # the kernel, so a report can say which backend code paths it took (None: a transfer)
   lanes: Lanes | None = None      # kept when asked (check_against_reference(keep_lanes=True))
   explanation: str = ""           # why it failed, when it did and the check did not raise
 
@@ -89,19 +89,64 @@ def _as_tensors(inputs: tuple) -> list[Any]:
 POISON = 0xA5  # every byte of an output before the kernel under test runs (not a bool; an unlikely float or int)
 
 
+def instance_of(device: str, reference: str) -> str:
+  """The instance of the device under test that stands for a reference instance: PYTHON -> device, PYTHON:k ->
+  the device's k-th instance (a sharded program's parts run on as many instances of the device as on PYTHON)."""
+  index = reference.partition(":")[2]
+  return device if index in ("", "0") else f"{device.partition(':')[0]}:{index}"
+
+
 def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray], opts: OptList | None) -> np.ndarray:
-  """Run one kernel on `device` (with `opts`, else the device's own), its inputs copied from the reference's
-  buffers. The output starts filled with POISON, so a lane the kernel never writes is caught even where the
-  allocator hands back memory that still holds the right answer from an earlier run."""
+  """Run one kernel or transfer on `device` (a kernel with `opts`, else the device's own), each buffer on the
+  device's instance standing for the reference's and its inputs copied from the reference's buffers. The output
+  starts filled with POISON, so a lane the kernel never writes is caught even where the allocator hands back memory
+  that still holds the right answer from an earlier run."""
   out = item.buffers[0]
-  buffers = [Buffer(device, out.size, out.dtype).copyin(np.full(out.nbytes, POISON, np.uint8).view(out.dtype.np))]
-  buffers += [Buffer(device, b.size, b.dtype).copyin(x) for b, x in zip(item.buffers[1:], inputs[1:])]
-  if opts is None:
+  poison = np.full(out.nbytes, POISON, np.uint8).view(out.dtype.np)
+  buffers = [Buffer(instance_of(device, out.device), out.size, out.dtype).copyin(poison)]
+  buffers += [Buffer(instance_of(device, b.device), b.size, b.dtype).copyin(x)
+              for b, x in zip(item.buffers[1:], inputs[1:])]
+  if item.is_transfer:
+    run_transfer(item.ast, buffers)
+  elif opts is None:
     run_schedule([ScheduleItem(item.ast, tuple(buffers))])
   else:
-    impl = Device[device]
+    impl = Device[buffers[0].device]
     impl.get_runner(compile_ast(item.ast, impl.caps, opts))(*(b.handle for b in buffers))
   return buffers[0].numpy()
+
+
+def transfer_name(item: ScheduleItem) -> str:
+  dest, *sources = item.buffers
+  if item.ast.op is Ops.COPY:
+    return f"copy {sources[0].device} -> {dest.device}"
+  return f"allreduce {item.ast.arg[0].name} of {', '.join(b.device for b in sources)} on {dest.device}"
+
+
+def transfer_bound(item: ScheduleItem, contents: list[np.ndarray]) -> np.ndarray | None:
+  """What a transfer may differ by: nothing for a copy or a max or an integer all-reduce; a float sum or product
+  of n partials in any order, gamma_n times the magnitudes (twice: the reference and the device both round)."""
+  dest = item.buffers[0]
+  if item.ast.op is Ops.COPY or dest.dtype.kind != "f" or item.ast.arg[0] is Ops.MAX:
+    return None
+  n, eps = len(contents) - 1, float(np.finfo(dest.dtype.np).eps) if dest.dtype.itemsize >= 4 else 2.0 ** -7
+  gamma = n * eps / (1 - n * eps)
+  parts = np.abs(np.stack([c.astype(np.float64) for c in contents[1:]]))
+  magnitude = parts.sum(0) if item.ast.arg[0] is Ops.ADD else parts.prod(0)
+  return 2 * gamma * magnitude
+
+
+def explain_transfer(item: ScheduleItem, index: int, device: str, actual: np.ndarray, expected: np.ndarray,
+                     result: Comparison, contents: list[np.ndarray]) -> str:
+  dest, *sources = item.buffers
+  names = [instance_of(device, b.device) for b in item.buffers]
+  lines = [f"{device} differs from the reference in item {index}, {transfer_name(item)} (on {device}: "
+           f"{names[0]} from {', '.join(names[1:])}, {dest.dtype.name}[{dest.size}]): {result.mismatch_count} of "
+           f"{result.checked} lanes"]
+  lines += [f"  at {flat}: device {lane_text(actual, flat)}, reference {lane_text(expected, flat)}"
+            for flat in result.mismatches]
+  lines += [f"  source {i} ({names[i + 1]}): {_short(c)}" for i, c in enumerate(contents[1:])]
+  return "\n".join(lines)
 
 
 def undefined_lanes(t: Any) -> np.ndarray | None:
@@ -157,11 +202,29 @@ def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, exp
   return "\n".join(lines)
 
 
+def _check_transfer(item: ScheduleItem, index: int, device: str, contents: list[np.ndarray],
+                    keep_lanes: bool) -> KernelResult:
+  """A copy or all-reduce of a sharded program, run by the device's instances on the reference's inputs."""
+  actual = _device_run(item, device, contents, None)
+  bound = transfer_bound(item, contents)
+  result = compare(actual, contents[0], None, abs_bound=bound)
+  kernel = KernelResult(transfer_name(item), result, None)
+  if keep_lanes:
+    zero = np.zeros(actual.shape) if bound is None else bound
+    kernel.lanes = Lanes(actual.reshape(-1), contents[0].reshape(-1), None, zero.reshape(-1))
+  if not result.ok:
+    kernel.explanation = explain_transfer(item, index, device, actual, contents[0], result, contents)
+  return kernel
+
+
 def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, raise_on_mismatch: bool = True,
                             keep_lanes: bool = False, opts: Callable[[UOp], OptList] | None = None) -> ReferenceReport:
   """Run `fn(*tensors)` (one Tensor or a tuple of them) on `device` and on PYTHON and compare every kernel.
 
-  `inputs` are numpy arrays or Python values (made into PYTHON tensors) or PYTHON tensors. Raises
+  `inputs` are numpy arrays or Python values (made into PYTHON tensors) or PYTHON tensors; `fn` may shard them over
+  PYTHON's numbered instances (PYTHON, PYTHON:1, ...): each part's kernels then run on the device's instance of the
+  same number, and every copy and all-reduce between parts runs on the device's instances and is compared too
+  (exactly, or within the reduction bound for a float sum or product). Raises
   ReferenceMismatch explaining the first differing kernel: indices, both values, ULP distance, the inputs
   and the kernel's source on the device. Returns a ReferenceReport; with `raise_on_mismatch=False` each failed
   kernel carries its explanation instead, and with `keep_lanes=True` every kernel keeps its compared lanes.
@@ -174,9 +237,12 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
   report = ReferenceReport(device)
   for index, item in enumerate(items):
     run_schedule([item])  # the reference
-    if item.is_transfer:
-      continue
     contents = [b.numpy() for b in item.buffers]
+    if item.is_transfer:
+      if (kernel := _check_transfer(item, index, device, contents, keep_lanes)).explanation and raise_on_mismatch:
+        raise ReferenceMismatch(kernel.explanation)
+      report.kernels.append(kernel)
+      continue
     expected, bound, undefined = kernel_error_bounds(item.ast, dict(enumerate(contents)))
     reference_undefined = item.buffers[0].undefined
     if reference_undefined is not None:

@@ -192,12 +192,18 @@ def _draw_movement(b: _Builder, v: int, shape: tuple, dtype: DType) -> None:
     b.add(Step("expand", (v, new), (True,)), new, dtype)
 
 
+# Sharded programs run over this many of the reference's instances (the check maps them to the device's), drawn with
+# these odds: a fifth of programs, two thirds of those over two devices.
+SHARD_COUNTS = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 3)
+
+
 @st.composite
 def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, edges: bool = True,
                     dtype_choices: tuple[DType, ...] = ALL, transcendentals: bool = True,
-                    allowed: tuple[DType, ...] = ALL) -> TensorProgram:
+                    allowed: tuple[DType, ...] = ALL, sharded: bool = True) -> TensorProgram:
   """Valid chains and DAGs of Tensor methods over random inputs (each step may reuse any earlier value).
-  Inputs have one of `dtype_choices`; casts go to one of `allowed` (the dtypes the device claims).
+  Inputs have one of `dtype_choices`; casts go to one of `allowed` (the dtypes the device claims). With `sharded`,
+  some programs first shard every input over PYTHON's instances (each along a random axis, or copied).
 
   With transcendentals=False every step is exact on a correct device, so results must match bit for bit."""
   shape = draw(shapes(max_dims=3, max_side=4))
@@ -210,7 +216,12 @@ def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, ed
   builder = _Builder(draw, inputs, transcendentals, allowed)
   for _ in range(draw(st.integers(1, max_steps))):
     _draw_step(builder)
-  return TensorProgram(inputs, builder.steps)
+  count = draw(st.sampled_from(SHARD_COUNTS)) if sharded else 0
+  if not count:
+    return TensorProgram(inputs, builder.steps)
+  axes = tuple(draw(st.one_of(st.none(), st.integers(0, x.ndim - 1))) if x.ndim else None for x in inputs)
+  devices = tuple("PYTHON" if i == 0 else f"PYTHON:{i}" for i in range(count))
+  return TensorProgram(inputs, builder.steps, devices, axes)
 
 
 # ---- random kernels: primitive ops straight on UOps
