@@ -236,3 +236,19 @@ def test_mixing_devices_without_sharding_raises():
 def test_bad_shard_arguments(kwargs, error, match):
   with pytest.raises(error, match=match):
     Tensor.zeros(4, 2, device="PYTHON").shard(**kwargs)
+
+
+def test_random_numbers_on_several_devices_are_the_one_device_numbers():
+  Tensor.manual_seed(3)
+  one = Tensor.rand(5, 3, device="PYTHON").numpy()
+  Tensor.manual_seed(3)
+  many = Tensor.rand(5, 3, device=instances("PYTHON", 2))
+  assert many.device == instances("PYTHON", 2)
+  np.testing.assert_array_equal(many.numpy(), one)
+
+
+def test_check_against_reference_takes_sharded_inputs(refgrad_device):
+  from refgrad.testing.reference import check_against_reference
+  x = Tensor(data((6, 4)), device="PYTHON").shard(instances("PYTHON", 2), axis=0)
+  report = check_against_reference(lambda t: (t * 2).sum(0).to("PYTHON") + 1, x, device=refgrad_device)
+  assert any(k.name.startswith("allreduce ADD") for k in report.kernels) and report.ok

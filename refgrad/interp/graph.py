@@ -67,6 +67,29 @@ def _reduce(u: UOp, srcs: list[Value]) -> Value:
   return out, (mask.any(axis=axes, keepdims=True) if mask is not None else None)
 
 
+def _multi(u: UOp, srcs: list[Value]) -> Value:
+  """A tensor over several devices is the whole of its parts: each part's range of the split axis, in order."""
+  axis, bounds = u.arg
+  if axis is None:
+    return srcs[0]
+  order = sorted(range(len(srcs)), key=lambda i: bounds[i])
+  values = np.concatenate([np.broadcast_to(srcs[i][0], u.src[i].shape) for i in order], axis)
+  masks = [srcs[i][1] for i in order]
+  if all(m is None for m in masks):
+    return values, None
+  full = [np.zeros(u.src[i].shape, bool) if m is None else np.broadcast_to(m, u.src[i].shape) for i, m in
+          zip(order, masks)]
+  return values, np.concatenate(full, axis)
+
+
+def _allreduce(u: UOp, srcs: list[Value]) -> Value:
+  stacked = np.stack([np.broadcast_to(v, u.shape) for v, _ in srcs])
+  mask = None
+  for _, m in srcs:
+    mask = _or(mask, m)
+  return alu.exec_reduce(u.arg[0], u.dtype, stacked, 0).reshape(u.shape), mask
+
+
 EVALUATORS: dict[Ops, Callable[[UOp, list[Value]], Value]] = {
   **{op: _alu for op in GroupOp.ALU},
   Ops.CAST: _cast, Ops.BITCAST: _cast,
@@ -84,6 +107,8 @@ EVALUATORS: dict[Ops, Callable[[UOp, list[Value]], Value]] = {
   Ops.DETACH: lambda u, srcs: srcs[0],
   Ops.CUSTOM_GRAD: lambda u, srcs: srcs[0],
   Ops.COPY: lambda u, srcs: srcs[0],
+  Ops.MULTI: _multi,
+  Ops.ALLREDUCE: _allreduce,
 }
 
 
