@@ -29,6 +29,9 @@ Bounds = tuple[tuple[int, int], ...]
 # Logical nodes that an earlier realize computed, and the MULTI of buffers holding each one's parts (as
 # schedule._REALIZED for single-device nodes: a tensor that keeps its autograd history keeps its logical node).
 _REALIZED: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# Graphs lower_multi returned (each on one device): lowering them again gives them back (Tensor.realize lowers, then
+# create_schedule is given the parts), so the walk stops there.
+_LOWERED: weakref.WeakSet[UOp] = weakref.WeakSet()
 # Set when the first node on several devices is made: until then the scheduler skips the lowering walk.
 _IN_USE = False
 
@@ -280,9 +283,12 @@ MULTI_RULES = PatternMatcher([
 def lower_multi(roots: list[UOp]) -> list[UOp]:
   """Each root with its graph on one device per part: a single-device node, or a MULTI of single-device parts."""
   lowered: dict[UOp, UOp] = {}
-  for node in walk(roots, lambda n: n.op is Ops.BUFFER or n in _REALIZED):
+  for node in walk(roots, lambda n: n.op is Ops.BUFFER or n in _REALIZED or n in _LOWERED):
     if node in _REALIZED:
       lowered[node] = _REALIZED[node]
+      continue
+    if node in _LOWERED:
+      lowered[node] = node
       continue
     srcs = tuple(lowered[s] for s in node.src)
     if node.op is Ops.DEVICE and isinstance(node.arg, tuple):
@@ -295,4 +301,6 @@ def lower_multi(roots: list[UOp]) -> list[UOp]:
       lowered[node] = rule
     else:
       lowered[node] = node if srcs == node.src else node.replace(src=srcs)
-  return [lowered[r] for r in roots]
+  results = [lowered[r] for r in roots]
+  _LOWERED.update(p for r in results for p in (r.src if r.op is Ops.MULTI else (r,)))
+  return results
