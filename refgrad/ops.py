@@ -27,6 +27,8 @@ class Ops(Enum):
   MULTI = auto()
   # the combination (arg[0]: ADD, MUL or MAX) of partial results held by several devices, on device arg[1]
   ALLREDUCE = auto()
+  # symbolic sizes: a variable (arg (name, min, max)) and a variable bound to a value (src (DEFINE_VAR, CONST))
+  DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
   # kernel programs
   PARAM = auto(); SPECIAL = auto(); RANGE = auto(); REDUCE = auto(); LOAD = auto(); STORE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACCUMULATE = auto(); ENDRANGE = auto(); SINK = auto()  # noqa: E702

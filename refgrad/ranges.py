@@ -67,6 +67,8 @@ RANGE_RULES: dict[Ops, Any] = {
   Ops.CMPLT: _cmp_range,
   Ops.CMPNE: _cmp_range,
   Ops.CAST: lambda u: u.src[0].vrange,
+  Ops.DEFINE_VAR: lambda u: (u.arg[1], u.arg[2]),
+  Ops.BIND: lambda u: u.src[0].vrange,  # what a kernel compiled for the variable must allow: all its values
 }
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from refgrad.codegen.linearize import compile_ast
 from refgrad.device import Buffer, Device
 from refgrad.schedule import ScheduleItem
@@ -12,6 +14,17 @@ from refgrad.uop import Ops, UOp
 # While a TinyJit captures a call (refgrad/jit.py): every launch, as (runner, buffers, ast); a runner None is a
 # transfer (run_transfer(ast, buffers)).
 CAPTURE: list[tuple[Callable[..., None] | None, tuple[Buffer, ...], UOp]] | None = None
+
+
+def write_variables(item: ScheduleItem, var_vals: dict[UOp, int] | None) -> None:
+  values = []
+  for var, bound in item.var_vals:
+    value = bound if var_vals is None or var not in var_vals else var_vals[var]
+    name, low, high = var.arg
+    if not low <= value <= high:
+      raise ValueError(f"Variable {name!r} = {value} is outside its range [{low}, {high}]")
+    values.append(value)
+  item.buffers[-1].copyin(np.array(values, np.int64))
 
 
 def run_transfer(ast: UOp, buffers: tuple[Buffer, ...] | list[Buffer]) -> None:
@@ -24,8 +37,12 @@ def run_transfer(ast: UOp, buffers: tuple[Buffer, ...] | list[Buffer]) -> None:
     device.all_reduce(ast.arg[0], dest, sources)
 
 
-def run_schedule(items: list[ScheduleItem]) -> None:
+def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
+  """Run the items in order. A kernel of symbolic shape gets its variables' values in its last buffer: the values
+  bound when it was scheduled, or those in var_vals (Variable -> value; each checked against the Variable's range)."""
   for item in items:
+    if item.var_vals:
+      write_variables(item, var_vals)
     if item.is_transfer:
       run_transfer(item.ast, item.buffers)
       runner = None

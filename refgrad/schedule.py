@@ -20,10 +20,11 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from refgrad import multi
+from refgrad import multi, sizes
 from refgrad.codegen.opt import TRANSCENDENTAL_COST
 from refgrad.device import Buffer
 from refgrad.dtype import dtypes
+from refgrad.sizes import max_shape, view_shape
 from refgrad.uop import GroupOp, Ops, UOp, prod, walk
 
 # Where a node is built, relative to the kernel's output: only elementwise ops above it (a reduce may be inlined),
@@ -41,7 +42,7 @@ SPLIT_MIN_ELEMENTS = 1 << 14
 
 
 def worth_a_kernel(node: UOp) -> bool:
-  return prod(node.shape) >= SPLIT_MIN_ELEMENTS
+  return prod(max_shape(node.shape)) >= SPLIT_MIN_ELEMENTS
 
 
 OWN_KERNEL = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ALLREDUCE, Ops.ASSIGN})  # always computed by an item of their own
@@ -53,6 +54,9 @@ class ScheduleItem:
   between devices: `ast` a COPY (buffers: destination, source) or an ALLREDUCE (destination, partials...)."""
   ast: UOp
   buffers: tuple[Buffer, ...]
+  # a kernel of symbolic shape: its Variables (name order) and the values bound in this schedule; the kernel
+  # reads them from its last buffer, which run_schedule fills at launch
+  var_vals: tuple[tuple[UOp, int], ...] = ()
 
   @property
   def is_transfer(self) -> bool:
@@ -67,7 +71,10 @@ _REALIZED: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
 
 def realized_buffer(node: UOp) -> Buffer | None:
-  """The buffer behind a realized tensor node (BUFFER, a RESHAPE of one to the full size, or a computed node)."""
+  """The buffer behind a realized tensor node (BUFFER, a RESHAPE of one to the full size, the symbolic view of one,
+  or a computed node)."""
+  if node.op is Ops.SHRINK and node.src[0].op in (Ops.RESHAPE, Ops.BUFFER) and node.arg == view_shape(node.shape):
+    node = node.src[0]
   if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
     node = node.src[0]
   return node.arg if node.op is Ops.BUFFER else _REALIZED.get(node)
@@ -92,9 +99,16 @@ def realized_node(node: UOp, buffers: dict[UOp, Buffer]) -> UOp:
   return buffer_node(buffers[node] if node in buffers else realized_buffer(node), node.shape)
 
 
-def buffer_node(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-  base = UOp(Ops.BUFFER, buf.dtype, (), buf)
-  return base if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (base,), shape)
+def buffer_node(buf: Buffer, shape: tuple) -> UOp:
+  return view_of(UOp(Ops.BUFFER, buf.dtype, (), buf), buf.size, shape)
+
+
+def view_of(base: UOp, size: int, shape: tuple) -> UOp:
+  """A flat buffer (or PARAM) of `size` elements viewed as `shape`: a reshape, and for a symbolic shape a reshape to
+  its largest sizes (the buffer's layout) and a shrink to the bound ones."""
+  if (bounds := view_shape(shape)) is not None:
+    return UOp(Ops.SHRINK, base.dtype, (view_of(base, size, max_shape(shape)),), bounds)
+  return base if shape == (size,) else UOp(Ops.RESHAPE, base.dtype, (base,), shape)
 
 
 class _KernelBuilder:
@@ -114,8 +128,7 @@ class _KernelBuilder:
 
   def input_from(self, node: UOp, where: str = OUTPUT) -> UOp:
     buf = self.scheduler.realize(node, where)
-    p = self.param(buf)
-    return p if node.shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (p,), node.shape)
+    return view_of(self.param(buf), buf.size, node.shape)
 
   def shared_elsewhere(self, reduce: UOp) -> bool:
     """A reduce other tensors of this schedule need too, and worth a kernel: it gets its own (unless it is this)."""
@@ -181,14 +194,14 @@ class Scheduler:
 
   def realize(self, node: UOp, where: str = OUTPUT) -> Buffer:
     """The buffer holding node's value, scheduling its kernel if needed; `where` says which reduces it may inline."""
-    if (buf := realized_buffer(node)) is not None and buf.size == prod(node.shape):
+    if (buf := realized_buffer(node)) is not None and buf.size == prod(max_shape(node.shape)):
       return buf
     if node not in self.done:
       self.done[node] = self._schedule(node, where)
     return self.done[node]
 
   def _schedule(self, node: UOp, where: str) -> Buffer:
-    out = Buffer(node.device, prod(node.shape), node.dtype)
+    out = Buffer(node.device, prod(max_shape(node.shape)), node.dtype)
     if node.op in (Ops.COPY, Ops.ALLREDUCE):
       sources = tuple(self.realize(s) for s in node.src)
       self.items.append(ScheduleItem(UOp(node.op, node.dtype, (), node.arg), (out, *sources)))
@@ -201,8 +214,13 @@ class Scheduler:
       return out
     builder = _KernelBuilder(self, out, value)
     body = builder.build(value, where)
+    found = {}
+    if sizes.in_use():
+      body, found = sizes.unbind_graph(body)
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, node.dtype, (), (0, out.size)), body))
-    self.items.append(ScheduleItem(UOp(Ops.SINK, dtypes.void, (store,)), tuple(builder.buffers)))
+    var_vals = tuple(sorted(found.items(), key=lambda kv: kv[0].arg[0]))
+    extra = (builder.param(Buffer(node.device, len(var_vals), sizes.VARIABLE_DTYPE)),) if var_vals else ()
+    self.items.append(ScheduleItem(UOp(Ops.SINK, dtypes.void, (store, *extra)), tuple(builder.buffers), var_vals))
     return out
 
 

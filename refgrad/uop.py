@@ -145,6 +145,7 @@ class UOp:
   def __mod__(self, other: Any) -> UOp: return self._binary(Ops.MOD, other)  # noqa: E704
   def __neg__(self) -> UOp: return self.alu(Ops.NEG)  # noqa: E704
   def __sub__(self, other: Any) -> UOp: return self + (-other if not isinstance(other, UOp) else other.alu(Ops.NEG))  # noqa: E704,E501
+  def __rsub__(self, other: Any) -> UOp: return (-self) + other  # noqa: E704
   def lt(self, other: Any) -> UOp: return self._binary(Ops.CMPLT, other)  # noqa: E704
   def ne(self, other: Any) -> UOp: return self._binary(Ops.CMPNE, other)  # noqa: E704
   def logical_and(self, other: UOp) -> UOp: return self.alu(Ops.AND, other)  # noqa: E704
@@ -163,6 +164,24 @@ class UOp:
   @property
   def vmax(self) -> Any:
     return self.vrange[1]
+
+  # ---- symbolic sizes (refgrad/sizes.py)
+  def bind(self, value: int) -> UOp:
+    """This Variable bound to a value in [min, max]: usable as a size, and run with that value."""
+    if self.op is not Ops.DEFINE_VAR:
+      raise TypeError(f"bind: only a Variable can be bound, not a {self.op.name} node")
+    name, low, high = self.arg
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+      raise TypeError(f"bind: Variable {name!r} takes an int, got {type(value).__name__}")
+    if not low <= value <= high:
+      raise ValueError(f"bind: {value} is outside [{low}, {high}], the range of Variable {name!r}")
+    return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, int(value))))
+
+  def unbind(self) -> tuple[UOp, int]:
+    """(the Variable, its value) of a bound variable."""
+    if self.op is not Ops.BIND:
+      raise TypeError(f"unbind: a {self.op.name} node is not a bound Variable")
+    return self.src[0], self.src[1].arg
 
   # ---- printing
   def __repr__(self) -> str:
@@ -213,11 +232,16 @@ def _permute_shape(u: UOp) -> tuple[int, ...]:
 
 
 def _pad_shape(u: UOp) -> tuple[int, ...]:
-  return tuple(s + before + after for s, (before, after) in zip(u.src[0].shape, u.arg))
+  return tuple(_plus(_plus(s, before), after) for s, (before, after) in zip(u.src[0].shape, u.arg))
 
 
 def _shrink_shape(u: UOp) -> tuple[int, ...]:
-  return tuple(end - start for start, end in u.arg)
+  return tuple(end - start if not (isinstance(start, int) and start == 0) else end for start, end in u.arg)
+
+
+def _plus(size: Any, amount: Any) -> Any:
+  """size + amount, keeping a symbolic size (refgrad/sizes.py) as it is when nothing is added."""
+  return size if isinstance(amount, int) and amount == 0 else size + amount
 
 
 def _multi_shape(u: UOp) -> tuple[int, ...]:

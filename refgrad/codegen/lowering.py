@@ -12,6 +12,7 @@ from collections.abc import Callable
 from refgrad.alu import reduce_identity
 from refgrad.codegen.symbolic import simplify_index
 from refgrad.dtype import DType, dtypes
+from refgrad.sizes import max_shape, max_size, variables_in
 from refgrad.uop import GroupOp, Ops, UOp, prod
 
 INDEX = dtypes.int64  # every index is int64: no overflow on any buffer size
@@ -20,6 +21,11 @@ Index = tuple[UOp, ...]
 
 def idx_const(value: int) -> UOp:
   return UOp.const(INDEX, value)
+
+
+def as_index(value: int | UOp) -> UOp:
+  """An index node for a size: a constant, or a symbolic size's expression (refgrad/sizes.py)."""
+  return value if isinstance(value, UOp) else idx_const(value)
 
 
 def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -41,7 +47,7 @@ def unflatten_index(flat: UOp, shape: tuple[int, ...]) -> Index:
   """The index of `shape` whose flat position is `flat`. The outermost axis takes no `% size`: an index is in
   bounds wherever its lane is valid, and where it is not (padding) the load it reaches is gated, so the remainder
   would only cost a division in the inner loop of every padded kernel (a convolution's)."""
-  outer = next((axis for axis, size in enumerate(shape) if size > 1), None)
+  outer = next((axis for axis, size in enumerate(shape) if max_size(size) > 1), None)
   index = []
   for axis, (size, stride) in enumerate(zip(shape, strides_of(shape))):
     position = flat // stride if axis == outer else (flat // stride) % size
@@ -74,7 +80,7 @@ def _shrink_index(node: UOp, idx: Index) -> Index:
 
 
 def _flip_index(node: UOp, idx: Index) -> Index:
-  return tuple(simplify_index(UOp.const(INDEX, s - 1) - i) if flip else i
+  return tuple(simplify_index(as_index(s - 1) - i) if flip else i
                for i, s, flip in zip(idx, node.shape, node.arg))
 
 
@@ -90,7 +96,7 @@ def pad_condition(node: UOp, idx: Index) -> UOp | None:
   for i, size, (before, after) in zip(idx, node.src[0].shape, node.arg):
     if before == 0 and after == 0:
       continue
-    inside = UOp.const(INDEX, before - 1).lt(i).logical_and(i.lt(before + size))
+    inside = as_index(before - 1).lt(i).logical_and(i.lt(as_index(before + size)))
     cond = _and(cond, simplify_index(inside))
   return cond
 
@@ -111,8 +117,8 @@ class Lowerer:
   def _lower(self, node: UOp, idx: Index, valid: UOp | None) -> UOp:
     if node.op is Ops.PARAM:
       return UOp(Ops.LOAD, node.dtype, (node, idx[0]) + ((valid,) if valid is not None else ()))
-    if node.op is Ops.CONST:
-      return UOp.const(node.dtype, node.arg)
+    if node.op is Ops.CONST:  # a symbolic size's value is computed from the kernel's variables
+      return node.arg.cast(node.dtype) if isinstance(node.arg, UOp) else UOp.const(node.dtype, node.arg)
     if node.op in GroupOp.Elementwise:
       return node.replace(src=tuple(self.lower(s, idx, valid) for s in node.src))
     if node.op in INDEX_RULES:
@@ -140,14 +146,19 @@ class Lowerer:
       return UOp.const(node.dtype, reduce_identity(reduce_op, node.dtype))
     ranges = []
     src_idx = list(idx)
+    bounded = None  # the loops of symbolic size run to its largest value, adding only the lanes inside the bound
     for axis in sorted(axes):
       if src_shape[axis] == 1:
         continue
-      rng = UOp(Ops.RANGE, INDEX, (), (self.range_count, src_shape[axis]))
+      rng = UOp(Ops.RANGE, INDEX, (), (self.range_count, max_size(src_shape[axis])))
       self.range_count += 1
       ranges.append(rng)
       src_idx[axis] = rng
+      if isinstance(src_shape[axis], UOp):
+        bounded = _and(bounded, rng.lt(src_shape[axis]))
     body = self.lower(node.src[0], tuple(src_idx), valid)
+    if bounded is not None:
+      body = bounded.where(body, UOp.const(node.dtype, reduce_identity(reduce_op, node.dtype)))
     if ranges:
       return UOp(Ops.REDUCE, node.dtype, (body, *ranges), reduce_op)
     if reduce_op is Ops.ADD and dtypes.is_float(node.dtype):
@@ -158,15 +169,20 @@ class Lowerer:
 
 
 def lower_kernel(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
-  """SINK(STORE(PARAM, value)) -> SINK(STORE(PARAM, flat index, lowered value)) and the global shape."""
+  """SINK(STORE(PARAM, value)[, PARAM of variables]) -> SINK(STORE(PARAM, flat index, lowered value)) and the
+  global shape. A symbolic shape runs over its largest sizes (the output buffer's layout), and each Variable is
+  read from the variables' buffer (slot i: the i-th by name), so the kernel is the same for every value."""
   store = ast.src[0]
   out_param, value = store.src
-  shape = value.shape
+  shape = max_shape(value.shape)
   gidx = tuple(UOp(Ops.SPECIAL, INDEX, (), (axis, size)) if size > 1 else idx_const(0)
                for axis, size in enumerate(shape))
   lowered = Lowerer().lower(value, gidx, None)
-  new_store = UOp(Ops.STORE, dtypes.void, (out_param, flatten_index(gidx, shape), lowered))
-  return UOp(Ops.SINK, dtypes.void, (new_store,)), shape
+  sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_param, flatten_index(gidx, shape), lowered)),))
+  if len(ast.src) > 1:
+    variables = sorted(set().union(*(variables_in(u.arg) for u in ast.toposort)), key=lambda u: u.arg[0])
+    sink = sink.substitute({u: UOp(Ops.LOAD, INDEX, (ast.src[1], idx_const(slot))) for slot, u in enumerate(variables)})
+  return sink, shape
 
 
 def param_dtypes(sink: UOp) -> dict[int, DType]:

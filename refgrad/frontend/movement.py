@@ -15,8 +15,9 @@ from refgrad.dtype import dtypes, least_upper_dtype
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.indexing import IndexingMixin
 from refgrad.frontend.rearrange import plan_rearrange
-from refgrad.frontend.shapes import ShapeError, normalize_dim, shape_args
+from refgrad.frontend.shapes import ShapeError, is_size, normalize_dim, shape_args
 from refgrad.gradient import custom_gradient
+from refgrad.sizes import is_symbolic, is_symbolic_shape, max_shape, max_size, shape_value, size_value
 from refgrad.uop import Ops, UOp, prod
 
 
@@ -62,6 +63,8 @@ class MovementMixin(IndexingMixin):
     """
     shape = shape_args(shape)
     new = [self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(shape)]
+    if is_symbolic_shape(tuple(new)) or is_symbolic_shape(self.shape):
+      return self._symbolic_reshape(tuple(new))
     for s in new:
       if not _is_int(s):
         raise TypeError(f"reshape: sizes must be ints, got {shape}")
@@ -78,6 +81,16 @@ class MovementMixin(IndexingMixin):
     if prod(new_shape) != self.numel():
       raise ShapeError(f"shape {new_shape} is invalid for input of size {self.numel()} (shape {self.shape})")
     return self if new_shape == self.shape else self._movement(Ops.RESHAPE, new_shape)
+
+  def _symbolic_reshape(self, new: tuple) -> Self:
+    """A reshape where a size is symbolic: no -1; the sizes must multiply to the same for the bound values and for
+    the largest ones (which the buffers are laid out for)."""
+    if any(not is_size(s) for s in new) or any(_is_int(s) and s < 0 for s in new):
+      raise TypeError(f"reshape: sizes must be non-negative ints or bound Variables, got {new}")
+    if shape_value(new) and prod(shape_value(new)) != prod(shape_value(self.shape)) or \
+       prod(max_shape(new)) != prod(max_shape(self.shape)):
+      raise ShapeError(f"shape {new} is invalid for input of shape {self.shape}")
+    return self if new == self.shape else self._movement(Ops.RESHAPE, new)
 
   def view(self, *shape: Any) -> Self:
     """Same as reshape (refgrad views never need contiguous memory).
@@ -100,9 +113,9 @@ class MovementMixin(IndexingMixin):
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     new = tuple(old if s == -1 else s for s, old in zip(shape, padded))
     for s, old in zip(new, padded):
-      if not _is_int(s):
+      if not is_size(s):
         raise TypeError(f"expand: sizes must be ints, got {tuple(shape)}")
-      if s < 0:
+      if _is_int(s) and s < 0:
         raise ShapeError(f"expand: invalid size {s} in {tuple(shape)}")
       if old != s and old != 1:
         raise ShapeError(f"expand: the expanded size {s} must match the existing size {old} at a non-singleton "
@@ -163,9 +176,11 @@ class MovementMixin(IndexingMixin):
     """
     if len(arg) != self.ndim:
       raise ShapeError(f"shrink: expected {self.ndim} ranges for shape {self.shape}, got {len(arg)}")
-    bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    bounds = tuple((0, s) if a is None else tuple(v if is_symbolic(v) else int(v) for v in a)
+                   for a, s in zip(arg, self.shape))
     for (start, end), s in zip(bounds, self.shape):
-      if not 0 <= start <= end <= s:
+      now, largest = [size_value(v) for v in (start, end, s)], [max_size(v) for v in (end, s)]
+      if not (0 <= now[0] <= now[1] <= now[2] and largest[0] <= largest[1]):
         raise ShapeError(f"shrink: range {(start, end)} does not fit in size {s} (shape {self.shape})")
     return self if all(b == (0, s) for b, s in zip(bounds, self.shape)) else self._movement(Ops.SHRINK, bounds)
 
@@ -187,6 +202,8 @@ class MovementMixin(IndexingMixin):
       raise NotImplementedError(f"pad mode {mode!r} is not supported; use one of {', '.join(PAD_MODES)}")
     if mode != "constant" and value != 0:
       raise ValueError(f"pad mode {mode!r} does not take a value (got {value})")
+    if _symbolic_padding(padding) or is_symbolic_shape(self.shape):
+      return _pad_symbolic(self, padding, mode, value)
     pairs = _pad_pairs(padding, self.shape)
     return self if all(p == (0, 0) for p in pairs) else PAD_MODES[mode](self, pairs, value)
 
@@ -429,9 +446,11 @@ class MovementMixin(IndexingMixin):
 
 # ---- pad modes: (tensor, ((before, after), ...) per dim, value) -> tensor
 def _pad_constant(x: Any, pairs: tuple[tuple[int, int], ...], value: Any) -> Any:
-  cropped = _crop_negative(x, pairs)
-  grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
-  if all(g == (0, 0) for g in grow):
+  if any(is_symbolic(v) for p in pairs for v in p) or is_symbolic_shape(x.shape):  # non-negative: nothing to crop
+    cropped, grow = x, pairs
+  else:
+    cropped, grow = _crop_negative(x, pairs), tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+  if all(_is_int(g) and g == 0 for p in grow for g in p):
     return cropped
   padded = cropped._movement(Ops.PAD, grow)
   if value == 0:
@@ -490,6 +509,25 @@ def _pad_circular(x: Any, pairs: tuple[tuple[int, int], ...], value: Any) -> Any
 
 PAD_MODES = {"constant": _pad_constant, "reflect": _pad_edges(_reflect_edges),
              "replicate": _pad_edges(_replicate_edges), "circular": _pad_circular}
+
+
+def _symbolic_padding(padding: Any) -> bool:
+  return isinstance(padding, (tuple, list)) and any(
+    is_symbolic(v) for p in padding for v in (p if isinstance(p, (tuple, list)) else (p,)))
+
+
+def _pad_symbolic(x: Any, padding: Sequence[Any], mode: str, value: Any) -> Any:
+  """Padding by symbolic amounts, or of a tensor of symbolic shape: constant mode, one non-negative (before, after)
+  pair (or None) per dim."""
+  if mode != "constant":
+    raise NotImplementedError(f"pad: mode {mode!r} with symbolic sizes; only 'constant' is supported")
+  if len(padding) != x.ndim or not all(p is None or (isinstance(p, (tuple, list)) and len(p) == 2) for p in padding):
+    raise ShapeError(f"pad: with symbolic sizes give one (before, after) pair per dim, got {tuple(padding)}")
+  pairs = tuple((0, 0) if p is None else tuple(p) for p in padding)
+  if any(not is_size(v) or (not is_symbolic(v) and v < 0) or (is_symbolic(v) and v.vmin < 0)
+         for p in pairs for v in p):
+    raise ValueError(f"pad: with symbolic sizes the amounts must be non-negative sizes, got {pairs}")
+  return _pad_constant(x, pairs, value)
 
 
 def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from refgrad.uop import UOp
+
 Scalar = int | float | bool
 Shape = tuple[int, ...]
 
@@ -33,8 +35,17 @@ def shape_args(shape: Sequence[Any]) -> tuple:
   return tuple(shape)
 
 
+def is_size(x: Any) -> bool:
+  """An int (not a bool) or a symbolic size (an expression of bound Variables, refgrad/sizes.py)."""
+  return (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) or (isinstance(x, UOp) and x.dtype.kind == "i")
+
+
 def check_shape(shape: tuple, what: str) -> Shape:
-  """A shape of non-negative ints; TypeError or ValueError naming `what` otherwise."""
+  """A shape of non-negative ints (or symbolic sizes); TypeError or ValueError naming `what` otherwise."""
+  if any(isinstance(s, UOp) for s in shape):
+    if not all(is_size(s) for s in shape) or any(s.vmin < 0 if isinstance(s, UOp) else s < 0 for s in shape):
+      raise TypeError(f"{what}: sizes must be non-negative ints or bound Variables, got {shape}")
+    return tuple(shape)
   for s in shape:
     if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
       raise TypeError(f"{what}: sizes must be ints, got {shape}")
@@ -52,6 +63,6 @@ def broadcast_shape(*shapes: Shape) -> Shape:
     non_one = {s for s in sizes if s != 1}
     if len(non_one) > 1:
       raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together: "
-                       f"sizes {sorted(non_one)} differ at dimension {axis}")
+                       f"sizes {sorted(non_one, key=str)} differ at dimension {axis}")
     out.append(non_one.pop() if non_one else 1)
   return tuple(out)

@@ -1,0 +1,138 @@
+"""Symbolic sizes: a dim's size is an int or an expression of bound Variables (`Variable("n", 1, 10).bind(3)`).
+
+A tensor of symbolic shape is computed by kernels compiled for the variables, not their values: the scheduler
+replaces every bound variable by its unbound Variable (`unbind_arg`), so every value runs the same kernel, and the
+kernel reads the values from a small int64 buffer given at launch (one slot per variable, in name order). Buffers
+of symbolic tensors are laid out for the largest value of every size (`max_shape`); a kernel runs over that whole
+layout and reduces only the lanes inside the bound sizes.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from refgrad.dtype import dtypes
+from refgrad.uop import Ops, UOp
+
+Size = int | UOp
+VARIABLE_DTYPE = dtypes.int64
+# Set when the first Variable is made: until then the scheduler skips looking for bound variables in kernels.
+_IN_USE = False
+
+
+def in_use() -> bool:
+  return _IN_USE
+
+
+def Variable(name: str, min_val: int, max_val: int) -> UOp:  # noqa: N802  (tinygrad's name: it makes a node)
+  """A size that is known when the kernels run, between min_val and max_val (both included); `.bind(value)` it to
+  use it in a shape.
+
+  >>> Variable("n", 1, 10).bind(3).unbind()[1]
+  3
+  """
+  if not isinstance(name, str) or not name:
+    raise TypeError(f"Variable: the name must be a non-empty string, got {name!r}")
+  for what, value in (("min_val", min_val), ("max_val", max_val)):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+      raise TypeError(f"Variable {name!r}: {what} must be an int, got {type(value).__name__}")
+  if not 0 <= min_val <= max_val:
+    raise ValueError(f"Variable {name!r}: needs 0 <= min_val <= max_val, got [{min_val}, {max_val}]")
+  global _IN_USE
+  _IN_USE = True
+  return UOp(Ops.DEFINE_VAR, VARIABLE_DTYPE, (), (name, int(min_val), int(max_val)))
+
+
+def is_symbolic(size: Any) -> bool:
+  return isinstance(size, UOp)
+
+
+def is_symbolic_shape(shape: tuple) -> bool:
+  return any(isinstance(s, UOp) for s in shape)
+
+
+def max_size(size: Size) -> int:
+  """The largest value a size can take (its buffers are laid out for it)."""
+  return size if not isinstance(size, UOp) else int(size.vmax)
+
+
+def max_shape(shape: tuple) -> tuple[int, ...]:
+  return tuple(max_size(s) for s in shape)
+
+
+_EVALUATE = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.IDIV: lambda a, b: a // b,
+             Ops.MOD: lambda a, b: a % b, Ops.MAX: max, Ops.NEG: lambda a: -a}
+
+
+def size_value(size: Size, values: dict[UOp, int] | None = None) -> int:
+  """The value of a size: its bound variables' values, or for an unbound Variable its entry in `values`."""
+  if not isinstance(size, UOp):
+    return size
+  if size.op is Ops.CONST:
+    return size.arg
+  if size.op is Ops.BIND:
+    return size.src[1].arg
+  if size.op is Ops.DEFINE_VAR:
+    if values is None or size not in values:
+      raise ValueError(f"Variable {size.arg[0]!r} has no value here: bind it (Variable(...).bind(value))")
+    return values[size]
+  if size.op not in _EVALUATE:
+    raise TypeError(f"a size cannot be made with {size.op.name}")
+  return _EVALUATE[size.op](*(size_value(s, values) for s in size.src))
+
+
+def shape_value(shape: tuple, values: dict[UOp, int] | None = None) -> tuple[int, ...]:
+  return tuple(size_value(s, values) for s in shape)
+
+
+def size_const(size: UOp, dtype: Any, device: str) -> UOp:
+  """A 0-d tensor node whose value is a symbolic size (a CONST whose arg is the size's expression): the kernel
+  computes it from the variables it is given at launch."""
+  return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), size)
+
+
+def unbind_arg(arg: Any, found: dict[UOp, int]) -> Any:
+  """arg (a size, or tuples of them) with every bound variable replaced by its Variable; the values go to `found`.
+  One Variable bound to two values in one kernel is an error."""
+  if isinstance(arg, tuple):
+    return tuple(unbind_arg(a, found) for a in arg)
+  if not isinstance(arg, UOp):
+    return arg
+  binds = [n for n in arg.toposort if n.op is Ops.BIND]
+  for node in binds:
+    var, value = node.unbind()
+    if found.setdefault(var, value) != value:
+      raise ValueError(f"Variable {var.arg[0]!r} is bound to both {found[var]} and {value} in one computation")
+  return arg.substitute({node: node.src[0] for node in binds}) if binds else arg
+
+
+def variables_in(arg: Any) -> set[UOp]:
+  """The unbound Variables in an arg (sizes, or tuples of them)."""
+  if isinstance(arg, tuple):
+    return set().union(*(variables_in(a) for a in arg)) if arg else set()
+  if not isinstance(arg, UOp):
+    return set()
+  return {n for n in arg.toposort if n.op is Ops.DEFINE_VAR}
+
+
+def _holds_size(arg: Any) -> bool:
+  return isinstance(arg, UOp) or (isinstance(arg, tuple) and any(_holds_size(a) for a in arg))
+
+
+def unbind_graph(root: UOp) -> tuple[UOp, dict[UOp, int]]:
+  """root with every bound variable in its nodes' args (shapes, ranges, symbolic constants) unbound, and the
+  values they were bound to: the graph a kernel is compiled from, the same for every value."""
+  found: dict[UOp, int] = {}
+  rebuilt: dict[UOp, UOp] = {}
+  for node in root.toposort:
+    src = tuple(rebuilt[s] for s in node.src)
+    arg = unbind_arg(node.arg, found) if _holds_size(node.arg) else node.arg
+    rebuilt[node] = node if src == node.src and arg is node.arg else UOp(node.op, node.dtype, src, arg)
+  return rebuilt[root], found
+
+
+def view_shape(shape: tuple) -> tuple | None:
+  """How a buffer laid out for max_shape(shape) is viewed as a symbolic shape: the SHRINK arg, or None if the
+  shape has no symbolic size."""
+  return tuple((0, s) for s in shape) if is_symbolic_shape(shape) else None
