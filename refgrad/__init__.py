@@ -4,10 +4,11 @@ from refgrad.device import Device
 from refgrad.dtype import DType, dtypes
 from refgrad.interp import plugin as _python_plugin
 from refgrad.jit import TinyJit
+from refgrad.sizes import Variable
 from refgrad.tensor import Tensor
 from refgrad.version import __version__
 
 plugins.register(_python_plugin, name="refgrad-python")
 plugins.load_entry_points()
 
-__all__ = ["Tensor", "TinyJit", "dtypes", "DType", "Device", "plugins", "__version__"]
+__all__ = ["Tensor", "TinyJit", "Variable", "dtypes", "DType", "Device", "plugins", "__version__"]

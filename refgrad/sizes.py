@@ -136,3 +136,25 @@ def view_shape(shape: tuple) -> tuple | None:
   """How a buffer laid out for max_shape(shape) is viewed as a symbolic shape: the SHRINK arg, or None if the
   shape has no symbolic size."""
   return tuple((0, s) for s in shape) if is_symbolic_shape(shape) else None
+
+
+def concrete_arg(arg: Any, values: dict[UOp, int] | None = None) -> Any:
+  """arg with every size replaced by its value (bound variables' own, unbound ones' from `values`)."""
+  if isinstance(arg, tuple):
+    return tuple(concrete_arg(a, values) for a in arg)
+  return size_value(arg, values) if isinstance(arg, UOp) else arg
+
+
+def concrete_graph(root: UOp, values: dict[UOp, int] | None = None) -> UOp:
+  """root with the values of its sizes in place of the sizes: the graph as it is for these values (for the graph
+  evaluator and the oracle's bounds, which compute on arrays of the bound shapes)."""
+  rebuilt: dict[UOp, UOp] = {}
+  for node in root.toposort:
+    src = tuple(rebuilt[s] for s in node.src)
+    if not _holds_size(node.arg):
+      rebuilt[node] = node if src == node.src else node.replace(src=src)
+    elif node.op is Ops.CONST:
+      rebuilt[node] = UOp.const(node.dtype, size_value(node.arg, values)).replace(src=src)
+    else:
+      rebuilt[node] = UOp(node.op, node.dtype, src, concrete_arg(node.arg, values))
+  return rebuilt[root]

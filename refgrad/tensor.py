@@ -348,6 +348,23 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     items, _ = create_schedule([t.uop for t in (self, *others)])
     return items
 
+  def schedule_with_vars(self, *others: Tensor) -> tuple[list[ScheduleItem], dict[UOp, int]]:
+    """The kernels that realizing these tensors would run, and the value of each Variable bound in them. Each kernel
+    is compiled for its Variables, not their values: `refgrad.realize.run_schedule(items, var_vals)` runs it for
+    any values in their ranges.
+
+    >>> from refgrad import Variable
+    >>> n = Variable("n", 1, 8)
+    >>> items, var_vals = Tensor.ones(8, 2).shrink(((0, n.bind(3)), None)).sum(0).schedule_with_vars()
+    >>> len(items), var_vals[n]
+    (1, 3)
+    """
+    items = self.schedule(*others)
+    var_vals: dict[UOp, int] = {}
+    for item in items:
+      var_vals.update(item.var_vals)
+    return items, var_vals
+
   def realize(self, *others: Tensor) -> Tensor:
     """Run the kernels that compute these tensors; each then holds a buffer. Returns self.
 

@@ -21,6 +21,7 @@ from refgrad.hookspecs import hookimpl
 from refgrad.interp.device import PythonAllocator
 from refgrad.interp.kernel import PythonKernel
 from refgrad.rewrite import PatternMatcher, UPat
+from refgrad.sizes import variables_in
 from refgrad.uop import Ops, UOp
 
 SIGNED = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
@@ -275,6 +276,27 @@ def make_multi_bug(name: str) -> DeviceImpl:
   return DeviceImpl(name, PythonAllocator(), interpret=PythonKernel, **MULTI_BUGS[name])
 
 
+# ---- a kernel compiled for a Variable that runs with the Variable's largest value instead of the bound one
+def _uses_max(program: Program):
+  kernel = PythonKernel(program)
+  variables = sorted(set().union(*(variables_in(u.arg) for u in program.key.toposort)), key=lambda u: u.arg[0])
+
+  def run(*handles):
+    if variables:
+      largest = PythonAllocator().alloc(8 * len(variables))
+      largest.data[:] = np.array([v.arg[2] for v in variables], np.int64).view(np.uint8)
+      handles = (*handles[:-1], largest)
+    kernel(*handles)
+  return run
+
+
+VARIABLE_BUGS = {"VARBUG_USES_MAX": _uses_max}
+
+
+def make_variable_bug(name: str) -> DeviceImpl:
+  return DeviceImpl(name, PythonAllocator(), interpret=VARIABLE_BUGS[name])
+
+
 # ---- devices that take the whole process down, for the fuzzer's worker isolation (never run them in-process)
 def _crash_on_max(program: Program):
   import ctypes
@@ -343,6 +365,8 @@ def refgrad_devices() -> list[DeviceSpec]:
                        probe=clang_probe) for name in THREAD_BUGS]
   specs += [DeviceSpec(name, lambda name=name: make_multi_bug(name), plugin="tests.broken_devices")
             for name in MULTI_BUGS]
+  specs += [DeviceSpec(name, lambda name=name: make_variable_bug(name), plugin="tests.broken_devices")
+            for name in VARIABLE_BUGS]
   return specs + [DeviceSpec(name, lambda name=name: make_fatal(name), plugin="tests.broken_devices") for name in FATAL]
 
 

@@ -10,6 +10,8 @@ from collections.abc import Callable
 import numpy as np
 
 from refgrad import alu
+from refgrad.sizes import concrete_graph
+from refgrad.sizes import in_use as sizes_in_use
 from refgrad.uop import GroupOp, Ops, UOp
 
 Value = tuple[np.ndarray, np.ndarray | None]  # (values, undefined-lane mask or None)
@@ -125,7 +127,9 @@ def evaluate_nodes(root: UOp, leaves: dict[UOp, Value] | None = None) -> dict[UO
 
 
 def evaluate_graph(root: UOp) -> Value:
-  """The value of a tensor graph node (shape root.shape) and its undefined-lane mask (None if all defined)."""
+  """The value of a tensor graph node (shape root.shape, its bound sizes for a symbolic shape) and its
+  undefined-lane mask (None if all defined)."""
+  root = concrete_graph(root) if sizes_in_use() else root
   value, mask = evaluate_nodes(root)[root]
   value = np.broadcast_to(value, root.shape)
   return value, (np.broadcast_to(mask, root.shape) if mask is not None and mask.any() else None)

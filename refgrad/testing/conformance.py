@@ -32,6 +32,7 @@ from refgrad.alu import OP_KINDS, result_dtype, ulp_distance
 from refgrad.codegen.linearize import compile_ast, random_kernel_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
+from refgrad.sizes import Variable
 from refgrad.testing.compare import Comparison, compare
 from refgrad.testing.edges import cast_values, dtype_edges
 from refgrad.testing.jit_check import check_jit_replay
@@ -323,7 +324,19 @@ def _corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
     "sharded sums and maxima": (lambda t: _sharded(t, 0).sum(0) * _sharded(t, 1).max(1).sum(), [x]),
     "sharded matmul, gathered": (lambda a, b: (_sharded(a, 0) @ _sharded(b, None)).to("PYTHON"), [x, w]),
     "sharded integers, resharded": (lambda t: (_sharded(t, 1) * 3 + _sharded(t, 0)).sum(1), [ints]),
+    # sizes known only at launch: kernels compiled for a Variable, run with a bound value below its largest
+    "symbolic rows": (lambda t: _rows(t).sum(0) * _rows(t).max(0) + _rows(t).mean(), [x]),
+    "symbolic reshape and pad": (lambda t: _rows(t).T.reshape(12 * _ROWS).exp().reshape(12, _ROWS)
+                                 .pad((None, (1, 8 - _ROWS))).sum(1), [x]),
   }
+
+
+_ROWS = Variable("rows", 1, 8).bind(5)
+
+
+def _rows(t: Any) -> Any:
+  """The first `rows` (a Variable bound to 5, at most 8) rows of t."""
+  return t.shrink(((0, _ROWS),) + (None,) * (t.ndim - 1))
 
 
 def _sharded(t: Any, axis: int | None) -> Any:

@@ -271,7 +271,7 @@ from math import inf, nan  # noqa: F401  (values print as inf and nan)
 import ml_dtypes  # noqa: F401
 import numpy as np
 
-from refgrad import dtypes  # noqa: F401
+from refgrad import Variable, dtypes  # noqa: F401
 from refgrad.testing.fuzz import load_plugin_file, opts_for, run_one  # noqa: F401
 from refgrad.testing.programs import TensorProgram  # noqa: F401
 from refgrad.testing.reference import check_against_reference

@@ -34,11 +34,14 @@ def _call_source(step: Step) -> str:
 @dataclass
 class TensorProgram:
   """`shard_devices` and `shard_axes`, if given: every input is first sharded over those devices (each along its
-  axis, None: copied to each), so every step runs on a tensor over several devices."""
+  axis, None: copied to each), so every step runs on a tensor over several devices. `symbolic` (a value): every
+  input of the first input's shape is first shrunk along dim 0 to Variable("n", 0, size).bind(value), so every step
+  runs on a symbolic shape, in kernels compiled for the Variable."""
   inputs: list[np.ndarray]
   steps: list[Step] = field(default_factory=list)
   shard_devices: tuple[str, ...] = ()
   shard_axes: tuple[int | None, ...] = ()
+  symbolic: int | None = None
 
   def build(self, device: str | None = None) -> Any:
     """Replay the program with refgrad on `device`; returns the last value's Tensor."""
@@ -48,6 +51,11 @@ class TensorProgram:
   def run(self, *tensors: Any) -> Any:
     """Replay the steps on the given input tensors (for check_against_reference)."""
     values = list(tensors)
+    if self.symbolic is not None:
+      from refgrad.sizes import Variable
+      n = Variable("n", 0, self.inputs[0].shape[0]).bind(self.symbolic)
+      values = [t.shrink(((0, n),) + (None,) * (t.ndim - 1)) if x.shape == self.inputs[0].shape else t
+                for t, x in zip(values, self.inputs)]
     if self.shard_devices:
       values = [t.shard(self.shard_devices, axis=axis) for t, axis in zip(values, self.shard_axes)]
     for step in self.steps:
@@ -69,7 +77,14 @@ class TensorProgram:
     return "\n".join(lines)
 
   def _shard_lines(self) -> list[str]:
-    return [f"v{i} = v{i}.shard({self.shard_devices!r}, axis={axis!r})" for i, axis in enumerate(self.shard_axes)]
+    lines = []
+    if self.symbolic is not None:
+      size = self.inputs[0].shape[0]
+      lines.append(f"n = Variable('n', 0, {size}).bind({self.symbolic})")
+      lines += [f"v{i} = v{i}.shrink(((0, n),) + (None,) * {x.ndim - 1})" for i, x in enumerate(self.inputs)
+                if x.shape == self.inputs[0].shape]
+    return lines + [f"v{i} = v{i}.shard({self.shard_devices!r}, axis={axis!r})"
+                    for i, axis in enumerate(self.shard_axes)]
 
 
 def dtype_of(x: np.ndarray) -> DType:

@@ -22,6 +22,7 @@ from refgrad.codegen.opt import OptList, opts_text
 from refgrad.device import Buffer, Device
 from refgrad.realize import run_schedule, run_transfer
 from refgrad.schedule import ScheduleItem, create_schedule
+from refgrad.sizes import concrete_graph, max_shape, shape_value
 from refgrad.testing.bounds import kernel_error_bounds
 from refgrad.testing.compare import Comparison, compare
 from refgrad.uop import Ops, UOp
@@ -217,6 +218,29 @@ def _check_transfer(item: ScheduleItem, index: int, device: str, contents: list[
   return kernel
 
 
+def _check_symbolic(item: ScheduleItem, index: int, device: str, contents: list[np.ndarray],
+                    opts: Callable[[UOp], OptList] | None, report: ReferenceReport, raise_on_mismatch: bool) -> None:
+  """A kernel compiled for Variables, run by the device with this schedule's values: compared in the region of
+  its output the values make (the rest of the buffer, laid out for the largest values, is not the tensor's)."""
+  values = dict(item.var_vals)
+  concrete = concrete_graph(item.ast, values)
+  value_shape = item.ast.src[0].src[1].shape
+  region = tuple(slice(0, n) for n in shape_value(value_shape, values))
+  def inside(flat: np.ndarray) -> np.ndarray:
+    return flat.reshape(max_shape(value_shape))[region].reshape(-1)
+  _, bound, undefined = kernel_error_bounds(concrete, dict(enumerate(contents)))
+  kernel_opts = None if opts is None else opts(item.ast)
+  actual = _device_run(item, device, contents, kernel_opts)
+  result = compare(inside(actual), inside(contents[0]), undefined, abs_bound=bound)
+  kernel = KernelResult(compile_ast(item.ast).name, result, item.ast)
+  report.kernels.append(kernel)
+  if not result.ok:
+    shown = ", ".join(f"{var.arg[0]}={value}" for var, value in item.var_vals)
+    kernel.explanation = f"with {shown}: " + explain(item, index, device, actual, contents[0], result, (), kernel_opts)
+    if raise_on_mismatch:
+      raise ReferenceMismatch(kernel.explanation)
+
+
 def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, raise_on_mismatch: bool = True,
                             keep_lanes: bool = False, opts: Callable[[UOp], OptList] | None = None) -> ReferenceReport:
   """Run `fn(*tensors)` (one Tensor or a tuple of them) on `device` and on PYTHON and compare every kernel.
@@ -242,6 +266,9 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
       if (kernel := _check_transfer(item, index, device, contents, keep_lanes)).explanation and raise_on_mismatch:
         raise ReferenceMismatch(kernel.explanation)
       report.kernels.append(kernel)
+      continue
+    if item.var_vals:
+      _check_symbolic(item, index, device, contents, opts, report, raise_on_mismatch)
       continue
     expected, bound, undefined = kernel_error_bounds(item.ast, dict(enumerate(contents)))
     reference_undefined = item.buffers[0].undefined

@@ -92,8 +92,9 @@ EXACT_REDUCES = ("max", "min")
 class _Builder:
   """Tracks shape and dtype of each value while steps are drawn."""
 
-  def __init__(self, draw: st.DrawFn, inputs: list[np.ndarray], transcendentals: bool, allowed: tuple[DType, ...]):
-    self.draw, self.inputs, self.allowed = draw, inputs, allowed
+  def __init__(self, draw: st.DrawFn, inputs: list[np.ndarray], transcendentals: bool, allowed: tuple[DType, ...],
+               movement: bool = True):
+    self.draw, self.inputs, self.allowed, self.movement = draw, inputs, allowed, movement
     self.unary = EXACT_UNARY + (TRANSCENDENTAL_UNARY if transcendentals else ())
     self.shapes = [x.shape for x in inputs]
     self.dtypes = [dtypes.from_np(x.dtype) for x in inputs]
@@ -120,7 +121,8 @@ def _factor_shapes(n: int) -> list[tuple]:
 def _draw_step(b: _Builder) -> None:
   draw, v = b.draw, b.last
   shape, dtype = b.shapes[v], b.dtypes[v]
-  kind = draw(st.sampled_from(("unary", "binary", "movement", "reduce", "cast")))
+  kind = draw(st.sampled_from(("unary", "binary", "movement", "reduce", "cast") if b.movement else
+                              ("unary", "binary", "reduce", "cast")))
   from refgrad.dtype import least_upper_dtype, least_upper_float
   if kind == "unary":
     name = draw(st.sampled_from(b.unary))
@@ -195,15 +197,19 @@ def _draw_movement(b: _Builder, v: int, shape: tuple, dtype: DType) -> None:
 # Sharded programs run over this many of the reference's instances (the check maps them to the device's), drawn with
 # these odds: a fifth of programs, two thirds of those over two devices.
 SHARD_COUNTS = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 3)
+# Symbolic programs (dim 0 of the inputs a bound Variable; elementwise, cast and reduce steps only): a tenth.
+SYMBOLIC_ODDS = (False,) * 9 + (True,)
 
 
 @st.composite
 def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, edges: bool = True,
                     dtype_choices: tuple[DType, ...] = ALL, transcendentals: bool = True,
-                    allowed: tuple[DType, ...] = ALL, sharded: bool = True) -> TensorProgram:
+                    allowed: tuple[DType, ...] = ALL, sharded: bool = True,
+                    symbolic_sizes: bool = True) -> TensorProgram:
   """Valid chains and DAGs of Tensor methods over random inputs (each step may reuse any earlier value).
   Inputs have one of `dtype_choices`; casts go to one of `allowed` (the dtypes the device claims). With `sharded`,
-  some programs first shard every input over PYTHON's instances (each along a random axis, or copied).
+  some programs first shard every input over PYTHON's instances (each along a random axis, or copied); with
+  `symbolic_sizes`, some shrink dim 0 of their inputs to a bound Variable first.
 
   With transcendentals=False every step is exact on a correct device, so results must match bit for bit."""
   shape = draw(shapes(max_dims=3, max_side=4))
@@ -213,12 +219,16 @@ def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, ed
   n_inputs = draw(st.integers(1, max_inputs))
   inputs = [draw(arrays(draw(dtype_strategy(dtype_choices)), shape if i == 0 or draw(st.booleans()) else (),
                         edges)) for i in range(n_inputs)]
-  builder = _Builder(draw, inputs, transcendentals, allowed)
+  symbolic = draw(st.sampled_from(SYMBOLIC_ODDS)) and len(shape) > 0 if symbolic_sizes else False
+  builder = _Builder(draw, inputs, transcendentals, allowed, movement=not symbolic)
+  if symbolic:  # dim 0 of the main shape is a Variable: the builder knows it by a name, equal only to itself
+    builder.shapes = [("n",) + s[1:] if s == shape else s for s in builder.shapes]
   for _ in range(draw(st.integers(1, max_steps))):
     _draw_step(builder)
-  count = draw(st.sampled_from(SHARD_COUNTS)) if sharded else 0
+  value = draw(st.integers(0, shape[0])) if symbolic else None
+  count = draw(st.sampled_from(SHARD_COUNTS)) if sharded and not symbolic else 0
   if not count:
-    return TensorProgram(inputs, builder.steps)
+    return TensorProgram(inputs, builder.steps, symbolic=value)
   axes = tuple(draw(st.one_of(st.none(), st.integers(0, x.ndim - 1))) if x.ndim else None for x in inputs)
   devices = tuple("PYTHON" if i == 0 else f"PYTHON:{i}" for i in range(count))
   return TensorProgram(inputs, builder.steps, devices, axes)
