@@ -232,16 +232,46 @@ def _permute_shape(u: UOp) -> tuple[int, ...]:
 
 
 def _pad_shape(u: UOp) -> tuple[int, ...]:
-  return tuple(_plus(_plus(s, before), after) for s, (before, after) in zip(u.src[0].shape, u.arg))
+  return tuple(size_sum((s, 1), (before, 1), (after, 1)) for s, (before, after) in zip(u.src[0].shape, u.arg))
 
 
 def _shrink_shape(u: UOp) -> tuple[int, ...]:
-  return tuple(end - start if not (isinstance(start, int) and start == 0) else end for start, end in u.arg)
+  return tuple(size_sum((end, 1), (start, -1)) for start, end in u.arg)
 
 
-def _plus(size: Any, amount: Any) -> Any:
-  """size + amount, keeping a symbolic size (refgrad/sizes.py) as it is when nothing is added."""
-  return size if isinstance(amount, int) and amount == 0 else size + amount
+# ---- sums of sizes (a size is an int or an expression of bound Variables, refgrad/sizes.py), kept in one form so
+# that sizes equal for every value are one node: n + (6 - n) is 6, and n + 2 is one node however it was built
+def _terms(size: Any, scale: int, into: dict[UOp, int]) -> int:
+  """Add scale * size to `into` (atom -> coefficient); returns the constant part."""
+  if not isinstance(size, UOp):
+    return scale * size
+  if size.op is Ops.CONST:
+    return scale * size.arg
+  if size.op is Ops.ADD:
+    return _terms(size.src[0], scale, into) + _terms(size.src[1], scale, into)
+  if size.op is Ops.NEG:
+    return _terms(size.src[0], -scale, into)
+  if size.op is Ops.MUL and size.src[1].op is Ops.CONST:
+    return _terms(size.src[0], scale * size.src[1].arg, into)
+  into[size] = into.get(size, 0) + scale
+  return 0
+
+
+def _atom_key(atom: UOp) -> tuple:
+  return (atom.src[0].arg[0], atom.src[1].arg) if atom.op is Ops.BIND else (render_tree(atom), 0)
+
+
+def size_sum(*scaled: tuple[Any, int]) -> Any:
+  """The sum of scale * size over (size, scale) pairs, as an int when no Variable is left."""
+  atoms: dict[UOp, int] = {}
+  constant = sum(_terms(size, scale, atoms) for size, scale in scaled)
+  out: Any = None
+  for atom in sorted((a for a, c in atoms.items() if c), key=_atom_key):
+    term = atom if atoms[atom] == 1 else atom * atoms[atom]
+    out = term if out is None else out + term
+  if out is None:
+    return constant
+  return out if constant == 0 else out + constant
 
 
 def _multi_shape(u: UOp) -> tuple[int, ...]:

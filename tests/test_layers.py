@@ -13,7 +13,7 @@ LAYERS = [
   ("dtype, ops and version", ["refgrad.dtype", "refgrad.ops", "refgrad.version", "refgrad.hookspecs"]),
   ("op semantics", ["refgrad.alu"]),
   ("value ranges", ["refgrad.ranges"]),
-  ("IR", ["refgrad.uop"]),
+  ("IR", ["refgrad.uop", "refgrad.sizes"]),
   ("rewrite engine", ["refgrad.rewrite"]),
   ("device contract", ["refgrad.device", "refgrad.plugins"]),
   ("codegen", ["refgrad.codegen"]),

@@ -84,6 +84,22 @@ def test_fuzz_draws_sharded_programs_and_finds_a_double_counting_allreduce(tmp_p
     module["test_finding"]()
 
 
+def test_check_and_fuzz_catch_a_kernel_that_runs_with_the_variables_largest_value(tmp_path):
+  """VARBUG_USES_MAX reads each Variable as its max, not the bound value: the check's symbolic rows fail (and only
+  they), and a fuzz campaign's symbolic programs find it; the reproducer binds the Variable again."""
+  report = tmp_path / "report.json"
+  assert main(["check", "--device", "VARBUG_USES_MAX", "--json", str(report)]) == 1
+  failed = [c for c in json.loads(report.read_text())["cases"] if c["status"] == "fail"]
+  assert failed and all(c["row"].startswith("symbolic") and "with rows=5" in c["detail"] for c in failed)
+  findings = tmp_path / "findings"
+  code = main(["fuzz", "--device", "VARBUG_USES_MAX", "--seconds", "60", "--max-findings", "1",
+               "--findings", str(findings), "--plugin", BROKEN_FILE])
+  written = list(findings.glob("test_finding_*.py"))
+  assert code == 1 and written and "Variable('n'" in written[0].read_text()
+  with pytest.raises(AssertionError, match="with n="):
+    runpy.run_path(str(written[0]))["test_finding"]()
+
+
 @pytest.mark.parametrize("device", sorted(broken_devices.OPT_BUGS))
 def test_check_catches_each_planted_optimizer_bug(device, tmp_path, capsys):
   """The check's corpus under random opt lists fails on each optimizer bug, and the report names the opts."""

@@ -1,0 +1,137 @@
+"""Symbolic shapes (refgrad/sizes.py): tensors whose sizes are bound Variables, on every device, against numpy for
+every bound value including the ends of the range; one compiled kernel serves every value; schedule_with_vars and
+run_schedule with other values; gradients through symbolic shrinks; the errors."""
+import numpy as np
+import pytest
+
+from refgrad import Tensor, Variable
+from refgrad.codegen.linearize import _compile
+from refgrad.realize import run_schedule
+from refgrad.schedule import realized_buffer
+
+ROWS = 6
+
+
+def data(shape, seed=0):
+  values = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+  values.reshape(-1)[:4] = [0.0, -0.0, 3e38, -1e-45][:values.size]
+  return values
+
+
+def rows(t, n):
+  return t.shrink(((0, n),) + (None,) * (t.ndim - 1))
+
+
+# (name, program on a (ROWS, 4) tensor and the bound Variable n, numpy program on the first n rows)
+PROGRAMS = [
+  ("sum0", lambda t, n: rows(t, n).sum(0), lambda a: a.sum(0)),
+  ("sum1", lambda t, n: rows(t, n).sum(1), lambda a: a.sum(1)),
+  ("mean", lambda t, n: rows(t, n).mean(), lambda a: a.mean() if a.size else np.float32(np.nan)),
+  ("max_keepdim", lambda t, n: rows(t, n).max(1, keepdim=True), lambda a: a.max(1, keepdims=True)),
+  ("elementwise", lambda t, n: (rows(t, n) * 2 - 1).exp2() + rows(t, n), lambda a: np.exp2(a * 2 - 1) + a),
+  ("reshape_split", lambda t, n: rows(t, n).reshape(n, 2, 2).sum(2), lambda a: a.reshape(-1, 2, 2).sum(2)),
+  ("reshape_merge", lambda t, n: rows(t, n).reshape(n * 4), lambda a: a.reshape(-1)),
+  ("transpose_reshape", lambda t, n: rows(t, n).T.reshape(4 * n), lambda a: a.T.reshape(-1)),
+  ("flip", lambda t, n: rows(t, n).flip(0) + 1, lambda a: a[::-1] + 1),
+  ("pad_to_max", lambda t, n: rows(t, n).pad(((1, ROWS - n), (0, 0)), value=-1.0),
+   lambda a: np.pad(a, ((1, ROWS - len(a)), (0, 0)), constant_values=-1.0)),
+  ("expand", lambda t, n: t[:1].expand(n, 4) * 3, lambda a: np.broadcast_to(a[:1] * 3 if len(a) else
+                                                                              np.zeros((1, 4), np.float32), a.shape)),
+  ("matmul_rows", lambda t, n: rows(t, n) @ t[:4].T, None),
+  ("matmul_contract", lambda t, n: rows(t, n).T @ rows(t, n), None),
+]
+
+
+@pytest.mark.parametrize("name, program, expected", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_programs_match_numpy_for_every_value(refgrad_device, name, program, expected):
+  a = data((ROWS, 4))
+  t = Tensor(a, device=refgrad_device)
+  n = Variable("n", 0 if name not in ("mean",) else 1, ROWS)
+  for value in range(n.arg[1], ROWS + 1):
+    out = program(t, n.bind(value)).numpy()
+    part = a[:value]
+    want = expected(part) if expected is not None else program_numpy(name, part, a)
+    with np.errstate(all="ignore"):
+      np.testing.assert_allclose(out, want, rtol=2e-6, atol=1e-6, err_msg=f"n={value}")
+
+
+def program_numpy(name, part, a):
+  return part @ a[:4].T if name == "matmul_rows" else part.T @ part
+
+
+def test_one_kernel_is_compiled_for_every_value(refgrad_device):
+  t = Tensor(data((ROWS, 4)), device=refgrad_device).realize()
+  n = Variable("n", 1, ROWS)
+  asts = set()
+  (rows(t, n.bind(1)).exp().sum(0)).numpy()  # compiles
+  before = _compile.cache_info().misses
+  for value in range(1, ROWS + 1):
+    out = rows(t, n.bind(value)).exp().sum(0)
+    asts |= {item.ast for item in out.schedule()}
+    out.numpy()
+  assert len(asts) == 1 and _compile.cache_info().misses == before
+
+
+def test_schedule_with_vars_runs_for_other_values():
+  a = data((ROWS, 4))
+  n = Variable("n", 1, ROWS)
+  out = rows(Tensor(a, device="PYTHON"), n.bind(2)).sum(0)
+  items, var_vals = out.schedule_with_vars()
+  assert var_vals == {n: 2} and len(items) == 1
+  for value in (1, 4, ROWS):
+    run_schedule(items, {n: value})
+    np.testing.assert_allclose(items[0].buffers[0].numpy(), a[:value].sum(0), rtol=1e-6)
+
+
+def test_a_realized_symbolic_intermediate_is_read_back(refgrad_device):
+  a = data((ROWS, 4))
+  n = Variable("n", 0, ROWS).bind(4)
+  s = (rows(Tensor(a, device=refgrad_device), n) * 2).realize()
+  assert realized_buffer(s.uop) is not None and realized_buffer(s.uop).size == ROWS * 4
+  np.testing.assert_array_equal((s + 1).numpy(), a[:4] * 2 + 1)
+  assert s.numpy().shape == (4, 4)
+
+
+def test_gradient_through_a_symbolic_shrink(refgrad_device):
+  a = data((ROWS, 3))
+  x = Tensor(a, device=refgrad_device, requires_grad=True)
+  n = Variable("n", 0, ROWS).bind(3)
+  (rows(x, n) * rows(x, n)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), np.concatenate([2 * a[:3], np.zeros((3, 3), np.float32)]), rtol=1e-6)
+
+
+def test_bind_and_unbind():
+  n = Variable("n", 1, 10)
+  assert n.bind(3).unbind() == (n, 3)
+  assert Variable("n", 1, 10) is n  # one node per (name, range): a Variable is a value, not an object with identity
+
+
+@pytest.mark.parametrize("make, error, match", [
+  (lambda: Variable("n", 1, 10).bind(11), ValueError, r"11 is outside \[1, 10\]"),
+  (lambda: Variable("n", 1, 10).bind(0), ValueError, "outside"),
+  (lambda: Variable("n", 1, 10).bind(2.5), TypeError, "int"),
+  (lambda: Variable("n", 5, 2), ValueError, "min_val <= max_val"),
+  (lambda: Variable("", 0, 2), TypeError, "name"),
+  (lambda: Variable("n", -1, 2), ValueError, "0 <= min_val"),
+  (lambda: Tensor.ones(4, 2).shrink(((0, Variable("n", 1, 8).bind(3)), None)), RuntimeError, "does not fit"),
+  (lambda: rows(Tensor.ones(4, 2), Variable("n", 1, 4).bind(3)).reshape(3, 2), ValueError, "invalid"),
+  (lambda: rows(Tensor.ones(4, 2), Variable("n", 1, 4).bind(3)).pad(((0, 1), (0, 0)), mode="reflect"),
+   NotImplementedError, "constant"),
+])
+def test_errors(make, error, match):
+  with pytest.raises(error, match=match):
+    make()
+
+
+def test_values_outside_the_range_are_refused_at_launch():
+  n = Variable("n", 1, 4)
+  items, _ = rows(Tensor.ones(4, 2, device="PYTHON"), n.bind(2)).sum(0).schedule_with_vars()
+  with pytest.raises(ValueError, match=r"'n' = 5 is outside its range \[1, 4\]"):
+    run_schedule(items, {n: 5})
+
+
+def test_one_variable_bound_to_two_values_in_one_kernel_is_refused():
+  n = Variable("n", 1, 4)
+  t = Tensor.ones(4, 2, device="PYTHON")
+  with pytest.raises(ValueError, match="bound to both"):
+    (rows(t, n.bind(2)).sum(0) + rows(t, n.bind(3)).sum(0)).numpy()
