@@ -62,8 +62,8 @@ def count_items(opt: Adam, loss: Tensor) -> dict[str, int]:
   finally:
     realize.CAPTURE = None
   kinds: dict[str, int] = {}
-  for runner, _, ast in launched:
-    kind = "kernels" if runner is not None else ast.op.name.lower()
+  for runner, item in launched:
+    kind = "kernels" if runner is not None else item.ast.op.name.lower()
     kinds[kind] = kinds.get(kind, 0) + 1
   return kinds
 

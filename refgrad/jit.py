@@ -25,12 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from refgrad import realize
 from refgrad.device import Buffer
 from refgrad.frontend import random as rng_state
 from refgrad.schedule import buffer_node, realized_buffer
+from refgrad.sizes import max_shape, rebind, unbind_arg
 from refgrad.tensor import Tensor
-from refgrad.uop import UOp
+from refgrad.uop import UOp, prod
 
 ReturnType = TypeVar("ReturnType")
 
@@ -55,7 +58,7 @@ def input_buffer(t: Tensor) -> Buffer:
   """The buffer holding a realized input, which must be all of it: an input that is a view into a larger buffer is
   made contiguous first (the tensor keeps its values and gets a buffer of its own)."""
   buf = realized_buffer(t.uop)
-  if buf is None or buf.size != t.numel():
+  if buf is None or buf.size != prod(max_shape(t.shape)):
     t.replace(t.contiguous()).realize()
     buf = realized_buffer(t.uop)
   return buf
@@ -75,6 +78,7 @@ class Launch:
   runner: Callable[..., None] | None  # None: a transfer between devices, realize.run_transfer(ast, buffers)
   buffers: tuple[Buffer, ...]
   ast: UOp
+  var_vals: tuple[tuple[UOp, int], ...] = ()  # a kernel compiled for Variables: their values at capture
 
 
 @dataclass
@@ -112,12 +116,14 @@ class CapturedCall:
       buffers[slot] = new_inputs[i]
     return buffers
 
-  def replay(self, inputs: list[Buffer], signature: tuple) -> Any:
+  def replay(self, inputs: list[Buffer], signature: tuple, values: dict[UOp, int]) -> Any:
     if signature != self.signature:
       raise JitError(f"TinyJit: this call's inputs {describe(signature)} differ from the captured call's "
                      f"{describe(self.signature)}; call jit.reset() to capture again")
     for number, launch in enumerate(self.launches):
       buffers = self.buffers_of(number, inputs)
+      if launch.var_vals:  # the inputs' Variables take this call's values; others keep the captured ones
+        buffers[-1].copyin(np.array([values.get(var, value) for var, value in launch.var_vals], np.int64))
       if launch.runner is None:
         realize.run_transfer(launch.ast, buffers)
       else:
@@ -126,15 +132,21 @@ class CapturedCall:
     for pair in self.state:
       if (t := pair.tensor()) is not None:
         t.uop = buffer_node(getattr(pair, written), t.shape)
+    if values:  # results of symbolic shape: the same buffers, viewed with this call's values
+      for t in tensors_in(self.result):
+        t.uop = buffer_node(realized_buffer(t.uop), rebind(t.shape, values))
     self.replays += 1
     return self.result
 
 
-def call_signature(tensors: list[Tensor], buffers: list[Buffer]) -> tuple:
-  """What a replay must match: each input's shape, dtype and device, and which inputs are one tensor (a capture of
-  f(x, x) reads one buffer for both)."""
-  first = {}
-  return tuple((t.shape, t.dtype, t.device, first.setdefault(b, i)) for i, (t, b) in enumerate(zip(tensors, buffers)))
+def call_signature(tensors: list[Tensor], buffers: list[Buffer]) -> tuple[tuple, dict[UOp, int]]:
+  """What a replay must match: each input's shape (with its Variables, not their values), dtype and device, and
+  which inputs are one tensor (a capture of f(x, x) reads one buffer for both); and the values of the Variables."""
+  first: dict[Buffer, int] = {}
+  values: dict[UOp, int] = {}
+  signature = tuple((unbind_arg(t.shape, values), t.dtype, t.device, first.setdefault(b, i))
+                    for i, (t, b) in enumerate(zip(tensors, buffers)))
+  return signature, values
 
 
 def describe(signature: tuple) -> str:
@@ -174,9 +186,9 @@ class TinyJit(Generic[ReturnType]):
     if lazy := [t for t in tensors if realized_buffer(t.uop) is None]:
       Tensor.realize(*lazy)
     inputs = [input_buffer(t) for t in tensors]
-    signature = call_signature(tensors, inputs)
+    signature, values = call_signature(tensors, inputs)
     if self.captured is not None:
-      return self.captured.replay(inputs, signature)
+      return self.captured.replay(inputs, signature, values)
     self.calls += 1
     if self.calls == 1:
       return self._run(args, kwargs)
@@ -195,7 +207,7 @@ class TinyJit(Generic[ReturnType]):
     realize.CAPTURE = []
     try:
       result = self._run(args, kwargs)
-      launches = [Launch(runner, buffers, ast) for runner, buffers, ast in realize.CAPTURE]
+      launches = [Launch(runner, item.buffers, item.ast, item.var_vals) for runner, item in realize.CAPTURE]
     finally:
       realize.CAPTURE = None
     if rng_state.STATE.counter != draws:

@@ -11,9 +11,9 @@ from refgrad.schedule import ScheduleItem
 from refgrad.search import opts_for
 from refgrad.uop import Ops, UOp
 
-# While a TinyJit captures a call (refgrad/jit.py): every launch, as (runner, buffers, ast); a runner None is a
-# transfer (run_transfer(ast, buffers)).
-CAPTURE: list[tuple[Callable[..., None] | None, tuple[Buffer, ...], UOp]] | None = None
+# While a TinyJit captures a call (refgrad/jit.py): every launch, as (runner, item); a runner None is a transfer
+# (run_transfer(item.ast, item.buffers)).
+CAPTURE: list[tuple[Callable[..., None] | None, ScheduleItem]] | None = None
 
 
 def write_variables(item: ScheduleItem, var_vals: dict[UOp, int] | None) -> None:
@@ -52,4 +52,4 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
       runner = device.get_runner(program)
       runner(*(b.handle for b in item.buffers))
     if CAPTURE is not None:
-      CAPTURE.append((runner, item.buffers, item.ast))
+      CAPTURE.append((runner, item))

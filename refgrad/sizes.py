@@ -158,3 +158,13 @@ def concrete_graph(root: UOp, values: dict[UOp, int] | None = None) -> UOp:
     else:
       rebuilt[node] = UOp(node.op, node.dtype, src, concrete_arg(node.arg, values))
   return rebuilt[root]
+
+
+def rebind(arg: Any, values: dict[UOp, int]) -> Any:
+  """arg (a size, or tuples of them) with each bound Variable in `values` bound to its value there instead."""
+  if isinstance(arg, tuple):
+    return tuple(rebind(a, values) for a in arg)
+  if not isinstance(arg, UOp):
+    return arg
+  binds = {n: n.src[0].bind(values[n.src[0]]) for n in arg.toposort if n.op is Ops.BIND and n.src[0] in values}
+  return arg.substitute(binds) if binds else arg

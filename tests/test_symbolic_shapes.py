@@ -4,7 +4,7 @@ run_schedule with other values; gradients through symbolic shrinks; the errors."
 import numpy as np
 import pytest
 
-from refgrad import Tensor, Variable
+from refgrad import Tensor, TinyJit, Variable
 from refgrad.codegen.linearize import _compile
 from refgrad.realize import run_schedule
 from refgrad.schedule import realized_buffer
@@ -135,3 +135,28 @@ def test_one_variable_bound_to_two_values_in_one_kernel_is_refused():
   t = Tensor.ones(4, 2, device="PYTHON")
   with pytest.raises(ValueError, match="bound to both"):
     (rows(t, n.bind(2)).sum(0) + rows(t, n.bind(3)).sum(0)).numpy()
+
+
+def test_tinyjit_replays_with_new_values_of_the_inputs_variables(refgrad_device, monkeypatch):
+  """A jitted function of a symbolic input: later calls bind the Variable to new values and replay the captured
+  kernels (no scheduling) for them; results are bit for bit the plain function's, viewed with the new values."""
+  import refgrad.tensor
+  n = Variable("n", 1, ROWS)
+  a = data((ROWS, 3))
+  base = Tensor(a, device=refgrad_device).realize()
+
+  def fn(x):
+    return (x * 2).sum(0) + x.max(), x.exp() - 1
+
+  jitted = TinyJit(fn)
+  for call, value in enumerate([3, 5, 2, ROWS, 1, 4]):
+    x = rows(base, n.bind(value)).contiguous().realize()
+    if call >= 2:
+      monkeypatch.setattr(refgrad.tensor, "create_schedule", lambda *_: pytest.fail("a replay scheduled"))
+    total, shifted = jitted(x)
+    monkeypatch.undo()
+    plain_total, plain_shifted = fn(rows(base, n.bind(value)).contiguous())
+    assert shifted.shape[0].unbind() == (n, value)
+    np.testing.assert_array_equal(total.numpy(), plain_total.numpy())
+    np.testing.assert_array_equal(shifted.numpy(), plain_shifted.numpy())
+  assert jitted.captured is not None and jitted.captured.replays == 4
