@@ -185,6 +185,8 @@ class UOp:
 
   # ---- printing
   def __repr__(self) -> str:
+    if self.op in _SIZE_OPS and self.dtype.kind == "i" and any(u.op is Ops.DEFINE_VAR for u in self.toposort):
+      return render_size(self)
     return render_tree(self)
 
   def __iter__(self) -> Iterator[UOp]:
@@ -201,6 +203,25 @@ def canonical_const(dtype: DType, value: Any) -> Any:
     converted = exec_cast(np.array(float(value), np.float64), dtype)
     return float(converted) if dtype.kind == "f" else int(converted)
   return as_python_scalar(dtype, value)
+
+
+_SIZE_OPS = frozenset({Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.NEG, Ops.IDIV, Ops.MOD})
+_SIZE_SYMBOLS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%"}
+
+
+def render_size(u: UOp) -> str:
+  """A symbolic size as a formula: a bound Variable as name=value ("n=3"), an unbound one by its range."""
+  if u.op is Ops.BIND:
+    return f"{u.src[0].arg[0]}={u.src[1].arg}"
+  if u.op is Ops.DEFINE_VAR:
+    return f"{u.arg[0]}[{u.arg[1]}..{u.arg[2]}]"
+  if u.op is Ops.CONST:
+    return str(u.arg)
+  if u.op is Ops.NEG:
+    return f"-{render_size(u.src[0])}"
+  if u.op in _SIZE_SYMBOLS and len(u.src) == 2:
+    return f"({render_size(u.src[0])} {_SIZE_SYMBOLS[u.op]} {render_size(u.src[1])})"
+  return render_tree(u)
 
 
 def render_tree(root: UOp, max_nodes: int = 60) -> str:
