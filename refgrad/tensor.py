@@ -469,6 +469,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     devices = Device.canonicalize(tuple(devices) if isinstance(devices, list) else devices)
     if not isinstance(devices, tuple):
       raise TypeError(f"shard: devices must be a tuple of device names, got {devices!r}")
+    if is_symbolic_shape(self.shape):
+      raise NotImplementedError(f"shard: a tensor of symbolic shape {self.shape} cannot be sharded yet")
     if axis is None:
       if splits is not None:
         raise ValueError("shard: splits need an axis to split")

@@ -117,6 +117,8 @@ def test_bind_and_unbind():
   (lambda: rows(Tensor.ones(4, 2), Variable("n", 1, 4).bind(3)).reshape(3, 2), ValueError, "invalid"),
   (lambda: rows(Tensor.ones(4, 2), Variable("n", 1, 4).bind(3)).pad(((0, 1), (0, 0)), mode="reflect"),
    NotImplementedError, "constant"),
+  (lambda: rows(Tensor.ones(4, 2), Variable("n", 1, 4).bind(3)).shard(("PYTHON", "PYTHON:1")), NotImplementedError,
+   r"symbolic shape \(n=3, 2\)"),
 ])
 def test_errors(make, error, match):
   with pytest.raises(error, match=match):
