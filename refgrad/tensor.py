@@ -229,7 +229,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     device = Device.canonicalize(device)
     if isinstance(device, tuple):
       return Tensor(multi.multi([Tensor.empty(*shape, dtype=dt, device=d).uop for d in device], None, None), **kwargs)
-    return Tensor(buffer_node(Buffer(device, prod(shape), dt), shape), **kwargs)
+    return Tensor(buffer_node(Buffer(device, prod(max_shape(shape)), dt), shape), **kwargs)
 
   @staticmethod
   def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | str | None = None,

@@ -100,6 +100,15 @@ def test_gradient_through_a_symbolic_shrink(refgrad_device):
   np.testing.assert_allclose(x.grad.numpy(), np.concatenate([2 * a[:3], np.zeros((3, 3), np.float32)]), rtol=1e-6)
 
 
+def test_creation_with_symbolic_sizes():
+  n = Variable("n", 0, ROWS).bind(2)
+  assert Tensor.empty(n, 3, device="PYTHON").shape == (n, 3)
+  np.testing.assert_array_equal(Tensor.full((n, 2), 2.5, device="PYTHON").numpy(), np.full((2, 2), 2.5))
+  np.testing.assert_array_equal(Tensor.ones(n, 3, device="PYTHON").sum(0).numpy(), [2, 2, 2])
+  np.testing.assert_array_equal(Tensor.ones(1, 3, device="PYTHON").expand(n, 3).numpy(), np.ones((2, 3)))
+  np.testing.assert_array_equal((Tensor.zeros(4, 3, device="PYTHON")[:1].expand(n, 3) + 1).sum(0).numpy(), [2, 2, 2])
+
+
 def test_bind_and_unbind():
   n = Variable("n", 1, 10)
   assert n.bind(3).unbind() == (n, 3)
