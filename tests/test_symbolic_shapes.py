@@ -109,6 +109,17 @@ def test_creation_with_symbolic_sizes():
   np.testing.assert_array_equal((Tensor.zeros(4, 3, device="PYTHON")[:1].expand(n, 3) + 1).sum(0).numpy(), [2, 2, 2])
 
 
+def test_slicing_with_a_bound_variable_is_a_shrink():
+  a = data((ROWS, 4))
+  t = Tensor(a, device="PYTHON")
+  n = Variable("n", 1, 4).bind(3)
+  np.testing.assert_array_equal(t[:n].numpy(), a[:3])
+  np.testing.assert_array_equal(t[1:n + 1, :n].numpy(), a[1:4, :3])
+  np.testing.assert_array_equal(t[2:, :n].sum(0).numpy(), a[2:, :3].sum(0))
+  with pytest.raises(IndexError, match="non-negative"):
+    t[-2:n]
+
+
 def test_bind_and_unbind():
   n = Variable("n", 1, 10)
   assert n.bind(3).unbind() == (n, 3)

@@ -17,7 +17,7 @@ from refgrad.dtype import dtypes
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.shapes import ShapeError, broadcast_shape, normalize_dim
 from refgrad.schedule import realized_buffer
-from refgrad.uop import GroupOp, Ops, prod
+from refgrad.uop import GroupOp, Ops, UOp, prod
 
 Shape = tuple[int, ...]
 
@@ -61,6 +61,21 @@ class BasicPlan:
     if self.flips:
       out = out.flip(self.flips)
     return out.pad(tuple((start, s - end) for (start, end), s in zip(self.bounds, in_shape)))
+
+
+def _symbolic_slices(index: Any, shape: tuple) -> tuple | None:
+  """t[:n] and t[a:n, ...] with a symbolic size n (refgrad/sizes.py): the shrink they are, when every item is a slice
+  of step 1 with non-negative bounds, at least one of them symbolic; None otherwise (ordinary indexing)."""
+  items = index if isinstance(index, tuple) else (index,)
+  if len(items) > len(shape) or not all(isinstance(i, slice) and i.step in (None, 1) for i in items):
+    return None
+  if not any(isinstance(part, UOp) for i in items for part in (i.start, i.stop)):
+    return None
+  if any(not isinstance(part, UOp) and part is not None and part < 0 for i in items for part in (i.start, i.stop)):
+    raise IndexError(f"with a symbolic size, slice bounds must be non-negative, got {index}")
+  bounds = tuple((0 if i.start is None else i.start, size if i.stop is None else i.stop)
+                 for i, size in zip(items, shape))
+  return bounds + (None,) * (len(shape) - len(items))
 
 
 def _slice_bounds(s: slice, size: int) -> tuple[int, int, int]:
@@ -472,6 +487,8 @@ class IndexingMixin(TensorBase):
     >>> Tensor.zeros(2, 3, 4)[0, :, [1, 2]].shape
     (2, 3)
     """
+    if (bounds := _symbolic_slices(index, self.shape)) is not None:
+      return self.shrink(bounds)
     return get_index(self, index)
 
   def __setitem__(self, index: Any, value: Any) -> None:
