@@ -30,10 +30,11 @@ import numpy as np
 from refgrad import realize
 from refgrad.device import Buffer
 from refgrad.frontend import random as rng_state
+from refgrad.multi import multi
 from refgrad.schedule import buffer_node, realized_buffer
 from refgrad.sizes import max_shape, rebind, unbind_arg
 from refgrad.tensor import Tensor
-from refgrad.uop import UOp, prod
+from refgrad.uop import Ops, UOp, prod
 
 ReturnType = TypeVar("ReturnType")
 
@@ -54,22 +55,33 @@ def tensors_in(value: Any) -> list[Tensor]:
   return []
 
 
-def input_buffer(t: Tensor) -> Buffer:
-  """The buffer holding a realized input, which must be all of it: an input that is a view into a larger buffer is
-  made contiguous first (the tensor keeps its values and gets a buffer of its own)."""
-  buf = realized_buffer(t.uop)
-  if buf is None or buf.size != prod(max_shape(t.shape)):
+def parts_of(node: UOp) -> tuple[UOp, ...]:
+  """A tensor's node per device: the parts of a tensor over several devices (refgrad/multi.py), or itself."""
+  return node.src if node.op is Ops.MULTI else (node,)
+
+
+def whole_buffer(node: UOp) -> Buffer | None:
+  """The buffer a realized node (one device's) reads all of, or None."""
+  buf = realized_buffer(node)
+  return buf if buf is not None and buf.size == prod(max_shape(node.shape)) else None
+
+
+def input_buffers(t: Tensor) -> list[Buffer]:
+  """The buffers holding a realized input, one per device, each all of its part: an input that is a view into a
+  larger buffer is made contiguous first (the tensor keeps its values and gets buffers of its own)."""
+  if any(whole_buffer(p) is None for p in parts_of(t.uop)):
     t.replace(t.contiguous()).realize()
-    buf = realized_buffer(t.uop)
-  return buf
+  return [whole_buffer(p) for p in parts_of(t.uop)]
 
 
-def held_buffers() -> dict[int, tuple[weakref.ref, Buffer]]:
-  """Every live tensor that holds a realized buffer, by id: the state a captured call may replace."""
+def held_buffers() -> dict[tuple[int, int], tuple[weakref.ref, int, Buffer]]:
+  """Every live tensor's realized buffers, by (id, part): the state a captured call may replace."""
   held = {}
   for obj in gc.get_objects():  # type(), not isinstance: that would ask objects for a __class__ (torch's warn)
-    if issubclass(type(obj), Tensor) and (buf := realized_buffer(obj.uop)) is not None and buf.size == obj.numel():
-      held[id(obj)] = (weakref.ref(obj), buf)
+    if issubclass(type(obj), Tensor):
+      for part, node in enumerate(parts_of(obj.uop)):
+        if (buf := whole_buffer(node)) is not None:
+          held[(id(obj), part)] = (weakref.ref(obj), part, buf)
   return held
 
 
@@ -84,8 +96,18 @@ class Launch:
 @dataclass
 class StatePair:
   tensor: weakref.ref
+  part: int       # which of the tensor's parts (0 on one device)
   before: Buffer  # what the tensor held when the capture began: read by the captured kernels
   after: Buffer   # what a captured kernel wrote into it
+
+  def point(self, t: Tensor, buf: Buffer) -> None:
+    """Make the tensor (its part) read buf."""
+    if t.uop.op is not Ops.MULTI:
+      t.uop = buffer_node(buf, t.shape)
+      return
+    parts = list(t.uop.src)
+    parts[self.part] = buffer_node(buf, parts[self.part].shape)
+    t.uop = multi(parts, *t.uop.arg)
 
 
 class CapturedCall:
@@ -131,7 +153,7 @@ class CapturedCall:
     written = "before" if self.replays % 2 == 0 else "after"
     for pair in self.state:
       if (t := pair.tensor()) is not None:
-        t.uop = buffer_node(getattr(pair, written), t.shape)
+        pair.point(t, getattr(pair, written))
     if values:  # results of symbolic shape: the same buffers, viewed with this call's values
       for t in tensors_in(self.result):
         t.uop = buffer_node(realized_buffer(t.uop), rebind(t.shape, values))
@@ -139,19 +161,21 @@ class CapturedCall:
     return self.result
 
 
-def call_signature(tensors: list[Tensor], buffers: list[Buffer]) -> tuple[tuple, dict[UOp, int]]:
-  """What a replay must match: each input's shape (with its Variables, not their values), dtype and device, and
-  which inputs are one tensor (a capture of f(x, x) reads one buffer for both); and the values of the Variables."""
+def call_signature(tensors: list[Tensor], buffers: list[list[Buffer]]) -> tuple[tuple, dict[UOp, int]]:
+  """What a replay must match: each input's shape (with its Variables, not their values), dtype, device(s) and
+  layout over them, and which inputs are one tensor (a capture of f(x, x) reads one buffer for both); and the
+  values of the Variables."""
   first: dict[Buffer, int] = {}
   values: dict[UOp, int] = {}
-  signature = tuple((unbind_arg(t.shape, values), t.dtype, t.device, first.setdefault(b, i))
-                    for i, (t, b) in enumerate(zip(tensors, buffers)))
+  signature = tuple((unbind_arg(t.shape, values), t.dtype, t.device, t.uop.arg if t.uop.op is Ops.MULTI else None,
+                     first.setdefault(b[0], i)) for i, (t, b) in enumerate(zip(tensors, buffers)))
   return signature, values
 
 
 def describe(signature: tuple) -> str:
-  parts = [f"{list(shape)} {dtype.name} on {device}" + (f" (the same tensor as input {same})" if same != i else "")
-           for i, (shape, dtype, device, same) in enumerate(signature)]
+  parts = [f"{list(shape)} {dtype.name} on {device}" + (f" split {layout}" if layout else "") +
+           (f" (the same tensor as input {same})" if same != i else "")
+           for i, (shape, dtype, device, layout, same) in enumerate(signature)]
   return "(" + ", ".join(parts) + ")"
 
 
@@ -180,13 +204,11 @@ class TinyJit(Generic[ReturnType]):
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
     tensors = tensors_in(list(args) + list(kwargs.values()))
-    if sharded := [t for t in tensors if isinstance(t.device, tuple)]:
-      raise NotImplementedError(f"TinyJit: inputs over several devices ({sharded[0].device}) are not captured yet; "
-                                "call the function without TinyJit")
-    if lazy := [t for t in tensors if realized_buffer(t.uop) is None]:
+    if lazy := [t for t in tensors if any(realized_buffer(p) is None for p in parts_of(t.uop))]:
       Tensor.realize(*lazy)
-    inputs = [input_buffer(t) for t in tensors]
-    signature, values = call_signature(tensors, inputs)
+    per_tensor = [input_buffers(t) for t in tensors]
+    signature, values = call_signature(tensors, per_tensor)
+    inputs = [b for bufs in per_tensor for b in bufs]
     if self.captured is not None:
       return self.captured.replay(inputs, signature, values)
     self.calls += 1
@@ -214,7 +236,8 @@ class TinyJit(Generic[ReturnType]):
       raise NotImplementedError("TinyJit: the function draws random numbers (Tensor.rand and its kin), whose key "
                                 "and counter are copied in from Python; a replay would repeat this call's draws")
     written = {b for launch in launches for b in launch.buffers[:1]}
-    state = [StatePair(ref, old, new) for ref, old in before.values()
-             if (t := ref()) is not None and (new := realized_buffer(t.uop)) is not old and new in written]
+    state = [StatePair(ref, part, old, new) for ref, part, old in before.values()
+             if (t := ref()) is not None and part < len(parts_of(t.uop)) and
+             (new := whole_buffer(parts_of(t.uop)[part])) is not old and new in written]
     self.captured = CapturedCall(launches, inputs, signature, state, result)
     return result
