@@ -32,12 +32,13 @@ _REALIZED: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # Graphs lower_multi returned (each on one device): lowering them again gives them back (Tensor.realize lowers, then
 # create_schedule is given the parts), so the walk stops there.
 _LOWERED: weakref.WeakSet[UOp] = weakref.WeakSet()
-# Set when the first node on several devices is made: until then the scheduler skips the lowering walk.
-_IN_USE = False
+# The nodes on several devices that exist (MULTIs, and the DEVICEs of constants on several devices): while there are
+# none, no graph can hold one, and the scheduler skips the lowering walk.
+_LIVE: weakref.WeakSet[UOp] = weakref.WeakSet()
 
 
 def in_use() -> bool:
-  return _IN_USE
+  return len(_LIVE) > 0
 
 
 def split_bounds(size: int, count: int, splits: tuple[int, ...] | None = None) -> Bounds:
@@ -54,16 +55,17 @@ def split_bounds(size: int, count: int, splits: tuple[int, ...] | None = None) -
 
 
 def multi(parts: list[UOp] | tuple[UOp, ...], axis: int | None, bounds: Bounds | None) -> UOp:
-  global _IN_USE
-  _IN_USE = True
-  return UOp(Ops.MULTI, parts[0].dtype, tuple(parts), (axis, bounds))
+  node = UOp(Ops.MULTI, parts[0].dtype, tuple(parts), (axis, bounds))
+  _LIVE.add(node)
+  return node
 
 
 def const_on(dtype: Any, value: Any, device: str | tuple[str, ...]) -> UOp:
   """A constant on a device, or on several (a tuple of names: the constant is replicated on each)."""
-  global _IN_USE
-  _IN_USE = _IN_USE or isinstance(device, tuple)
-  return UOp.const(dtype, value).replace(src=(UOp(Ops.DEVICE, dtypes.void, (), device),))
+  device_node = UOp(Ops.DEVICE, dtypes.void, (), device)
+  if isinstance(device, tuple):
+    _LIVE.add(device_node)
+  return UOp.const(dtype, value).replace(src=(device_node,))
 
 
 def remember_realized(node: UOp, realized: UOp) -> None:

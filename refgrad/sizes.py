@@ -8,6 +8,7 @@ layout and reduces only the lanes inside the bound sizes.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -17,12 +18,13 @@ from refgrad.uop import Ops, UOp
 
 Size = int | UOp
 VARIABLE_DTYPE = dtypes.int64
-# Set when the first Variable is made: until then the scheduler skips looking for bound variables in kernels.
-_IN_USE = False
+# The Variables that exist: while there are none, no graph can hold a symbolic size, and the scheduler skips looking
+# for bound variables in kernels.
+_LIVE: weakref.WeakSet[UOp] = weakref.WeakSet()
 
 
 def in_use() -> bool:
-  return _IN_USE
+  return len(_LIVE) > 0
 
 
 def Variable(name: str, min_val: int, max_val: int) -> UOp:  # noqa: N802  (tinygrad's name: it makes a node)
@@ -39,9 +41,9 @@ def Variable(name: str, min_val: int, max_val: int) -> UOp:  # noqa: N802  (tiny
       raise TypeError(f"Variable {name!r}: {what} must be an int, got {type(value).__name__}")
   if not 0 <= min_val <= max_val:
     raise ValueError(f"Variable {name!r}: needs 0 <= min_val <= max_val, got [{min_val}, {max_val}]")
-  global _IN_USE
-  _IN_USE = True
-  return UOp(Ops.DEFINE_VAR, VARIABLE_DTYPE, (), (name, int(min_val), int(max_val)))
+  variable = UOp(Ops.DEFINE_VAR, VARIABLE_DTYPE, (), (name, int(min_val), int(max_val)))
+  _LIVE.add(variable)
+  return variable
 
 
 def is_symbolic(size: Any) -> bool:

@@ -309,6 +309,7 @@ def _corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
   img = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
   kern = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
   ints = rng.integers(-1000, 1000, (6, 10)).astype(np.int32)
+  n = Variable("rows", 1, 8).bind(5)  # made here, not at import: until a Variable exists, schedules skip looking
   return {
     "elementwise chain": (lambda t: ((t * 1.5 - 2) * t + 0.25).maximum(t.abs() * 0.5), [x]),
     "transcendentals": (lambda t: t.exp2() + t.abs().log2() + t.sin() + t.abs().sqrt(), [x]),
@@ -325,18 +326,15 @@ def _corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
     "sharded matmul, gathered": (lambda a, b: (_sharded(a, 0) @ _sharded(b, None)).to("PYTHON"), [x, w]),
     "sharded integers, resharded": (lambda t: (_sharded(t, 1) * 3 + _sharded(t, 0)).sum(1), [ints]),
     # sizes known only at launch: kernels compiled for a Variable, run with a bound value below its largest
-    "symbolic rows": (lambda t: _rows(t).sum(0) * _rows(t).max(0) + _rows(t).mean(), [x]),
-    "symbolic reshape and pad": (lambda t: _rows(t).T.reshape(12 * _ROWS).exp().reshape(12, _ROWS)
-                                 .pad((None, (1, 8 - _ROWS))).sum(1), [x]),
+    "symbolic rows": (lambda t: _rows(t, n).sum(0) * _rows(t, n).max(0) + _rows(t, n).mean(), [x]),
+    "symbolic reshape and pad": (lambda t: _rows(t, n).T.reshape(12 * n).exp().reshape(12, n)
+                                 .pad((None, (1, 8 - n))).sum(1), [x]),
   }
 
 
-_ROWS = Variable("rows", 1, 8).bind(5)
-
-
-def _rows(t: Any) -> Any:
-  """The first `rows` (a Variable bound to 5, at most 8) rows of t."""
-  return t.shrink(((0, _ROWS),) + (None,) * (t.ndim - 1))
+def _rows(t: Any, n: Any) -> Any:
+  """The first n rows of t (n: a bound Variable)."""
+  return t.shrink(((0, n),) + (None,) * (t.ndim - 1))
 
 
 def _sharded(t: Any, axis: int | None) -> Any:
