@@ -113,3 +113,14 @@ def edge_values(dt) -> np.ndarray:
   big = float(ml_dtypes.finfo(NP_DTYPE[dt]).max)
   vals = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, -7.0, 100.0, 1e-3, big, -big, np.inf, -np.inf, np.nan]
   return np.array(vals, dtype=np.float64).astype(NP_DTYPE[dt])
+
+
+def training_step(model, optimizer):
+  """One full-batch cross-entropy training step of model, the function a test runs plain or jitted."""
+  def step(x, y):
+    optimizer.zero_grad()
+    loss = model(x).sparse_categorical_crossentropy(y)
+    loss.backward()
+    optimizer.step()
+    return loss
+  return step

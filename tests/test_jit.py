@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import training_step
 
 import refgrad.tensor
 from refgrad import Device, Tensor, TinyJit, dtypes
@@ -62,12 +63,7 @@ def test_replays_neither_schedule_nor_compile(monkeypatch):
 
 def train(model, optimizer, steps: int, jit: bool) -> list[float]:
   x_np, y_np = mlp.spirals()
-  def step(x, y):
-    optimizer.zero_grad()
-    loss = model(x).sparse_categorical_crossentropy(y)
-    loss.backward()
-    optimizer.step()
-    return loss
+  step = training_step(model, optimizer)
   run = TinyJit(step) if jit else step
   with Tensor.train():
     return [run(Tensor(x_np), Tensor(y_np)).item() for _ in range(steps)]

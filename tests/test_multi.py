@@ -3,6 +3,7 @@ kind on split and replicated tensors against numpy, uneven and empty parts, the 
 reduction bound, autograd and an optimizer on sharded parameters against one device, and the errors."""
 import numpy as np
 import pytest
+from helpers import training_step
 
 from refgrad import Device, Tensor, TinyJit, dtypes
 from refgrad.nn import Linear
@@ -244,14 +245,7 @@ def test_a_jitted_data_parallel_training_step_follows_the_plain_one():
     for p in (layer.weight, layer.bias):
       p.replace(p.to("PYTHON")).realize()
       p.shard_(devices)
-    opt = Adam([layer.weight, layer.bias], lr=0.05)
-
-    def step(x, y):
-      opt.zero_grad()
-      loss = layer(x).sparse_categorical_crossentropy(y)
-      loss.backward()
-      opt.step()
-      return loss
+    step = training_step(layer, Adam([layer.weight, layer.bias], lr=0.05))
     run = TinyJit(step) if jit else step
     with Tensor.train():
       return [run(x, y).item() for _ in range(6)], layer.weight.numpy()
