@@ -17,6 +17,7 @@ CAPTURE: list[tuple[Callable[..., None] | None, ScheduleItem]] | None = None
 
 
 def write_variables(item: ScheduleItem, var_vals: dict[UOp, int] | None) -> None:
+  """Fill a symbolic kernel's values buffer (its last) for this launch."""
   values = []
   for var, bound in item.var_vals:
     value = bound if var_vals is None or var not in var_vals else var_vals[var]
