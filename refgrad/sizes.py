@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from refgrad.dtype import dtypes
-from refgrad.uop import Ops, UOp
+from refgrad.uop import Ops, UOp, size_sum
 
 Size = int | UOp
 VARIABLE_DTYPE = dtypes.int64
@@ -137,7 +137,12 @@ def unbind_graph(root: UOp) -> tuple[UOp, dict[UOp, int]]:
 def view_shape(shape: tuple) -> tuple | None:
   """How a buffer laid out for max_shape(shape) is viewed as a symbolic shape: the SHRINK arg, or None if the
   shape has no symbolic size."""
-  return tuple((0, s) for s in shape) if is_symbolic_shape(shape) else None
+  return tuple((0, canonical(s)) for s in shape) if is_symbolic_shape(shape) else None
+
+
+def canonical(size: Size) -> Size:
+  """The one node of a size (uop.size_sum's form): n * 4 and 4 * n are one size."""
+  return size_sum((size, 1)) if isinstance(size, UOp) else size
 
 
 def concrete_arg(arg: Any, values: dict[UOp, int] | None = None) -> Any:

@@ -272,8 +272,9 @@ def _terms(size: Any, scale: int, into: dict[UOp, int]) -> int:
     return _terms(size.src[0], scale, into) + _terms(size.src[1], scale, into)
   if size.op is Ops.NEG:
     return _terms(size.src[0], -scale, into)
-  if size.op is Ops.MUL and size.src[1].op is Ops.CONST:
-    return _terms(size.src[0], scale * size.src[1].arg, into)
+  if size.op is Ops.MUL and Ops.CONST in (size.src[0].op, size.src[1].op):  # n * 4 or 4 * n
+    factor, other = size.src if size.src[0].op is Ops.CONST else size.src[::-1]
+    return _terms(other, scale * factor.arg, into)
   into[size] = into.get(size, 0) + scale
   return 0
 

@@ -120,6 +120,15 @@ def test_slicing_with_a_bound_variable_is_a_shrink():
     t[-2:n]
 
 
+def test_equal_sizes_are_one_node_however_they_were_built():
+  from refgrad.uop import size_sum
+  n = Variable("n", 0, ROWS).bind(2)
+  assert size_sum((n, 1), (ROWS - n, 1)) == ROWS
+  assert size_sum((4 * n, 1)) is size_sum((n * 4, 1)) is size_sum((n, 3), (n, 1))
+  t = rows(Tensor.ones(ROWS, 1, device="PYTHON"), n)
+  np.testing.assert_array_equal((t.pad(((1, 0), (0, 0))) + t.pad(((0, 1), (0, 0)))).numpy(), [[1], [2], [1]])
+
+
 def test_bind_and_unbind():
   n = Variable("n", 1, 10)
   assert n.bind(3).unbind() == (n, 3)

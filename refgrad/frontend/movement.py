@@ -17,7 +17,7 @@ from refgrad.frontend.indexing import IndexingMixin
 from refgrad.frontend.rearrange import plan_rearrange
 from refgrad.frontend.shapes import ShapeError, is_size, normalize_dim, shape_args
 from refgrad.gradient import custom_gradient
-from refgrad.sizes import is_symbolic, is_symbolic_shape, max_shape, max_size, shape_value, size_value
+from refgrad.sizes import canonical, is_symbolic, is_symbolic_shape, max_shape, max_size, shape_value, size_value
 from refgrad.uop import Ops, UOp, prod
 
 
@@ -90,6 +90,7 @@ class MovementMixin(IndexingMixin):
     if shape_value(new) and prod(shape_value(new)) != prod(shape_value(self.shape)) or \
        prod(max_shape(new)) != prod(max_shape(self.shape)):
       raise ShapeError(f"shape {new} is invalid for input of shape {self.shape}")
+    new = tuple(canonical(s) for s in new)
     return self if new == self.shape else self._movement(Ops.RESHAPE, new)
 
   def view(self, *shape: Any) -> Self:
@@ -121,6 +122,7 @@ class MovementMixin(IndexingMixin):
         raise ShapeError(f"expand: the expanded size {s} must match the existing size {old} at a non-singleton "
                              f"dimension (tensor shape {self.shape}, target {tuple(shape)})")
     base = self.reshape(padded) if padded != self.shape else self
+    new = tuple(canonical(s) for s in new)
     return base if new == base.shape else base._movement(Ops.EXPAND, new)
 
   def permute(self, *order: Any) -> Self:
