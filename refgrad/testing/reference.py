@@ -181,9 +181,10 @@ def raised_by_device(error: BaseException) -> bool:
 
 
 def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, expected: np.ndarray,
-            result: Comparison, inputs: tuple, opts: OptList | None = None) -> str:
+            result: Comparison, inputs: tuple, opts: OptList | None = None, shape: tuple | None = None) -> str:
+  """`shape`: the output's, when it is not the kernel's own (a symbolic kernel's, at this schedule's values)."""
   program = compile_ast(item.ast, Device[device].caps, opts)  # as the device compiled it: GPU-shaped on OPENCL
-  shape = item.ast.src[0].src[1].shape
+  shape = item.ast.src[0].src[1].shape if shape is None else shape
   lines = [f"{device} differs from the reference in kernel {index} ({program.name}, output "
            f"{result.dtype.name}{list(shape)}, opts {opts_text(program.opts)}): {result.mismatch_count} of "
            f"{result.checked} checked lanes ({result.undefined} undefined, {result.unbounded} unbounded skipped)"]
@@ -218,27 +219,16 @@ def _check_transfer(item: ScheduleItem, index: int, device: str, contents: list[
   return kernel
 
 
-def _check_symbolic(item: ScheduleItem, index: int, device: str, contents: list[np.ndarray],
-                    opts: Callable[[UOp], OptList] | None, report: ReferenceReport, raise_on_mismatch: bool) -> None:
-  """A kernel compiled for Variables, run by the device with this schedule's values: compared in the region of
-  its output the values make (the rest of the buffer, laid out for the largest values, is not the tensor's)."""
+def _output_region(item: ScheduleItem) -> tuple[tuple[int, ...], Callable[[np.ndarray], np.ndarray]]:
+  """A kernel's output shape and the lanes of its buffer that hold it, flat: all of them, or for a kernel of
+  symbolic shape the region its values make (the rest of the buffer, laid out for the largest values, is not the
+  tensor's)."""
+  shape = item.ast.src[0].src[1].shape
+  if not item.var_vals:
+    return shape, lambda flat: flat.reshape(-1)
   values = dict(item.var_vals)
-  concrete = concrete_graph(item.ast, values)
-  value_shape = item.ast.src[0].src[1].shape
-  region = tuple(slice(0, n) for n in shape_value(value_shape, values))
-  def inside(flat: np.ndarray) -> np.ndarray:
-    return flat.reshape(max_shape(value_shape))[region].reshape(-1)
-  _, bound, undefined = kernel_error_bounds(concrete, dict(enumerate(contents)))
-  kernel_opts = None if opts is None else opts(item.ast)
-  actual = _device_run(item, device, contents, kernel_opts)
-  result = compare(inside(actual), inside(contents[0]), undefined, abs_bound=bound)
-  kernel = KernelResult(compile_ast(item.ast).name, result, item.ast)
-  report.kernels.append(kernel)
-  if not result.ok:
-    shown = ", ".join(f"{var.arg[0]}={value}" for var, value in item.var_vals)
-    kernel.explanation = f"with {shown}: " + explain(item, index, device, actual, contents[0], result, (), kernel_opts)
-    if raise_on_mismatch:
-      raise ReferenceMismatch(kernel.explanation)
+  region = tuple(slice(0, n) for n in shape_value(shape, values))
+  return shape_value(shape, values), lambda flat: flat.reshape(max_shape(shape))[region].reshape(-1)
 
 
 def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, raise_on_mismatch: bool = True,
@@ -267,12 +257,13 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
         raise ReferenceMismatch(kernel.explanation)
       report.kernels.append(kernel)
       continue
-    if item.var_vals:
-      _check_symbolic(item, index, device, contents, opts, report, raise_on_mismatch)
-      continue
-    expected, bound, undefined = kernel_error_bounds(item.ast, dict(enumerate(contents)))
+    shape, inside = _output_region(item)
+    values = dict(item.var_vals)  # a kernel compiled for Variables: its bounds are those of this schedule's values
+    _, bound, undefined = kernel_error_bounds(concrete_graph(item.ast, values) if values else item.ast,
+                                              dict(enumerate(contents)))
     reference_undefined = item.buffers[0].undefined
     if reference_undefined is not None:
+      reference_undefined = inside(np.asarray(reference_undefined))
       undefined = reference_undefined if undefined is None else undefined | reference_undefined
     kernel_opts = None if opts is None else opts(item.ast)
     actual = _device_run(item, device, contents, kernel_opts)
@@ -281,13 +272,15 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
         f"{device} switched this process to flush-to-zero / denormals-are-zero (x86 MXCSR FTZ/DAZ; loading a library "
         "built with -ffast-math does it): docs/SPEC.md requires subnormals, and the reference, which runs in this "
         "process, can no longer be trusted. Build the backend without -ffast-math (or restore the FP mode).")
-    result = compare(actual, contents[0], undefined, abs_bound=bound)
+    actual, expected = inside(actual), inside(contents[0])
+    result = compare(actual, expected, undefined, abs_bound=bound)
     kernel = KernelResult(compile_ast(item.ast).name, result, item.ast)
     if keep_lanes:
-      kernel.lanes = Lanes(actual.reshape(-1), contents[0].reshape(-1), undefined, bound)
+      kernel.lanes = Lanes(actual, expected, undefined, bound)
     report.kernels.append(kernel)
     if not result.ok:
-      kernel.explanation = explain(item, index, device, actual, contents[0], result, inputs, kernel_opts)
+      shown = "".join(f"with {var.arg[0]}={value}: " for var, value in item.var_vals)
+      kernel.explanation = shown + explain(item, index, device, actual, expected, result, inputs, kernel_opts, shape)
       if raise_on_mismatch:
         raise ReferenceMismatch(kernel.explanation)
   return report
