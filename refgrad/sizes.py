@@ -94,44 +94,60 @@ def size_const(size: UOp, dtype: Any, device: str) -> UOp:
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), size)
 
 
-def unbind_arg(arg: Any, found: dict[UOp, int]) -> Any:
-  """arg (a size, or tuples of them) with every bound variable replaced by its Variable; the values go to `found`.
-  One Variable bound to two values in one kernel is an error."""
+def map_sizes(arg: Any, fn: Any) -> Any:
+  """arg (a size, or tuples of them, as op args hold them) with fn applied to each symbolic size."""
   if isinstance(arg, tuple):
-    return tuple(unbind_arg(a, found) for a in arg)
-  if not isinstance(arg, UOp):
-    return arg
-  binds = [n for n in arg.toposort if n.op is Ops.BIND]
-  for node in binds:
-    var, value = node.unbind()
-    if found.setdefault(var, value) != value:
-      raise ValueError(f"Variable {var.arg[0]!r} is bound to both {found[var]} and {value} in one computation")
-  return arg.substitute({node: node.src[0] for node in binds}) if binds else arg
+    return tuple(map_sizes(a, fn) for a in arg)
+  return fn(arg) if isinstance(arg, UOp) else arg
+
+
+def _sizes_in(arg: Any) -> list[UOp]:
+  found: list[UOp] = []
+  map_sizes(arg, found.append)
+  return found
+
+
+def unbind_arg(arg: Any, found: dict[UOp, int]) -> Any:
+  """arg with every bound variable replaced by its Variable; the values go to `found`. One Variable bound to two
+  values in one kernel is an error."""
+  def unbind(size: UOp) -> UOp:
+    binds = [n for n in size.toposort if n.op is Ops.BIND]
+    for node in binds:
+      var, value = node.unbind()
+      if found.setdefault(var, value) != value:
+        raise ValueError(f"Variable {var.arg[0]!r} is bound to both {found[var]} and {value} in one computation")
+    return size.substitute({node: node.src[0] for node in binds}) if binds else size
+  return map_sizes(arg, unbind)
 
 
 def variables_in(arg: Any) -> set[UOp]:
   """The unbound Variables in an arg (sizes, or tuples of them)."""
-  if isinstance(arg, tuple):
-    return set().union(*(variables_in(a) for a in arg)) if arg else set()
-  if not isinstance(arg, UOp):
-    return set()
-  return {n for n in arg.toposort if n.op is Ops.DEFINE_VAR}
+  return {n for size in _sizes_in(arg) for n in size.toposort if n.op is Ops.DEFINE_VAR}
 
 
 def _holds_size(arg: Any) -> bool:
   return isinstance(arg, UOp) or (isinstance(arg, tuple) and any(_holds_size(a) for a in arg))
 
 
+def _rebuild_sized(root: UOp, remake: Any) -> UOp:
+  """root with each node whose arg holds a size remade by remake(node, new sources); other nodes only get their
+  rebuilt sources."""
+  rebuilt: dict[UOp, UOp] = {}
+  for node in root.toposort:
+    src = tuple(rebuilt[s] for s in node.src)
+    if _holds_size(node.arg):
+      rebuilt[node] = remake(node, src)
+    else:
+      rebuilt[node] = node if src == node.src else node.replace(src=src)
+  return rebuilt[root]
+
+
 def unbind_graph(root: UOp) -> tuple[UOp, dict[UOp, int]]:
   """root with every bound variable in its nodes' args (shapes, ranges, symbolic constants) unbound, and the
   values they were bound to: the graph a kernel is compiled from, the same for every value."""
   found: dict[UOp, int] = {}
-  rebuilt: dict[UOp, UOp] = {}
-  for node in root.toposort:
-    src = tuple(rebuilt[s] for s in node.src)
-    arg = unbind_arg(node.arg, found) if _holds_size(node.arg) else node.arg
-    rebuilt[node] = node if src == node.src and arg is node.arg else UOp(node.op, node.dtype, src, arg)
-  return rebuilt[root], found
+  unbound = _rebuild_sized(root, lambda node, src: UOp(node.op, node.dtype, src, unbind_arg(node.arg, found)))
+  return unbound, found
 
 
 def view_shape(shape: tuple) -> tuple | None:
@@ -145,33 +161,19 @@ def canonical(size: Size) -> Size:
   return size_sum((size, 1)) if isinstance(size, UOp) else size
 
 
-def concrete_arg(arg: Any, values: dict[UOp, int] | None = None) -> Any:
-  """arg with every size replaced by its value (bound variables' own, unbound ones' from `values`)."""
-  if isinstance(arg, tuple):
-    return tuple(concrete_arg(a, values) for a in arg)
-  return size_value(arg, values) if isinstance(arg, UOp) else arg
-
-
 def concrete_graph(root: UOp, values: dict[UOp, int] | None = None) -> UOp:
   """root with the values of its sizes in place of the sizes: the graph as it is for these values (for the graph
   evaluator and the oracle's bounds, which compute on arrays of the bound shapes)."""
-  rebuilt: dict[UOp, UOp] = {}
-  for node in root.toposort:
-    src = tuple(rebuilt[s] for s in node.src)
-    if not _holds_size(node.arg):
-      rebuilt[node] = node if src == node.src else node.replace(src=src)
-    elif node.op is Ops.CONST:
-      rebuilt[node] = UOp.const(node.dtype, size_value(node.arg, values)).replace(src=src)
-    else:
-      rebuilt[node] = UOp(node.op, node.dtype, src, concrete_arg(node.arg, values))
-  return rebuilt[root]
+  def remake(node: UOp, src: tuple[UOp, ...]) -> UOp:
+    if node.op is Ops.CONST:
+      return UOp.const(node.dtype, size_value(node.arg, values)).replace(src=src)
+    return UOp(node.op, node.dtype, src, map_sizes(node.arg, lambda size: size_value(size, values)))
+  return _rebuild_sized(root, remake)
 
 
 def rebind(arg: Any, values: dict[UOp, int]) -> Any:
   """arg (a size, or tuples of them) with each bound Variable in `values` bound to its value there instead."""
-  if isinstance(arg, tuple):
-    return tuple(rebind(a, values) for a in arg)
-  if not isinstance(arg, UOp):
-    return arg
-  binds = {n: n.src[0].bind(values[n.src[0]]) for n in arg.toposort if n.op is Ops.BIND and n.src[0] in values}
-  return arg.substitute(binds) if binds else arg
+  def rebind_size(size: UOp) -> UOp:
+    binds = {n: n.src[0].bind(values[n.src[0]]) for n in size.toposort if n.op is Ops.BIND and n.src[0] in values}
+    return size.substitute(binds) if binds else size
+  return map_sizes(arg, rebind_size)

@@ -285,6 +285,8 @@ def _atom_key(atom: UOp) -> tuple:
 
 def size_sum(*scaled: tuple[Any, int]) -> Any:
   """The sum of scale * size over (size, scale) pairs, as an int when no Variable is left."""
+  if all(type(size) is int for size, _ in scaled):  # every pad and shrink of a concrete shape: nothing to collect
+    return sum(size * scale for size, scale in scaled)
   atoms: dict[UOp, int] = {}
   constant = sum(_terms(size, scale, atoms) for size, scale in scaled)
   out: Any = None
