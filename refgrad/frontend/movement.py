@@ -15,7 +15,7 @@ from refgrad.dtype import dtypes, least_upper_dtype
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.indexing import IndexingMixin
 from refgrad.frontend.rearrange import plan_rearrange
-from refgrad.frontend.shapes import ShapeError, is_size, normalize_dim, shape_args
+from refgrad.frontend.shapes import ShapeError, is_nonnegative_size, is_size, normalize_dim, shape_args
 from refgrad.gradient import custom_gradient
 from refgrad.sizes import canonical, is_symbolic, is_symbolic_shape, max_shape, max_size, shape_value, size_value
 from refgrad.uop import Ops, UOp, prod
@@ -85,10 +85,9 @@ class MovementMixin(IndexingMixin):
   def _symbolic_reshape(self, new: tuple) -> Self:
     """A reshape where a size is symbolic: no -1; the sizes must multiply to the same for the bound values and for
     the largest ones (which the buffers are laid out for)."""
-    if any(not is_size(s) for s in new) or any(_is_int(s) and s < 0 for s in new):
+    if not all(is_nonnegative_size(s) for s in new):
       raise TypeError(f"reshape: sizes must be non-negative ints or bound Variables, got {new}")
-    if shape_value(new) and prod(shape_value(new)) != prod(shape_value(self.shape)) or \
-       prod(max_shape(new)) != prod(max_shape(self.shape)):
+    if prod(shape_value(new)) != prod(shape_value(self.shape)) or prod(max_shape(new)) != prod(max_shape(self.shape)):
       raise ShapeError(f"shape {new} is invalid for input of shape {self.shape}")
     new = tuple(canonical(s) for s in new)
     return self if new == self.shape else self._movement(Ops.RESHAPE, new)
@@ -526,8 +525,7 @@ def _pad_symbolic(x: Any, padding: Sequence[Any], mode: str, value: Any) -> Any:
   if len(padding) != x.ndim or not all(p is None or (isinstance(p, (tuple, list)) and len(p) == 2) for p in padding):
     raise ShapeError(f"pad: with symbolic sizes give one (before, after) pair per dim, got {tuple(padding)}")
   pairs = tuple((0, 0) if p is None else tuple(p) for p in padding)
-  if any(not is_size(v) or (not is_symbolic(v) and v < 0) or (is_symbolic(v) and v.vmin < 0)
-         for p in pairs for v in p):
+  if not all(is_nonnegative_size(v) for p in pairs for v in p):
     raise ValueError(f"pad: with symbolic sizes the amounts must be non-negative sizes, got {pairs}")
   return _pad_constant(x, pairs, value)
 

@@ -10,7 +10,7 @@ from refgrad.frontend import special
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.shapes import ShapeError, normalize_dim
 from refgrad.gradient import custom_gradient
-from refgrad.sizes import is_symbolic, size_const
+from refgrad.sizes import canonical, is_symbolic, size_const
 from refgrad.uop import Ops, UOp, prod
 
 # The dtype a sum accumulates in (tinygrad's rule): small ints widen, half and bfloat16 sum in their compute dtype
@@ -77,7 +77,7 @@ class ReduceMixin(TensorBase):
     out_dtype = least_upper_float(self.dtype)
     total = self.cast(out_dtype).sum(axis, keepdim)
     if is_symbolic(count):  # known when the kernel runs: a constant the kernel reads from its variables
-      return total.div(self._from(size_const(count, out_dtype, self.device)))
+      return total.div(self._from(size_const(canonical(count), out_dtype, self.device)))
     return total.div(count) if count else total * float("nan")
 
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Self:

@@ -40,10 +40,15 @@ def is_size(x: Any) -> bool:
   return (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) or (isinstance(x, UOp) and x.dtype.kind == "i")
 
 
+def is_nonnegative_size(x: Any) -> bool:
+  """A size that is never negative (for a symbolic one: for no value of its Variables)."""
+  return is_size(x) and (x.vmin >= 0 if isinstance(x, UOp) else x >= 0)
+
+
 def check_shape(shape: tuple, what: str) -> Shape:
   """A shape of non-negative ints (or symbolic sizes); TypeError or ValueError naming `what` otherwise."""
   if any(isinstance(s, UOp) for s in shape):
-    if not all(is_size(s) for s in shape) or any(s.vmin < 0 if isinstance(s, UOp) else s < 0 for s in shape):
+    if not all(is_nonnegative_size(s) for s in shape):
       raise TypeError(f"{what}: sizes must be non-negative ints or bound Variables, got {shape}")
     return tuple(shape)
   for s in shape:
