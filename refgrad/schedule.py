@@ -218,7 +218,7 @@ class Scheduler:
     if sizes.in_use():
       body, found = sizes.unbind_graph(body)
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, node.dtype, (), (0, out.size)), body))
-    var_vals = tuple(sorted(found.items(), key=lambda kv: kv[0].arg[0]))
+    var_vals = tuple(sorted(found.items(), key=lambda kv: sizes.slot_order(kv[0])))
     extra = (builder.param(Buffer(node.device, len(var_vals), sizes.VARIABLE_DTYPE)),) if var_vals else ()
     self.items.append(ScheduleItem(UOp(Ops.SINK, dtypes.void, (store, *extra)), tuple(builder.buffers), var_vals))
     return out

@@ -125,6 +125,16 @@ def variables_in(arg: Any) -> set[UOp]:
   return {n for size in _sizes_in(arg) for n in size.toposort if n.op is Ops.DEFINE_VAR}
 
 
+def slot_order(variable: UOp) -> str:
+  """Variables sit in a kernel's values buffer in the order of their names."""
+  return variable.arg[0]
+
+
+def kernel_variables(ast: UOp) -> list[UOp]:
+  """The Variables a kernel compiled for them reads, in the order of their slots in its values buffer."""
+  return sorted(set().union(*(variables_in(u.arg) for u in ast.toposort)), key=slot_order)
+
+
 def _holds_size(arg: Any) -> bool:
   return isinstance(arg, UOp) or (isinstance(arg, tuple) and any(_holds_size(a) for a in arg))
 

@@ -483,8 +483,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
 
   def _part_on(self, device: str, split: tuple[int, int, int] | None) -> UOp:
     """The node of one device's part of a shard: the range start:end of an axis of self (all of it for None)."""
-    node = self.uop if split is None else multi.shrink_axis(self.uop, *split)
-    return node if node.device == device else UOp(Ops.COPY, self.dtype, (node,), device)
+    return multi.copy_to(self.uop if split is None else multi.shrink_axis(self.uop, *split), device)
 
   def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None,
              splits: tuple[int, ...] | None = None) -> Tensor:

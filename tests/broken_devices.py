@@ -21,7 +21,7 @@ from refgrad.hookspecs import hookimpl
 from refgrad.interp.device import PythonAllocator
 from refgrad.interp.kernel import PythonKernel
 from refgrad.rewrite import PatternMatcher, UPat
-from refgrad.sizes import variables_in
+from refgrad.sizes import kernel_variables
 from refgrad.uop import Ops, UOp
 
 SIGNED = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
@@ -279,7 +279,7 @@ def make_multi_bug(name: str) -> DeviceImpl:
 # ---- a kernel compiled for a Variable that runs with the Variable's largest value instead of the bound one
 def _uses_max(program: Program):
   kernel = PythonKernel(program)
-  variables = sorted(set().union(*(variables_in(u.arg) for u in program.key.toposort)), key=lambda u: u.arg[0])
+  variables = kernel_variables(program.key)
 
   def run(*handles):
     if variables:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from refgrad.alu import reduce_identity
 from refgrad.codegen.symbolic import simplify_index
 from refgrad.dtype import DType, dtypes
-from refgrad.sizes import max_shape, max_size, variables_in
+from refgrad.sizes import kernel_variables, max_shape, max_size
 from refgrad.uop import GroupOp, Ops, UOp, prod
 
 INDEX = dtypes.int64  # every index is int64: no overflow on any buffer size
@@ -180,8 +180,8 @@ def lower_kernel(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
   lowered = Lowerer().lower(value, gidx, None)
   sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_param, flatten_index(gidx, shape), lowered)),))
   if len(ast.src) > 1:
-    variables = sorted(set().union(*(variables_in(u.arg) for u in ast.toposort)), key=lambda u: u.arg[0])
-    sink = sink.substitute({u: UOp(Ops.LOAD, INDEX, (ast.src[1], idx_const(slot))) for slot, u in enumerate(variables)})
+    sink = sink.substitute({u: UOp(Ops.LOAD, INDEX, (ast.src[1], idx_const(slot)))
+                            for slot, u in enumerate(kernel_variables(ast))})
   return sink, shape
 
 

@@ -67,16 +67,16 @@ class TensorProgram:
   def to_python(self) -> str:
     """The body of `def program(v0, v1, ...)` that replays this program."""
     first = len(self.inputs)
-    lines = self._shard_lines() + [f"v{first + i} = {_call_source(step)}" for i, step in enumerate(self.steps)]
+    lines = self._setup_lines() + [f"v{first + i} = {_call_source(step)}" for i, step in enumerate(self.steps)]
     return "\n".join(lines + [f"return v{first + len(self.steps) - 1}" if self.steps else "return v0"])
 
   def __repr__(self) -> str:
     lines = [f"v{i} = Tensor({x.tolist()!r}, dtype={x.dtype})" for i, x in enumerate(self.inputs)]
     first = len(self.inputs)
-    lines += self._shard_lines() + [f"v{first + i} = {step!r}" for i, step in enumerate(self.steps)]
+    lines += self._setup_lines() + [f"v{first + i} = {step!r}" for i, step in enumerate(self.steps)]
     return "\n".join(lines)
 
-  def _shard_lines(self) -> list[str]:
+  def _setup_lines(self) -> list[str]:
     lines = []
     if self.symbolic is not None:
       size = self.inputs[0].shape[0]
