@@ -116,6 +116,16 @@ def test_negative_zero_survives_a_gather_and_a_split_max(refgrad_device):
   np.testing.assert_array_equal(np.signbit(t[1:2].max(0).numpy()), [True, True])
 
 
+def test_zero_d_and_integer_extremes_give_the_one_device_values(refgrad_device):
+  """A 0-d tensor copied to each device; an int32 sum across devices that wraps around as on one device."""
+  devices = instances(refgrad_device, 2)
+  zero = Tensor(-0.0, device=refgrad_device)
+  assert np.signbit((zero.shard(devices) * 2).item()) and (zero.shard(devices) * 2).shape == ()
+  extremes = np.array([2**31 - 1, 1, -2**31, -1, 5], np.int32)
+  one, many = Tensor(extremes, device=refgrad_device), Tensor(extremes, device=refgrad_device).shard(devices, axis=0)
+  assert many.sum().item() == one.sum().item() and many.max().item() == 2**31 - 1 and many.min().item() == -2**31
+
+
 def test_reduce_over_the_split_axis_uses_an_allreduce_and_stays_replicated():
   t = Tensor(data((4, 3)), device="PYTHON").shard(instances("PYTHON", 2), axis=0)
   items = t.sum(0).schedule()
