@@ -7,6 +7,7 @@ scalars, so the semantics are right by construction and the example can focus on
 from __future__ import annotations
 
 import marshal
+import math
 import sys
 
 import numpy as np
@@ -63,8 +64,9 @@ class PyLoopsRenderer:
       return f"for {name} in range({u.arg[1]}):", f"np.int64({name})", depth
     if u.op is Ops.ENDRANGE:
       return "", "", depth - 1
-    if u.op is Ops.CONST:
-      return f"{name} = np.array({u.arg!r}, dtype=dtypes.{u.dtype.name}.np)", name, depth
+    if u.op is Ops.CONST:  # inf and nan have no literal: float('inf') spells them
+      value = f"float('{u.arg}')" if isinstance(u.arg, float) and not math.isfinite(u.arg) else repr(u.arg)
+      return f"{name} = np.array({value}, dtype=dtypes.{u.dtype.name}.np)", name, depth
     if u.op is Ops.DEFINE_ACC:
       return f"{name} = np.array(alu.reduce_identity(Ops.{u.arg[1].name}, dtypes.{u.dtype.name}), " \
              f"dtype=dtypes.{u.dtype.name}.np)", name, depth
