@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,17 +11,7 @@ import numpy as np
 from refgrad import Device, Tensor
 from refgrad.nn.optim import Adam
 from refgrad.nn.state import get_parameters
-
-
-def progress(step: int, total: int, loss: float, width: int = 30) -> None:
-  """A progress bar on stderr, redrawn in place (about 50 updates per run)."""
-  if step != total and step % max(1, total // 50):
-    return
-  done = int(width * step / total)
-  sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] step {step}/{total} loss {loss:.4f}")
-  if step == total:
-    sys.stderr.write("\n")
-  sys.stderr.flush()
+from refgrad.testing.terminal import ProgressBar
 
 
 def fit(make_model: Callable[[], Any], data: tuple[np.ndarray, np.ndarray], steps: int, device: str | None,
@@ -42,15 +31,14 @@ def fit(make_model: Callable[[], Any], data: tuple[np.ndarray, np.ndarray], step
       p.shard_(shard)
   opt = Adam(get_parameters(model), lr=0.01)
   start, loss_value = time.perf_counter(), float("nan")
-  with Tensor.train():
+  with Tensor.train(), ProgressBar(steps, "training", quiet=quiet) as bar:
     for step in range(1, steps + 1):
       opt.zero_grad()
       loss = model(x).sparse_categorical_crossentropy(y)
       loss.backward()
       opt.step()
       loss_value = loss.item()
-      if not quiet:
-        progress(step, steps, loss_value)
+      bar.advance(label=f"step {step}/{steps} loss {loss_value:.4f}")
   elapsed = time.perf_counter() - start
   accuracy = float((model(x).argmax(1).numpy() == y_np).mean())
   return {"loss": loss_value, "accuracy": accuracy, "steps_per_second": steps / elapsed}

@@ -6,12 +6,17 @@ import argparse
 import sys
 import time
 import traceback
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from refgrad.testing.selftest import add_selftest_parser
 
+if TYPE_CHECKING:
+  from refgrad.testing.conformance import CaseResult
+
 HARNESS_FAILED = 3  # `refgrad fuzz`'s exit status when refgrad itself failed (0: no finding, 1: findings, 2: usage)
+INTERRUPTED = 130  # Ctrl-C: the campaign stopped early (its findings and report are written), as a shell reports it
 
 
 def _load_plugins(args: argparse.Namespace) -> None:
@@ -105,16 +110,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
   return 1 if failures else 0
 
 
+def print_matrix(results: list[CaseResult]) -> None:
+  """The matrix in colour on a terminal; as plain text otherwise, which CI logs and tests parse."""
+  from rich.console import Console
+
+  from refgrad.testing.check_report import matrix_text
+  from refgrad.testing.terminal import is_interactive, matrix_view
+  if is_interactive(sys.stdout):
+    Console().print(matrix_view(results))
+  else:
+    print(matrix_text(results))
+
+
 def cmd_check(args: argparse.Namespace) -> int:
   """The conformance suite: every op x dtype x edge value, casts, reductions and a corpus of programs."""
   from refgrad import Device
   from refgrad.testing import check_report, conformance
   device = Device.canonicalize(args.device)
   Device[device]  # fail early, with the reason, if the device cannot run here
-  print(f"refgrad check on {device}", file=sys.stderr)
-  run = conformance.run_conformance(device, conformance.progress_printer(), only=args.only)
+  if not args.quiet:
+    print(f"refgrad check on {device}", file=sys.stderr)
+  run = conformance.run_conformance(device, None if args.quiet else conformance.progress_printer(), only=args.only)
   results = run.results
-  print(check_report.matrix_text(results))
+  if not args.quiet:
+    print_matrix(results)
   counts = check_report.summary(results)
   lanes = sum(r.checked for r in results)
   print(f"\n{check_report.paths_text(run)}")
@@ -137,20 +156,29 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
   from refgrad.testing.fuzz import fuzz
   device = Device.canonicalize(args.device)
   Device[device]
-  print(f"refgrad fuzz on {device} for {args.seconds:g} s with {args.jobs} job(s), seed {args.seed}", file=sys.stderr)
+  engine = f"{args.workers or args.jobs} Ray worker(s) at {args.ray}" if args.ray else f"{args.jobs} job(s)"
+  if not args.quiet:
+    print(f"refgrad fuzz on {device} for {args.seconds:g} s with {engine}, seed {args.seed}", file=sys.stderr)
   try:
     report = fuzz(device, args.seconds, args.seed, args.jobs, args.findings, args.plugin or [], args.timeout,
-                  args.max_findings, args.opts)
+                  args.max_findings, args.opts, database=args.database, shared=tuple(args.shared_database or ()),
+                  ray=args.ray, workers=args.workers, html=args.html, quiet=args.quiet)
   except Exception:  # by construction not a finding: refgrad's own harness failed
     traceback.print_exc()
     print(f"refgrad fuzz: refgrad's own fuzzing harness failed (above), not {device}: this is a bug in refgrad, "
           "please report it", file=sys.stderr)
     return HARNESS_FAILED
-  for kind, path in report.findings:
-    print(f"finding ({kind}): {path}")
+  for finding in report.signatures.values():
+    print(f"finding ({finding.kind}): {finding.path}" + (f"  (hit {finding.count} times)" if finding.count > 1 else ""))
+  if report.replayed:
+    print(f"replayed {report.replayed} example(s) from the example database")
   print(f"{report.programs} programs in {report.seconds:.1f} s: {report.rate:.1f} programs/s, "
-        f"{len(report.findings)} distinct finding(s)")
+        f"{len(report.findings)} distinct finding(s)" + ("; interrupted" if report.interrupted else ""))
   print(report.coverage_text())
+  if args.html:
+    print(f"report: {args.html}")
+  if report.interrupted:
+    return INTERRUPTED
   return 1 if report.findings else 0
 
 
@@ -169,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
   check.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
   check.add_argument("--verbose", "-v", action="store_true", help="print the explanation of every failure")
   check.add_argument("--only", metavar="ROW", help="run only the cases whose row contains ROW (e.g. CAST, REDUCE)")
+  check.add_argument("--quiet", "-q", action="store_true", help="no progress and no matrix: only the summary lines")
   check.set_defaults(fn=cmd_check)
   fz = sub.add_parser("fuzz", help="differential fuzzing of a device against the reference")
   fz.add_argument("--device", required=True)
@@ -180,6 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
   fz.add_argument("--max-findings", type=int, default=None, help="stop a campaign after this many findings")
   fz.add_argument("--opts", action="store_true",
                   help="run every kernel under a random legal opt list (the kernel optimizer's choices)")
+  fz.add_argument("--ray", metavar="ADDRESS",
+                  help="run the campaigns as Ray actors: 'auto' (this machine's cluster, or a new local one) or a "
+                       "cluster's address host:port (needs pip install refgrad[ray])")
+  fz.add_argument("--workers", type=int, default=None, help="Ray workers (with --ray; default: --jobs)")
+  fz.add_argument("--database", metavar="DIR|redis://HOST:PORT",
+                  help="hypothesis example database: failing examples are saved there and replayed first")
+  fz.add_argument("--shared-database", action="append", metavar="DIR|redis://HOST:PORT",
+                  help="an example database only read (replayed, never written; repeatable)")
+  fz.add_argument("--html", metavar="FILE", help="write the campaign report (coverage, ULP errors, rates, findings)")
+  fz.add_argument("--quiet", action="store_true", help="no live dashboard, only the final summary")
   fz.set_defaults(fn=cmd_fuzz)
   selftest = add_selftest_parser(sub)
   for p in (devices, demo, check, fz, selftest):

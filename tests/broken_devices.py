@@ -6,8 +6,10 @@ or `refgrad.plugins.register(module)`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 
 import ml_dtypes
 import numpy as np
@@ -372,3 +374,17 @@ def refgrad_devices() -> list[DeviceSpec]:
 
 def make_fatal(name: str) -> DeviceImpl:
   return DeviceImpl(name, PythonAllocator(), interpret=FATAL[name])
+
+
+@contextlib.contextmanager
+def registered() -> Iterator[None]:
+  """These devices registered for the duration; left as they are if a test module already registered them."""
+  from refgrad import Device, plugins
+  fresh = "BROKEN_CMPLT" not in Device.available()
+  if fresh:
+    plugins.register(sys.modules[__name__], name="tests.broken_devices")
+  try:
+    yield
+  finally:
+    if fresh:
+      plugins.unregister(sys.modules[__name__])

@@ -9,6 +9,10 @@ from dataclasses import asdict
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType
 from refgrad.testing.conformance import FAIL, PASS, UNSUPPORTED, CaseResult, CheckRun
+from refgrad.testing.fuzz_report import ulp_charts_html
+
+LEGEND = ("N: agrees with the reference on N checked lanes (edge cases), N:Ku: worst lane K ulp apart, "
+          "-: unsupported, not run")
 
 
 def cell(r: CaseResult | None) -> str:
@@ -27,8 +31,7 @@ def matrix_text(results: list[CaseResult]) -> str:
   width = max(len(r) for r in rows) if rows else 8
   lines = [" " * width + " " + " ".join(f"{c[:8]:>8s}" for c in columns)]
   lines += [f"{row:{width}s} " + " ".join(f"{cell(by_key.get((row, c))):>8s}" for c in columns) for row in rows]
-  lines.append("(N: agrees with the reference on N checked lanes (edge cases), N:Ku: worst lane K ulp apart, "
-               "-: unsupported, not run)")
+  lines.append(f"({LEGEND})")
   programs = [r for r in results if r.column == "program"]
   if programs:
     lines.append("\nTensor programs:")
@@ -89,10 +92,12 @@ def write_html(path: str, run: CheckRun) -> None:
                      for r in results if r.column == "program")
   failures = "".join(f"<h3>{html.escape(r.row)} / {html.escape(r.column)}</h3><pre>{html.escape(r.detail)}</pre>"
                      for r in results if r.status == FAIL)
+  ulp = ulp_charts_html({(r.row, r.column): r.ulp_histogram for r in results if r.ulp_histogram})
   counts = summary(results)
   page = f"""<!doctype html><html><head><meta charset="utf-8"><title>refgrad check: {html.escape(device)}</title>
 <style>body{{font-family:sans-serif}} td,th{{padding:2px 6px;font-size:12px;text-align:center}}
-pre{{background:#f6f6f6;padding:8px;overflow:auto}}</style></head><body>
+pre{{background:#f6f6f6;padding:8px;overflow:auto}} .charts{{display:flex;flex-wrap:wrap;gap:8px}}
+.charts svg{{border:1px solid #e5e5e5}}</style></head><body>
 <h1>refgrad check: {html.escape(device)}</h1>
 <p>{counts[PASS]} passed, {counts[FAIL]} failed, {counts[UNSUPPORTED]} unsupported. Cells show how many lanes
 (edge cases) were checked, and the worst ULP distance where the spec allows one; hover a failing cell for the
@@ -100,6 +105,8 @@ explanation. {html.escape(unsupported_line(device))}.</p>
 <table><tr><th></th>{head}</tr>{''.join(body)}</table>
 <p>{html.escape(paths_text(run))}</p>
 <h2>Tensor programs</h2><table>{programs}</table>
+<h2>ULP errors</h2><p>Lanes of each transcendental cell by ULP distance from the reference.</p>
+{ulp or "<p>no transcendental cell was checked</p>"}
 <h2>Failures</h2>{failures or "<p>none</p>"}</body></html>"""
-  with open(path, "w") as f:
+  with open(path, "w", encoding="utf-8") as f:  # the charts use a few non-ASCII signs
     f.write(page)

@@ -73,3 +73,24 @@ def compare(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarray | No
   bad = np.flatnonzero(defined & ~good)
   result.mismatch_count, result.mismatches = int(bad.size), bad[:keep].tolist()
   return result
+
+
+def ulp_bucket(distance: int) -> int:
+  """The histogram bucket of a ULP distance: 0, 1, 2, then the next power of two (4 holds 3 and 4, 8 holds 5..8)."""
+  return 0 if distance <= 0 else 1 << (int(distance) - 1).bit_length()
+
+
+def ulp_histogram(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarray | None = None) -> dict[int, int]:
+  """How many lanes lie how many ULPs from the reference (bucket -> lanes, see ulp_bucket), over the defined lanes
+  where both are numbers (a NaN against a number is a mismatch, not a distance)."""
+  actual, expected = np.ascontiguousarray(actual).reshape(-1), np.ascontiguousarray(expected).reshape(-1)
+  keep = ~(_is_nan(actual) | _is_nan(expected))
+  if undefined is not None:
+    keep &= ~np.broadcast_to(np.asarray(undefined), actual.shape).reshape(-1)
+  distances = ulp_distance(actual[keep], expected[keep])
+  values, counts = np.unique(distances, return_counts=True)
+  histogram: dict[int, int] = {}
+  for value, count in zip(values.tolist(), counts.tolist()):
+    histogram[ulp_bucket(value)] = histogram.get(ulp_bucket(value), 0) + count
+  return histogram
+

@@ -19,7 +19,6 @@ unsupported, so a device that stops claiming a dtype shows it in the matrix and 
 from __future__ import annotations
 
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -28,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.alu import OP_KINDS, result_dtype, ulp_distance
+from refgrad.alu import OP_KINDS, TRANSCENDENTAL, result_dtype, ulp_distance
 from refgrad.codegen.linearize import compile_ast, random_kernel_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.sizes import Variable
-from refgrad.testing.compare import Comparison, compare
+from refgrad.testing.compare import Comparison, compare, ulp_histogram
 from refgrad.testing.edges import cast_values, dtype_edges
 from refgrad.testing.jit_check import check_jit_replay
 from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference, lane_text
@@ -41,6 +40,7 @@ from refgrad.uop import GroupOp, Ops, UOp
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 REDUCE_LENGTHS = (0, 1, 13, 64, 1031)  # empty, one, a prime past 8 (split + remainder), multiple of 8 and 32, > 1024
+TRANSCENDENTAL_ROWS = frozenset(op.name for op in TRANSCENDENTAL)  # cells whose ULP errors the reports histogram
 RANDOM_LANES = 512  # random values beside the edges: a bug in a third of the lanes (x/3 as x*(1/3)) shows at once
 
 
@@ -53,6 +53,7 @@ class CaseResult:
   checked: int = 0
   skipped: int = 0
   detail: str = ""
+  ulp_histogram: dict[int, int] = field(default_factory=dict)  # transcendental cells: ULP bucket -> lanes
 
 
 @dataclass
@@ -130,14 +131,16 @@ def judge_segment(segment: Segment, kernel: Any, lanes: slice, inputs: list[np.n
   seen = kernel.lanes
   part = lambda x: None if x is None else np.broadcast_to(x, seen.actual.shape)[lanes]  # noqa: E731
   result = compare(seen.actual[lanes], seen.expected[lanes], part(seen.undefined), abs_bound=part(seen.bound))
+  histogram = ulp_histogram(seen.actual[lanes], seen.expected[lanes], part(seen.undefined)) \
+    if segment.row in TRANSCENDENTAL_ROWS else {}
   if result.ok:
     return CaseResult(segment.row, segment.column, PASS, result.worst_ulp, result.checked,
-                      result.undefined + result.unbounded)
+                      result.undefined + result.unbounded, ulp_histogram=histogram)
   operands = segment.operands(inputs)
   return CaseResult(segment.row, segment.column, FAIL, result.worst_ulp, result.checked,
                     result.undefined + result.unbounded,
                     explain_segment(segment, result, seen.actual[lanes], seen.expected[lanes], operands,
-                                    kernel.explanation))
+                                    kernel.explanation), histogram)
 
 
 def explain_segment(segment: Segment, result: Comparison, actual: np.ndarray, expected: np.ndarray,
@@ -456,6 +459,8 @@ def merge(results: list[CaseResult]) -> list[CaseResult]:
     seen.worst_ulp, seen.checked, seen.skipped = max(seen.worst_ulp, r.worst_ulp), seen.checked + r.checked, \
       seen.skipped + r.skipped
     seen.detail = "\n\n".join(d for d in (seen.detail, r.detail) if d)
+    for bucket, lanes in r.ulp_histogram.items():
+      seen.ulp_histogram[bucket] = seen.ulp_histogram.get(bucket, 0) + lanes
   return list(cells.values())
 
 
@@ -502,19 +507,17 @@ def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | No
 
 # ---- progress
 def progress_printer(stream: Any = None) -> Callable[[int, int, Unit], None]:
-  """One line, rewritten in place on a terminal; a line every 10% otherwise."""
-  stream = stream or sys.stderr
-  started = time.perf_counter()
-  interactive = stream.isatty()
+  """A terminal.ProgressBar over the units: opened at the first unit, closed at the last (a unit is counted when
+  it starts, so the bar names the one running)."""
+  from refgrad.testing.terminal import ProgressBar  # terminal imports this module
+  bar: ProgressBar | None = None
 
   def show(i: int, total: int, unit: Unit) -> None:
-    elapsed = time.perf_counter() - started
-    text = f"[{i + 1:3d}/{total}] {elapsed:6.1f}s {unit.label}"
-    if interactive:
-      stream.write("\r" + text[:100].ljust(100))
-      if i + 1 == total:
-        stream.write("\n")
-    elif i % max(1, total // 10) == 0:
-      stream.write(text + "\n")
-    stream.flush()
+    nonlocal bar
+    if bar is None:
+      bar = ProgressBar(total, "refgrad check", stream).start()
+    bar.advance(label=unit.label)
+    if i + 1 == total:
+      bar.close()
+      bar = None
   return show

@@ -5,10 +5,18 @@
 Tests that take the `refgrad_device` fixture run once per selected device, with `Device.DEFAULT` set to it,
 so tensors made without `device=` land there. Without the option: the device in REFGRAD_DEVICE if that is
 set, else every available device.
+
+    pytest --refgrad-database redis://ci-cache:6379 --refgrad-device CLANG
+
+adds one test per selected device, `refgrad_replay[clang]`, that replays every failing example `refgrad fuzz`
+campaigns saved in that example database for the device (read only: nothing is deleted or added) and fails
+with each one's explanation while any still fails.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,10 +26,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
   group = parser.getgroup("refgrad")
   group.addoption("--refgrad-device", action="append", default=[], metavar="NAME",
                   help="run device tests on this refgrad device (repeatable; default: every available device)")
+  group.addoption("--refgrad-database", action="append", default=[], metavar="URL",
+                  help="replay the fuzz findings saved in this hypothesis example database (a directory or "
+                       "redis://host:port; repeatable) on each selected device, as tests refgrad_replay[device]")
+  group.addoption("--refgrad-plugin", action="append", default=[], metavar="FILE",
+                  help="load a backend plugin from a .py file (also in the processes that replay findings)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
   config._refgrad_devices = None  # chosen once, at the first test that needs it (see selected_devices)
+  if config.getoption("--refgrad-plugin", None):
+    from refgrad.testing.fuzz import load_plugin_file
+    for path in config.getoption("--refgrad-plugin"):
+      load_plugin_file(path)
 
 
 def selected_devices(config: pytest.Config) -> list[str]:
@@ -60,3 +77,39 @@ def refgrad_device(request: pytest.FixtureRequest):
     yield request.param
   finally:
     Device.DEFAULT = previous
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+  databases = config.getoption("--refgrad-database")
+  if databases:
+    plugin_files = tuple(str(Path(p).resolve()) for p in config.getoption("--refgrad-plugin"))
+    items += [ReplayItem.from_parent(session, name=f"refgrad_replay[{device.lower()}]", device=device,
+                                     databases=tuple(databases), plugin_files=plugin_files)
+              for device in selected_devices(config)]
+
+
+class ReplayFailed(Exception):
+  """Examples saved in the database still fail on the device; the message explains each."""
+
+
+class ReplayItem(pytest.Item):
+  """Replays a device's saved fuzz findings (refgrad.testing.fuzz.replay_database)."""
+
+  def __init__(self, *, device: str, databases: tuple[str, ...], plugin_files: tuple[str, ...], **kwargs):
+    super().__init__(**kwargs)
+    self.device, self.databases, self.plugin_files = device, databases, plugin_files
+
+  def runtest(self) -> None:
+    from refgrad.testing.fuzz import replay_database
+    chunk = replay_database(self.device, self.databases, self.plugin_files)
+    self.user_properties.append(("replayed", chunk.replayed))
+    if chunk.findings:
+      raise ReplayFailed(f"{len(chunk.findings)} of {chunk.replayed} saved example(s) still fail on {self.device}:\n\n"
+                         + "\n\n".join(f"[{f.kind}] {f.program.to_python()}\n{f.detail}" for f in chunk.findings))
+
+  def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    return str(excinfo.value) if isinstance(excinfo.value, ReplayFailed) else super().repr_failure(excinfo, style)
+
+  def reportinfo(self) -> tuple[str, int, str]:
+    return "refgrad-database", 0, f"{self.name}: {', '.join(self.databases)}"
+

@@ -231,8 +231,16 @@ def _output_region(item: ScheduleItem) -> tuple[tuple[int, ...], Callable[[np.nd
   return shape_value(shape, values), lambda flat: flat.reshape(max_shape(shape))[region].reshape(-1)
 
 
+def reference_schedule(fn: Callable[..., Any], *inputs: Any) -> list[ScheduleItem]:
+  """The schedule `fn(*inputs)` makes on PYTHON (nothing runs): the items check_against_reference runs in order."""
+  outputs = fn(*_as_tensors(inputs))
+  outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+  return create_schedule([t.uop for t in outputs])[0]
+
+
 def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, raise_on_mismatch: bool = True,
-                            keep_lanes: bool = False, opts: Callable[[UOp], OptList] | None = None) -> ReferenceReport:
+                            keep_lanes: bool = False, opts: Callable[[UOp], OptList] | None = None,
+                            on_item: Callable[[int], None] | None = None) -> ReferenceReport:
   """Run `fn(*tensors)` (one Tensor or a tuple of them) on `device` and on PYTHON and compare every kernel.
 
   `inputs` are numpy arrays or Python values (made into PYTHON tensors) or PYTHON tensors; `fn` may shard them over
@@ -243,13 +251,13 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
   and the kernel's source on the device. Returns a ReferenceReport; with `raise_on_mismatch=False` each failed
   kernel carries its explanation instead, and with `keep_lanes=True` every kernel keeps its compared lanes.
   `opts(ast)`, if given, chooses the opt list each kernel runs with on the device (refgrad/codegen/opt.py), instead
-  of the device's own heuristic; the reference always runs the kernels as lowered."""
+  of the device's own heuristic; the reference always runs the kernels as lowered. `on_item(index)`, if given, is
+  told each item's index before the device runs it (a fuzz worker keeps it where a crash cannot erase it)."""
   device = Device.canonicalize(device)
-  outputs = fn(*_as_tensors(inputs))
-  outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-  items, _ = create_schedule([t.uop for t in outputs])
   report = ReferenceReport(device)
-  for index, item in enumerate(items):
+  for index, item in enumerate(reference_schedule(fn, *inputs)):
+    if on_item is not None:
+      on_item(index)
     run_schedule([item])  # the reference
     contents = [b.numpy() for b in item.buffers]
     if item.is_transfer:

@@ -1,0 +1,139 @@
+"""`refgrad fuzz` throughput: Ray workers against one worker and against local processes, the PYTHON harness against
+the one before issue 17, and how soon a new campaign replays a finding from a shared (Redis) example database.
+
+    python bench/fuzz.py [--seconds 40] [--skip-baseline]
+
+Targets (issue 17), all measured in this run: 2 Ray workers >= 1.7x the programs/s of 1 on CLANG; Ray within 10%
+of `--jobs 2`; PYTHON programs/s per worker >= 2x the old harness (commit 1fe1c05, checked out into a temporary
+directory and run the same way); a finding replayed within 5 s of a new campaign's start. Every run gets a fresh
+compile cache, so no run profits from kernels an earlier one compiled.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE_COMMIT = "1fe1c05"  # the harness before issue 17
+BROKEN = str(REPO / "tests" / "broken_devices.py")
+
+
+def fresh_cache() -> None:
+  os.environ["REFGRAD_CACHE"] = tempfile.mkdtemp(prefix="refgrad-bench-cache-")
+
+
+def run(device: str, seconds: float, **options) -> float:
+  """programs/s of one campaign, from its start (worker start-up included) to its end."""
+  from refgrad.testing.fuzz import fuzz
+  fresh_cache()
+  with tempfile.TemporaryDirectory() as findings:
+    report = fuzz(device, seconds, findings_dir=findings, **options)
+  return report.rate
+
+
+def ray_run(device: str, seconds: float, workers: int) -> float:
+  """A campaign on a local Ray instance of its own (started here so its workers see this run's fresh cache)."""
+  import ray
+  fresh_cache()
+  ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+  try:
+    return run(device, seconds, ray="auto", workers=workers)
+  finally:
+    ray.shutdown()
+
+
+def baseline_rate(seconds: float) -> float:
+  """programs/s of the old harness on PYTHON: that commit's refgrad, exported to a temporary directory."""
+  with tempfile.TemporaryDirectory() as old:
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", BASELINE_COMMIT], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
+    script = textwrap.dedent(f"""
+      import sys, tempfile
+      sys.path.insert(0, {old!r})
+      from refgrad.testing.fuzz import fuzz
+      if __name__ == "__main__":
+        with tempfile.TemporaryDirectory() as findings:
+          print(fuzz("PYTHON", {seconds}, findings_dir=findings).rate)
+      """)
+    path = Path(old) / "baseline_run.py"
+    path.write_text(script)
+    fresh_cache()
+    out = subprocess.run([sys.executable, str(path)], check=True, capture_output=True, text=True, cwd=old)
+    return float(out.stdout.split()[-1])
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def replay_seconds(ray_workers: int | None) -> tuple[float | None, str]:
+  """Seconds from a new campaign's start until it reports the finding an earlier campaign saved (BROKEN_IDIV, a
+  planted bug), with a Redis database if redis-server is installed, else a directory."""
+  from refgrad.testing.fuzz import fuzz
+  server, database, tmp = None, None, tempfile.mkdtemp()
+  if shutil.which("redis-server"):
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    database = f"redis://127.0.0.1:{port}"
+    time.sleep(0.5)
+  else:
+    database = str(Path(tmp) / "examples")
+  try:
+    options = dict(plugin_files=[BROKEN], database=database, findings_dir=tmp)
+    fuzz("BROKEN_IDIV", 60, max_findings=1, **options)
+    if ray_workers:
+      import ray
+      ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+      report = fuzz("BROKEN_IDIV", 10, 99, max_findings=1, ray="auto" if ray_workers else None,
+                    workers=ray_workers, **options)
+    finally:
+      if ray_workers:
+        import ray
+        ray.shutdown()
+    return report.first_replay, database.split(":")[0]
+  finally:
+    if server:
+      server.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--seconds", type=float, default=40.0)
+  parser.add_argument("--skip-baseline", action="store_true", help="do not run the old harness")
+  args = parser.parse_args()
+  s = args.seconds
+  print(f"each campaign {s:g} s, programs/s from its start (worker start-up included)\n")
+  one, two = ray_run("CLANG", s, 1), ray_run("CLANG", s, 2)
+  jobs = run("CLANG", s, jobs=2)
+  print(f"CLANG  Ray 1 worker {one:7.1f}   Ray 2 workers {two:7.1f}   ratio {two / one:.2f}x (target >= 1.7x)")
+  print(f"CLANG  --jobs 2     {jobs:7.1f}   Ray 2 workers {two:7.1f}   Ray overhead {(1 - two / jobs) * 100:+.1f}% "
+        "(target < 10%)")
+  python = run("PYTHON", s)
+  if not args.skip_baseline:
+    old = baseline_rate(s)
+    print(f"PYTHON one worker   {python:7.1f}   old harness ({BASELINE_COMMIT}) {old:7.1f}   ratio {python / old:.2f}x "
+          "(target >= 2x)")
+  else:
+    print(f"PYTHON one worker   {python:7.1f}")
+  for workers in (None, 2):
+    seconds, kind = replay_seconds(workers)
+    where = f"Ray, {workers} workers" if workers else "one local worker"
+    shown = f"{seconds:.2f} s" if seconds is not None else "never"
+    print(f"replay from a {kind} database ({where}): the saved finding reported {shown} after the start (target < 5 s)")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,187 @@
+"""Where `refgrad fuzz` campaigns run: in this process, in local processes (`--jobs N`), or as Ray actors on any
+number of machines (`--ray auto|ADDRESS --workers N`).
+
+Every engine runs the same `Campaign` (refgrad.testing.fuzz) per worker, in chunks of about CHUNK_SECONDS, and
+yields `(worker name, Chunk)` as chunks finish, so the driver can show progress and write findings while the
+campaign goes on. A backend that crashes or hangs kills only the campaign's own worker process, which is replaced
+(the finding is a crash or a hang); a Ray actor that dies is replaced too, and carries on from the batch it had
+reached. Refgrad's own failures (HarnessError) stop every engine.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue as queues
+import signal
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from refgrad.testing.fuzz import Campaign, CampaignConfig, Chunk, HarnessError
+
+CHUNK_SECONDS = 1.0  # how often a worker reports: the dashboard's resolution, and the most work a Ctrl-C loses
+
+
+def _chunks_until(campaign: Campaign, deadline: float) -> Iterator[Chunk]:
+  while time.monotonic() < deadline and not campaign.done:
+    yield campaign.run_for(min(CHUNK_SECONDS, deadline - time.monotonic()))
+
+
+class InProcessEngine:
+  """One campaign in this process (its worker process runs the programs)."""
+
+  def __init__(self, config: CampaignConfig, start_seed: int):
+    self.names = ["local-0"]
+    self.campaign = Campaign(config, start_seed)
+
+  def chunks(self, seconds: float) -> Iterator[tuple[str, Chunk]]:
+    for chunk in _chunks_until(self.campaign, time.monotonic() + seconds):
+      yield self.names[0], chunk
+
+  def stop(self) -> None:
+    self.campaign.close()
+
+
+def _local_job(config: CampaignConfig, start_seed: int, index: int, jobs: int, seconds: float, out: Any) -> None:
+  """A local job's main: its chunks go to `out`; then None, or the traceback of refgrad's own failure."""
+  campaign = Campaign(config, start_seed, index, jobs)
+  ending: str | None = None
+  try:
+    for chunk in _chunks_until(campaign, time.monotonic() + seconds):
+      out.put((index, chunk))
+  except KeyboardInterrupt:  # Ctrl-C reaches every process of the terminal: the parent reports what arrived
+    pass
+  except Exception:
+    ending = traceback.format_exc()
+  finally:
+    campaign.close()
+    out.put((index, ending))
+
+
+class ProcessEngine:
+  """`jobs` campaigns in local processes (spawned: each starts its own worker process in turn)."""
+
+  def __init__(self, config: CampaignConfig, start_seed: int, jobs: int):
+    self.config, self.start_seed, self.jobs = config, start_seed, jobs
+    self.names = [f"local-{i}" for i in range(jobs)]
+    self.processes: list[Any] = []
+
+  def chunks(self, seconds: float) -> Iterator[tuple[str, Chunk]]:
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    self.processes = [context.Process(target=_local_job, args=(self.config, self.start_seed, i, self.jobs, seconds,
+                                                                out)) for i in range(self.jobs)]
+    for process in self.processes:
+      process.start()
+    running = set(range(self.jobs))
+    while running:
+      try:
+        index, item = out.get(timeout=1.0)
+      except queues.Empty:
+        running = {i for i in running if self.processes[i].is_alive()}  # killed from outside: nothing more comes
+        continue
+      if isinstance(item, Chunk):
+        yield self.names[index], item
+        continue
+      running.discard(index)
+      if item is not None:
+        raise HarnessError(item)
+
+  def stop(self) -> None:
+    for process in self.processes:
+      if process.is_alive():  # stopped early (Ctrl-C): the job closes its campaign and ends
+        os.kill(process.pid, signal.SIGINT)
+    for process in self.processes:
+      process.join(timeout=5)
+      if process.is_alive():
+        process.kill()
+        process.join()
+
+
+class CampaignActor:
+  """A Campaign as a Ray actor (ray.remote is applied in RayEngine, so importing this module needs no Ray)."""
+
+  def __init__(self, config: CampaignConfig, start_seed: int, index: int, workers: int, first_batch: int):
+    self.campaign = Campaign(config, start_seed, index, workers, first_batch)
+
+  def run_for(self, seconds: float) -> Chunk:
+    return self.campaign.run_for(seconds)
+
+  def close(self) -> None:
+    self.campaign.close()
+
+
+def connect_ray(address: str) -> None:
+  """Join the Ray cluster at `address`; "auto" joins the one this machine belongs to, or starts a local one."""
+  import ray
+  if ray.is_initialized():
+    return
+  quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
+  if address != "auto":
+    ray.init(address=address, **quiet)
+    return
+  try:
+    ray.init(address="auto", **quiet)
+  except ConnectionError:
+    ray.init(include_dashboard=False, **quiet)
+
+
+class RayEngine:
+  """`workers` campaigns as Ray actors of one CPU each, wherever the cluster places them."""
+
+  def __init__(self, config: CampaignConfig, start_seed: int, workers: int, address: str):
+    import ray
+    connect_ray(address)
+    self.ray, self.config, self.start_seed, self.workers = ray, config, start_seed, workers
+    self.actor_class = ray.remote(num_cpus=1)(CampaignActor)
+    self.names = [f"ray-{i}" for i in range(workers)]
+    self.batches = [0] * workers  # batches each worker has run: a replacement actor starts after them
+    self.actors = [self._start(i) for i in range(workers)]
+
+  def _start(self, index: int) -> Any:
+    return self.actor_class.remote(self.config, self.start_seed, index, self.workers, self.batches[index])
+
+  def chunks(self, seconds: float) -> Iterator[tuple[str, Chunk]]:
+    ray = self.ray
+    deadline = time.monotonic() + seconds
+    pending = {actor.run_for.remote(min(CHUNK_SECONDS, seconds)): i for i, actor in enumerate(self.actors)}
+    while pending:
+      ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+      for ref in ready:
+        index = pending.pop(ref)
+        chunk = self._result(ref, index)
+        if chunk is not None:
+          self.batches[index] += chunk.batches
+          yield self.names[index], chunk
+        if time.monotonic() < deadline and not (chunk is not None and chunk.done):
+          left = deadline - time.monotonic()
+          pending[self.actors[index].run_for.remote(min(CHUNK_SECONDS, left))] = index
+
+  def _result(self, ref: Any, index: int) -> Chunk | None:
+    """The chunk, or None when the actor died (it is replaced); refgrad's own failure is raised here."""
+    from ray.exceptions import RayActorError, RayTaskError
+    try:
+      return self.ray.get(ref)
+    except RayTaskError as e:
+      cause = getattr(e, "cause", None)
+      raise HarnessError(str(cause) if isinstance(cause, HarnessError) else str(e)) from None
+    except RayActorError:
+      self.actors[index] = self._start(index)
+      return None
+
+  def stop(self) -> None:
+    closing = [actor.close.remote() for actor in self.actors]
+    self.ray.wait(closing, num_returns=len(closing), timeout=10)
+    for actor in self.actors:
+      self.ray.kill(actor)
+
+
+def engine_for(config: CampaignConfig, start_seed: int, jobs: int, ray: str | None, workers: int | None) -> Any:
+  """The engine the options ask for: Ray actors with `ray`, else `jobs` local processes (one: in this process)."""
+  if ray:
+    return RayEngine(config, start_seed, workers or jobs, ray)
+  if workers is not None:
+    raise ValueError("--workers counts Ray actors: give --ray auto or --ray ADDRESS (for local processes: --jobs)")
+  return InProcessEngine(config, start_seed) if jobs == 1 else ProcessEngine(config, start_seed, jobs)
