@@ -43,7 +43,7 @@ def ray_run(device: str, seconds: float, workers: int) -> float:
   """A campaign on a local Ray instance of its own (started here so its workers see this run's fresh cache)."""
   import ray
   fresh_cache()
-  ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+  ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
   try:
     return run(device, seconds, ray="auto", workers=workers)
   finally:
@@ -94,7 +94,7 @@ def replay_seconds(ray_workers: int | None) -> tuple[float | None, str]:
     fuzz("BROKEN_IDIV", 60, max_findings=1, **options)
     if ray_workers:
       import ray
-      ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+      ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
       report = fuzz("BROKEN_IDIV", 10, 99, max_findings=1, ray="auto" if ray_workers else None,
                     workers=ray_workers, **options)

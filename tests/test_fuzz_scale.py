@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import secrets
 import shutil
 import signal
 import socket
@@ -35,11 +36,17 @@ pytestmark = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(tmp_path_factory):
   """A Ray head node on 127.0.0.1 with two worker CPUs (`ray start --head --block`, in a process group of its own,
   so stopping it stops no other Ray on the machine); its address."""
-  pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]'; .ci/run installs it)")
   port = free_port()
+  # a token of the cluster's own: Ray reads ~/.ray/auth_token if a local ray.init ever made one, and a head started
+  # without token auth then refuses the clients that send it
+  token = tmp_path_factory.mktemp("ray") / "auth_token"
+  token.write_text(secrets.token_hex(32))
+  saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+  os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+  pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]'; .ci/run installs it)")
   head = subprocess.Popen([str(RAY), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port",
                            str(port), "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -59,6 +66,11 @@ def ray_cluster():
     except subprocess.TimeoutExpired:
       os.killpg(head.pid, signal.SIGKILL)
       head.wait()
+    for key, value in saved.items():
+      if value is None:
+        os.environ.pop(key, None)
+      else:
+        os.environ[key] = value
 
 
 def port_open(port: int) -> bool:

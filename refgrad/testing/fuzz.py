@@ -3,7 +3,9 @@
 Each program runs in a worker process, with a timeout, so a segfault or a hang of the backend under test
 becomes a finding and the campaign goes on with a fresh worker. hypothesis generates the programs (random
 Tensor programs and random primitive-op kernels) and shrinks every failure to a small one, which is written
-as a standalone pytest file; identical minimal programs are written once.
+as a standalone pytest file, once per signature (the kind of failure and the failing kernel's form). With an
+example database, failures are saved there and every later campaign replays them first. Where the campaigns run
+(this process, local processes, Ray actors) is refgrad/testing/fuzz_engines.py; the HTML report is fuzz_report.py.
 
 Only failures of the device under test are findings. An exception of refgrad's own harness (the program
 strategies, the reference run, the comparison, the report) is a bug of refgrad: it stops the campaign and

@@ -67,6 +67,7 @@ class ProcessEngine:
     self.config, self.start_seed, self.jobs = config, start_seed, jobs
     self.names = [f"local-{i}" for i in range(jobs)]
     self.processes: list[Any] = []
+    self.running: set[int] = set()  # jobs that have not sent their end yet
 
   def chunks(self, seconds: float) -> Iterator[tuple[str, Chunk]]:
     context = multiprocessing.get_context("spawn")
@@ -75,24 +76,24 @@ class ProcessEngine:
                                                                 out)) for i in range(self.jobs)]
     for process in self.processes:
       process.start()
-    running = set(range(self.jobs))
-    while running:
+    self.running = set(range(self.jobs))
+    while self.running:
       try:
         index, item = out.get(timeout=1.0)
-      except queues.Empty:
-        running = {i for i in running if self.processes[i].is_alive()}  # killed from outside: nothing more comes
+      except queues.Empty:  # a job killed from outside sends nothing more
+        self.running = {i for i in self.running if self.processes[i].is_alive()}
         continue
       if isinstance(item, Chunk):
         yield self.names[index], item
         continue
-      running.discard(index)
+      self.running.discard(index)
       if item is not None:
         raise HarnessError(item)
 
   def stop(self) -> None:
-    for process in self.processes:
-      if process.is_alive():  # stopped early (Ctrl-C): the job closes its campaign and ends
-        os.kill(process.pid, signal.SIGINT)
+    for index in self.running:  # stopped early (Ctrl-C): each job closes its campaign and ends
+      if self.processes[index].is_alive():
+        os.kill(self.processes[index].pid, signal.SIGINT)
     for process in self.processes:
       process.join(timeout=5)
       if process.is_alive():
@@ -125,7 +126,7 @@ def connect_ray(address: str) -> None:
   try:
     ray.init(address="auto", **quiet)
   except ConnectionError:
-    ray.init(include_dashboard=False, **quiet)
+    ray.init(address="local", include_dashboard=False, **quiet)
 
 
 class RayEngine:
