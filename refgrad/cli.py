@@ -150,12 +150,29 @@ def cmd_check(args: argparse.Namespace) -> int:
   return 1 if counts["fail"] else 0
 
 
+def _check_fuzz_options(args: argparse.Namespace) -> None:
+  """Usage errors of `refgrad fuzz`, raised before a campaign starts (not taken for a failure of the harness)."""
+  if args.workers is not None and not args.ray:
+    raise ValueError("--workers counts Ray actors: give --ray auto or --ray HOST:PORT (local processes: --jobs N)")
+  if (args.workers if args.workers is not None else args.jobs) < 1:
+    raise ValueError(f"need at least one worker, got --jobs {args.jobs} --workers {args.workers}")
+  needs = [("ray", "--ray")] if args.ray else []
+  needs += [("redis", "a redis:// database")] if any(str(u).startswith("redis://") for u in
+                                                     [args.database, *(args.shared_database or ())]) else []
+  for module, option in needs:
+    try:
+      __import__(module)
+    except ImportError:
+      raise RuntimeError(f"{option} needs the {module} package: pip install 'refgrad[ray]'") from None
+
+
 def cmd_fuzz(args: argparse.Namespace) -> int:
   """Random programs on a device against the reference until the time is up; findings become pytest files."""
   from refgrad import Device
   from refgrad.testing.fuzz import fuzz
   device = Device.canonicalize(args.device)
   Device[device]
+  _check_fuzz_options(args)
   engine = f"{args.workers or args.jobs} Ray worker(s) at {args.ray}" if args.ray else f"{args.jobs} job(s)"
   if not args.quiet:
     print(f"refgrad fuzz on {device} for {args.seconds:g} s with {engine}, seed {args.seed}", file=sys.stderr)

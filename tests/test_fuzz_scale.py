@@ -193,3 +193,12 @@ def test_ctrl_c_stops_every_worker_and_writes_the_report(engine, ray_cluster, tm
   assert fuzzing.returncode == 130, err
   assert "interrupted" in out and "programs/s" in out, out + err
   assert html.exists() and "<svg" in html.read_text()
+
+
+@pytest.mark.parametrize("args,message", [(["--workers", "2"], "--workers counts Ray actors"),
+                                          (["--jobs", "0"], "need at least one worker")])
+def test_fuzz_usage_errors_are_named_not_taken_for_harness_bugs(args, message, capsys):
+  from refgrad.cli import main
+  assert main(["fuzz", "--device", "PYTHON", "--seconds", "1", *args]) == 2
+  err = capsys.readouterr().err
+  assert message in err and "harness" not in err
