@@ -526,17 +526,6 @@ def replay_database(device: str, databases: tuple[str, ...], plugin_files: tuple
     runner.close()
 
 
-def campaign(device: str, seconds: float, start_seed: int, plugin_files: list[str], timeout: float,
-             max_findings: int | None = None, batch: int = 40, opts: bool = False) -> Chunk:
-  """One campaign in this process for `seconds` (a worker process runs the programs): everything it did."""
-  config = CampaignConfig(device, tuple(plugin_files), timeout, opts, batch, max_findings)
-  runner = Campaign(config, start_seed)
-  try:
-    return runner.run_for(seconds)
-  finally:
-    runner.close()
-
-
 # ---- findings as standalone pytest files
 def finding_source(kind: str, detail: str, program: Any, device: str, plugin_files: list[str],
                    opts: bool = False) -> str:
