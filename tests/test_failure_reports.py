@@ -112,3 +112,14 @@ def test_only_findings_are_swallowed_from_hypothesis():
   assert fuzz.only_findings(FlakyFailure("stopped reproducing", [finding, fuzz.FindingError("crash", "", None)]))
   assert not fuzz.only_findings(FlakyFailure("mixed", [finding, KeyError("harness")]))
   assert not fuzz.only_findings(KeyError("harness"))
+
+
+def test_a_worker_that_cannot_start_is_refgrads_failure_at_once(tmp_path):
+  """A plugin file that breaks only in the worker process: reported as refgrad's failure, never as a finding of
+  the device, and without hypothesis trying to shrink it first."""
+  plugin = tmp_path / "breaks_in_workers.py"
+  plugin.write_text("import multiprocessing\n\nif multiprocessing.parent_process() is not None:\n"
+                    "  raise SystemExit(7)\n")
+  with pytest.raises(fuzz.HarnessError, match=r"died while starting \(exit code 7\)"):
+    fuzz.fuzz("PYTHON", 60, findings_dir=str(tmp_path / "findings"), plugin_files=[str(plugin)])
+  assert not (tmp_path / "findings").exists()

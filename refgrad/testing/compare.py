@@ -87,10 +87,16 @@ def ulp_histogram(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarra
   keep = ~(_is_nan(actual) | _is_nan(expected))
   if undefined is not None:
     keep &= ~np.broadcast_to(np.asarray(undefined), actual.shape).reshape(-1)
-  distances = ulp_distance(actual[keep], expected[keep])
-  values, counts = np.unique(distances, return_counts=True)
+  values, counts = np.unique(ulp_distance(actual[keep], expected[keep]), return_counts=True)
   histogram: dict[int, int] = {}
   for value, count in zip(values.tolist(), counts.tolist()):
-    histogram[ulp_bucket(value)] = histogram.get(ulp_bucket(value), 0) + count
+    add_histogram(histogram, {ulp_bucket(value): count})
   return histogram
+
+
+def add_histogram(into: dict[int, int], histogram: dict[int, int]) -> dict[int, int]:
+  """Add `histogram`'s lanes into `into`, bucket by bucket; returns `into`."""
+  for bucket, lanes in histogram.items():
+    into[bucket] = into.get(bucket, 0) + lanes
+  return into
 

@@ -32,7 +32,7 @@ from refgrad.codegen.linearize import compile_ast, random_kernel_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.sizes import Variable
-from refgrad.testing.compare import Comparison, compare, ulp_histogram
+from refgrad.testing.compare import Comparison, add_histogram, compare, ulp_histogram
 from refgrad.testing.edges import cast_values, dtype_edges
 from refgrad.testing.jit_check import check_jit_replay
 from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference, lane_text
@@ -459,8 +459,7 @@ def merge(results: list[CaseResult]) -> list[CaseResult]:
     seen.worst_ulp, seen.checked, seen.skipped = max(seen.worst_ulp, r.worst_ulp), seen.checked + r.checked, \
       seen.skipped + r.skipped
     seen.detail = "\n\n".join(d for d in (seen.detail, r.detail) if d)
-    for bucket, lanes in r.ulp_histogram.items():
-      seen.ulp_histogram[bucket] = seen.ulp_histogram.get(bucket, 0) + lanes
+    add_histogram(seen.ulp_histogram, r.ulp_histogram)
   return list(cells.values())
 
 

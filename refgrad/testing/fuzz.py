@@ -37,6 +37,7 @@ from refgrad.codegen.linearize import random_kernel_opts
 from refgrad.codegen.opt import OptList
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
+from refgrad.testing.compare import add_histogram, ulp_histogram
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
 from refgrad.uop import UOp
 
@@ -103,8 +104,9 @@ def transcendental_root(program: Any) -> tuple[str, str] | None:
   """(op, dtype) of a random kernel whose root is a transcendental op over exact operands (alu_kernels puts them
   only there), so the output's ULP error is that op's own; None for any other program."""
   from refgrad.alu import TRANSCENDENTAL
+  from refgrad.uop import Ops
   root = getattr(program, "root", None)
-  if root is None or root.op not in {op.name for op in TRANSCENDENTAL}:
+  if root is None or getattr(Ops, root.op, None) not in TRANSCENDENTAL:
     return None
   return root.op, root.dtype.name
 
@@ -117,7 +119,6 @@ def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = N
   added to `coverage`, and a transcendental root's ULP errors to `ulp` ((op, dtype) -> {bucket: lanes}). With
   `opts`, the device runs each kernel under a random legal opt list (opts_for). `on_item(index)` is told which
   schedule item runs next (check_against_reference)."""
-  from refgrad.testing.compare import ulp_histogram
   from refgrad.testing.reference import ReferenceMismatch, check_against_reference, raised_by_device
   chooser = opts_for(program.to_python(), device) if opts else None
   measured = transcendental_root(program) if ulp is not None else None
@@ -136,9 +137,7 @@ def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = N
         coverage |= kernel_pairs(kernel.ast)
   if measured is not None:
     lanes = report.kernels[-1].lanes
-    into = ulp.setdefault(measured, {})
-    for bucket, count in ulp_histogram(lanes.actual, lanes.expected, lanes.undefined).items():
-      into[bucket] = into.get(bucket, 0) + count
+    add_histogram(ulp.setdefault(measured, {}), ulp_histogram(lanes.actual, lanes.expected, lanes.undefined))
   return "ok", ""
 
 
@@ -189,34 +188,42 @@ class Worker:
   def __init__(self, device: str, plugin_files: list[str], timeout: float, opts: bool = False):
     self.device, self.plugin_files, self.timeout, self.opts = device, plugin_files, timeout, opts
     self.process: multiprocessing.Process | None = None
-    self.sent_at = 0.0
+    self.sent_at, self.start_failure = 0.0, ""
 
-  def start(self) -> None:
+  def start(self) -> str:
+    """Start the process and wait until it has loaded refgrad and the plugins; why it could not, or ""."""
     context = multiprocessing.get_context("spawn")
     self.conn, child = context.Pipe()
     self.current = context.Value("i", -1, lock=False)
     self.process = context.Process(target=_worker_main, daemon=True,
                                    args=(child, self.current, self.device, self.plugin_files, self.opts))
     self.process.start()
+    child.close()  # the process's end only: once it dies, this side reads EOF
     if not self.conn.poll(STARTUP_SECONDS):
       self.stop()
-      raise HarnessError(f"the fuzz worker process did not start within {STARTUP_SECONDS} s")
+      return f"the fuzz worker process did not start within {STARTUP_SECONDS} s"
     try:
       self.conn.recv()
     except (EOFError, ConnectionResetError):
+      self.process.join(10)
       code = self.process.exitcode
       self.process = None
-      raise HarnessError(f"the fuzz worker process died while starting (exit code {code}): loading refgrad or "
-                         f"the plugin files {self.plugin_files} failed") from None
+      return (f"the fuzz worker process died while starting (exit code {code}): loading refgrad or the plugin "
+              f"files {self.plugin_files} failed")
+    return ""
 
   def send(self, program: Any) -> None:
     if self.process is None or not self.process.is_alive():
-      self.start()
-    self.conn.send(program)
+      self.start_failure = self.start()
+    if not self.start_failure:
+      self.conn.send(program)
     self.sent_at = time.monotonic()
 
   def receive(self) -> Verdict:
-    """The verdict on the program sent last: a hang if none comes within the timeout, a crash if the process died."""
+    """The verdict on the program sent last: a hang if none comes within the timeout, a crash if the process died;
+    refgrad's own failure ("harness") if the process never started."""
+    if self.start_failure:
+      return Verdict("harness", self.start_failure)
     if not self.conn.poll(max(0.0, self.timeout - (time.monotonic() - self.sent_at))):
       kernel = self.current.value
       self.stop()
@@ -331,9 +338,7 @@ class Chunk:
     self.programs += 1
     self.coverage.update(verdict.coverage)
     for key, histogram in verdict.ulp.items():
-      into = self.ulp.setdefault(key, {})
-      for bucket, lanes in histogram.items():
-        into[bucket] = into.get(bucket, 0) + lanes
+      add_histogram(self.ulp.setdefault(key, {}), histogram)
 
 
 def programs_strategy(focus: DType | None = None, allowed: tuple[DType, ...] = ALL) -> st.SearchStrategy[Any]:
@@ -595,9 +600,7 @@ class FuzzReport:
     if chunk.programs and chunk.seconds and not chunk.replayed:
       self.timeline.setdefault(worker, []).append((round(elapsed, 2), chunk.programs / chunk.seconds))
     for key, histogram in chunk.ulp.items():
-      into = self.ulp.setdefault(key, {})
-      for bucket, lanes in histogram.items():
-        into[bucket] = into.get(bucket, 0) + lanes
+      add_histogram(self.ulp.setdefault(key, {}), histogram)
     new = []
     for finding in chunk.findings:
       if finding.replayed and self.first_replay is None:

@@ -1,0 +1,51 @@
+"""The small pieces fuzz campaigns and reports are built of, at the points users hit: ULP histograms at signed zeros,
+NaN, infinities, empty and 0-d outputs; array values drawn from bytes at zero bytes and the dtype's extremes."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from refgrad.alu import ulp_distance
+from refgrad.dtype import dtypes
+from refgrad.testing.compare import add_histogram, ulp_bucket, ulp_histogram
+from refgrad.testing.strategies import ALL, edge_values, value_pool, values_from_bytes
+
+
+@pytest.mark.parametrize("distance,bucket", [(0, 0), (1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8), (9, 16),
+                                             (2**63 + 1, 2**64)])
+def test_ulp_buckets_are_powers_of_two_above_two(distance, bucket):
+  assert ulp_bucket(distance) == bucket
+
+
+@pytest.mark.parametrize("np_dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_ulp_histogram_at_zeros_nans_and_infinities(np_dtype):
+  info = ml_dtypes.finfo(np_dtype)
+  actual = np.array([0.0, -0.0, np.nan, np.nan, 1.0, np.inf, float(info.max), -np.inf], dtype=np_dtype)
+  expected = np.array([-0.0, 0.0, np.nan, 2.0, 1.0, float(info.max), np.inf, -np.inf], dtype=np_dtype)
+  # +0.0 against -0.0 is no distance; NaN lanes hold none; inf is one step past max either way
+  assert ulp_histogram(actual, expected) == {0: 4, 1: 2}
+  keep = ~(np.isnan(actual.astype(np.float64)) | np.isnan(expected.astype(np.float64)))
+  assert sum(ulp_histogram(actual, expected).values()) == int(ulp_distance(actual[keep], expected[keep]).size)
+
+
+def test_ulp_histogram_of_empty_0d_and_undefined_lanes():
+  empty = np.zeros((0, 3), np.float32)
+  assert ulp_histogram(empty, empty) == {}
+  assert ulp_histogram(np.float32(1.0), np.nextafter(np.float32(1.0), np.float32(2.0))) == {1: 1}
+  a, b = np.array([1.0, 1.0], np.float32), np.array([1.0, 3.0], np.float32)
+  assert ulp_histogram(a, b, undefined=np.array([False, True])) == {0: 1}
+
+
+def test_add_histogram_adds_bucket_by_bucket():
+  assert add_histogram({0: 1, 2: 5}, {2: 1, 8: 3}) == {0: 1, 2: 6, 8: 3}
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=lambda d: d.name)
+def test_zero_bytes_give_zeros_and_every_value_is_the_dtypes_own(dtype):
+  assert values_from_bytes(bytes(8), dtype) == [value_pool(dtype)[0][0]] * 4
+  assert all(v == 0 for v in values_from_bytes(bytes(8), dtype))
+  as_edges = values_from_bytes(bytes(b for lo in range(256) for b in (100, lo)), dtype)  # 100: the edge part
+  assert {v for v in edge_values(dtype) if v == v} <= set(as_edges)  # every edge value (NaN is unequal to itself)
+  every = values_from_bytes(bytes(b for hi in range(256) for lo in (0, 255) for b in (hi, lo)), dtype)
+  if dtypes.is_int(dtype):
+    assert all(dtypes.min(dtype) <= v <= dtypes.max(dtype) for v in every)
+  assert values_from_bytes(bytes(8), dtype, edges=False) == values_from_bytes(bytes(8), dtype)
