@@ -177,6 +177,7 @@ class DeviceImpl:
       self.transfer(dest, src)
     else:
       dest.copyin(src.numpy())
+    dest.keep_undefined(src.undefined)
 
   def all_reduce(self, op: Any, dest: Buffer, partials: list[Buffer]) -> None:
     """dest (of this device) = the reduction by op of the partials (buffers of any devices), element by element."""
@@ -185,6 +186,8 @@ class DeviceImpl:
       return
     stacked = np.stack([p.numpy() for p in partials])
     dest.copyin(exec_reduce(op, dest.dtype, stacked, 0).reshape(-1))
+    masks = [p.undefined for p in partials if p.undefined is not None]
+    dest.keep_undefined(np.logical_or.reduce(masks) if masks else None)
 
   def synchronize(self) -> None:
     """Wait for every kernel launched on this device (runtimes that launch asynchronously have `synchronize`)."""
@@ -502,6 +505,12 @@ class Buffer:
   def undefined(self) -> np.ndarray | None:
     """PYTHON only: the lanes whose value the spec leaves undefined (None: all defined)."""
     return getattr(self._handle, "undefined", None)
+
+  def keep_undefined(self, mask: np.ndarray | None) -> None:
+    """Give copied or all-reduced data the undefined lanes of its sources, on a device that tracks them (PYTHON's
+    buffers do): a lane undefined on one device stays undefined on the next."""
+    if hasattr(self.handle, "undefined"):
+      self.handle.undefined = mask.copy() if mask is not None and mask.any() else None
 
   def copyin(self, data: np.ndarray) -> Buffer:
     flat = np.ascontiguousarray(data, dtype=self.dtype.np).reshape(-1)

@@ -31,6 +31,18 @@ def assert_same_defined_bits(actual: np.ndarray, expected: np.ndarray, undefined
                            f"vs {expected.reshape(-1)[differ[:5]]}"
 
 
+def assert_same_undefined(out: Tensor, expected: np.ndarray | None) -> None:
+  """The kernel interpreter marks exactly the lanes the graph evaluator marks UNDEFINED: one lane too many would let a
+  device get it wrong unseen."""
+  undefined = undefined_lanes(out)
+  size = out.numpy().size
+  got = np.zeros(size, dtype=bool) if undefined is None else undefined.reshape(-1)
+  want = np.zeros(size, dtype=bool) if expected is None else np.asarray(expected).reshape(-1)
+  differ = np.flatnonzero(got != want)
+  assert differ.size == 0, f"{differ.size} lanes marked differently, first at {differ[:5]}: kernel interpreter " \
+                           f"{got[differ[:5]]}, graph evaluator {want[differ[:5]]}"
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tensor_programs())
 def test_kernel_interpreter_agrees_with_graph_evaluator(program):
@@ -40,6 +52,7 @@ def test_kernel_interpreter_agrees_with_graph_evaluator(program):
   out = program.build("PYTHON")
   expected, undefined = evaluate_graph(out.uop)
   assert_same_defined_bits(out.numpy(), expected, undefined)
+  assert_same_undefined(out, undefined)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,6 +65,7 @@ def test_agreement_survives_tiny_blocks(program):
     out = program.build("PYTHON")
     expected, undefined = evaluate_graph(out.uop)
     assert_same_defined_bits(out.numpy(), expected, undefined)
+    assert_same_undefined(out, undefined)
   finally:
     kernel.BLOCK_ELEMENTS = old
 
@@ -92,3 +106,32 @@ def test_the_bit_comparison_frees_only_what_the_spec_frees():
     assert_same_defined_bits(np.array([1.0], np.float32), nan, None)
   with pytest.raises(AssertionError):
     assert_same_defined_bits(np.array([-0.0], np.float32), np.array([0.0], np.float32), None)
+
+
+def out_of_int32(x: np.ndarray) -> np.ndarray:
+  """Where casting float32 to int32 is UNDEFINED (docs/SPEC.md): NaN, infinities and values past int32's range."""
+  with np.errstate(invalid="ignore"):
+    return ~(np.isfinite(x) & (x >= -2.0 ** 31) & (x < 2.0 ** 31))
+
+
+def test_a_reduction_over_many_blocks_marks_only_its_own_undefined_rows():
+  """An accumulator starts defined in every block: a NaN in the first row must not mark rows of later blocks (or crash
+  on a last, smaller block)."""
+  rows = kernel.BLOCK_ELEMENTS // 2 * 3 + 5
+  a = np.zeros((rows, 2), dtype=np.float32)
+  a[0, 1], a[rows // 2, 0], a[-1, 1] = np.nan, np.inf, -3e38
+  out = Tensor(a).cast("int32").max(1).realize()
+  assert undefined_lanes(out).tolist() == out_of_int32(a).any(axis=1).tolist()
+  defined = ~out_of_int32(a).any(axis=1)
+  assert (out.numpy()[defined] == 0).all()
+
+
+@pytest.mark.parametrize("axis", [0, None])
+def test_undefined_lanes_survive_copies_and_all_reduces_between_devices(axis):
+  """A lane undefined on one device stays undefined when a sharded tensor is gathered or all-reduced."""
+  a = np.array([[1.5, np.inf, -2.0], [np.nan, 4.0, 3e9], [7.0, -0.0, 8.0], [0.0, 2.0 ** 31, -1.0]], dtype=np.float32)
+  devices = ("PYTHON", "PYTHON:1")
+  gathered = Tensor(a).shard(devices, axis=axis).cast("int32")
+  assert undefined_lanes(gathered).tolist() == out_of_int32(a).tolist()
+  summed = Tensor(a).shard(devices, axis=0).cast("int32").sum(0)
+  assert undefined_lanes(summed).tolist() == out_of_int32(a).any(axis=0).tolist()

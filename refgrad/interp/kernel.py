@@ -455,8 +455,10 @@ def _special(run: _Run, u: UOp) -> None:
 
 
 def _define_acc(run: _Run, u: UOp) -> None:
+  """A fresh accumulator for each block (and each trip of an enclosing loop): its value and its undefined lanes."""
   _, reduce_op = u.arg
   run.env[u] = np.array(alu.reduce_identity(reduce_op, u.dtype), dtype=u.dtype.np)
+  run.undef.pop(u, None)
 
 
 def _accumulate(run: _Run, u: UOp) -> None:

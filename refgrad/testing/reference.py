@@ -22,7 +22,7 @@ from refgrad.codegen.opt import OptList, opts_text
 from refgrad.device import Buffer, Device
 from refgrad.realize import run_schedule, run_transfer
 from refgrad.schedule import ScheduleItem, create_schedule
-from refgrad.sizes import concrete_graph, max_shape, shape_value
+from refgrad.sizes import concrete_graph, is_symbolic_shape, max_shape, shape_value
 from refgrad.testing.bounds import kernel_error_bounds
 from refgrad.testing.compare import Comparison, compare
 from refgrad.uop import Ops, UOp
@@ -154,7 +154,13 @@ def undefined_lanes(t: Any) -> np.ndarray | None:
   """Where a tensor computed on the reference (PYTHON) holds UNDEFINED results (docs/SPEC.md), shaped like the
   tensor (realizes it); None when no lane is undefined. A device may give anything there: skip those lanes."""
   undefined = getattr(t._buffer(), "undefined", None)
-  return None if undefined is None else np.asarray(undefined).reshape(t.shape)
+  if undefined is None:
+    return None
+  if not is_symbolic_shape(t.shape):
+    return np.asarray(undefined).reshape(t.shape)
+  full = np.asarray(undefined).reshape(max_shape(t.shape))  # laid out for the largest sizes, as Tensor.numpy reads
+  bound = full[tuple(slice(0, n) for n in shape_value(t.shape))]
+  return bound.copy() if bound.any() else None
 
 
 def lane_text(x: np.ndarray, lane: int) -> str:
