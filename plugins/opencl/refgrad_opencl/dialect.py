@@ -36,11 +36,20 @@ RG_FN float rg_bits_f32(uint u) { return as_float(u); }
 RG_FN ulong rg_f64_bits(double x) { return as_ulong(x); }
 RG_FN double rg_bits_f64(ulong u) { return as_double(u); }
 #endif
+RG_FN float rg_exp2_f32(float x) { return isnan(x) ? x : exp2(x); }
+RG_FN float rg_trunc_f32(float x) { return isnan(x) ? x : trunc(x); }
+#ifdef cl_khr_fp64
+RG_FN double rg_exp2_f64(double x) { return isnan(x) ? x : exp2(x); }
+RG_FN double rg_trunc_f64(double x) { return isnan(x) ? x : trunc(x); }
+#endif
 """
 
-# OpenCL's builtins are overloaded for float and double
-OPENCL_MATH = {"sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin", "trunc": "trunc", "fabs": "fabs",
-               "fmod": "fmod"}
+# OpenCL's builtins are overloaded for float and double. exp2 and trunc go through the header's wrappers: PoCL
+# (3.1, Debian 12) drops the whole store when the compiler can see that their argument is NaN (NAN + x, a NaN constant),
+# leaving whatever the output held; a NaN is passed through before it reaches them.
+OPENCL_MATH = {"sqrt": "sqrt", "log2": "log2", "sin": "sin", "fabs": "fabs", "fmod": "fmod"}
+OPENCL_FLOAT_MATH = {**OPENCL_MATH, "exp2": "rg_exp2_f32", "trunc": "rg_trunc_f32"}
+OPENCL_DOUBLE_MATH = {**OPENCL_MATH, "exp2": "rg_exp2_f64", "trunc": "rg_trunc_f64"}
 
 THREAD_INDEX = {Ops.SPECIAL: "get_global_id({})", Ops.LOCAL_INDEX: "get_local_id({})",
                 Ops.GROUP_INDEX: "get_group_id({})"}
@@ -85,6 +94,6 @@ def capabilities(limits: DeviceLimits) -> Capabilities:
 def opencl_dialect(limits: DeviceLimits) -> CDialect:
   # several accumulators let a CPU vectorize one work-item's loop; a GPU has other work-items for that
   return CDialect(header=OPENCL_HEADER, kernel_prefix="__kernel ", buffer_prefix="__global ", types=dict(OPENCL_TYPES),
-                  storage=dict(OPENCL_STORAGE), thread_index=dict(THREAD_INDEX), float_math=dict(OPENCL_MATH),
-                  double_math=dict(OPENCL_MATH), reduce_lanes=8 if limits.cpu else 1, local_prefix="__local ",
+                  storage=dict(OPENCL_STORAGE), thread_index=dict(THREAD_INDEX), float_math=dict(OPENCL_FLOAT_MATH),
+                  double_math=dict(OPENCL_DOUBLE_MATH), reduce_lanes=8 if limits.cpu else 1, local_prefix="__local ",
                   barrier="barrier(CLK_LOCAL_MEM_FENCE);", caps=capabilities(limits))

@@ -220,3 +220,17 @@ def test_work_group_opts_and_local_tiles_run_on_opencl(opencl, opts):
   fn = (lambda x, y: x @ y) if "GROUP" not in opts else (lambda x, y: x.sum(1) + y.sum(0)[:32])
   report = check_against_reference(fn, a, b, device="OPENCL", opts=lambda ast: parse_opts(opts))
   assert report.kernels and all(k.comparison.ok for k in report.kernels)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64, dtypes.float16])
+@pytest.mark.parametrize("op", ["exp2", "trunc"])
+def test_exp2_and_trunc_of_a_nan_the_compiler_sees_are_nan(opencl, op, dtype):
+  """Fuzz finding: PoCL dropped the store of exp2(NAN + x) and trunc(NAN + x), leaving what the output held."""
+  from refgrad.testing.reference import check_against_reference
+  if dtype not in opencl.caps.dtypes:
+    pytest.skip(f"{opencl.name} does not support {dtype.name}")
+  x = np.array([0.0, -0.0, 2.5, -3.75, np.inf, -np.inf, np.nan], dtype=dtype.np)
+  out = getattr(Tensor(x, device="OPENCL") + float("nan"), op)().numpy()
+  assert np.isnan(out).all(), out
+  check_against_reference(lambda t: getattr(t + float("nan"), op)(), x, device="OPENCL")
+  check_against_reference(lambda t: getattr(t, op)(), x, device="OPENCL")
