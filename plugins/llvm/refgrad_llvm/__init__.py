@@ -1,5 +1,6 @@
-"""refgrad-llvm: the LLVM device. Programs are rendered to LLVM IR (render.py), verified, optimized and compiled in
-process by llvmlite to an object file for the host CPU, linked by LLVM's ORC JIT and called through ctypes.
+"""refgrad-llvm: the LLVM device. Programs are rendered to LLVM IR (render.py), verified, optimized and compiled by
+llvmlite to an object file for the host CPU (in a child process: isolation.py), linked by LLVM's ORC JIT in this
+process and called through ctypes.
 
 The object file is what `compile` returns, so refgrad's content cache skips all of LLVM on a warm start; only
 the (fast) in-memory link runs per process. No fast-math and no FP contraction anywhere (see render.py).
@@ -9,6 +10,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
+import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +19,8 @@ import numpy as np
 
 from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source, run_ranges
 from refgrad.hookspecs import hookimpl
+from refgrad_llvm import isolation
+from refgrad_llvm.isolation import LLVMCrash
 from refgrad_llvm.render import LLVMRenderer
 
 OPT_LEVEL = 3
@@ -25,8 +30,6 @@ MIN_LLVMLITE = (0, 45)  # LLVM 20: opaque pointers, the new pass manager, no exp
 
 class LLVMCompileError(RuntimeError):
   """LLVM rejected a program: the message shows the numbered IR and LLVM's own message."""
-
-
 
 
 @dataclass(frozen=True)
@@ -75,18 +78,44 @@ def host_target_machine() -> Any:
 
 
 class LLVMCompiler:
-  """IR text -> verified, optimized module -> object file bytes for the host CPU."""
+  """IR text -> verified, optimized module -> object file bytes for the host CPU, compiled in a child process
+  (isolation.py). If LLVM aborts there, the kernel is compiled again without loop vectorization (with a warning);
+  if LLVM aborts even then, the result is an LLVMCompileError, never a dead caller."""
 
   def __init__(self):
     import llvmlite.binding as llvm
     self.llvm = llvm
-    self.target_machine = host_target_machine()
+    self.child = isolation.SHARED
     # everything that shapes the object file besides the IR: LLVM itself, the target CPU, the options
     self.cache_key = "|".join(["llvm", toolchain().versions, *host_target(), f"O{OPT_LEVEL}", RELOCATION, CODE_MODEL])
 
+  @functools.cached_property
+  def target_machine(self) -> Any:
+    return host_target_machine()
+
   def compile(self, source: str) -> bytes:
+    try:
+      return self._answer(source, self.child.compile(source, vectorize=True))
+    except LLVMCrash as crash:
+      warnings.warn(f"LLVM aborted while optimizing {kernel_name(source)} ({crash}); compiling it again without "
+                    "loop vectorization", RuntimeWarning, stacklevel=2)
+    try:
+      return self._answer(source, self.child.compile(source, vectorize=False))
+    except LLVMCrash as crash:
+      raise LLVMCompileError(f"LLVM aborted on this program, with and without loop vectorization ({crash}):\n"
+                             f"{numbered_source(source)}") from None
+
+  @staticmethod
+  def _answer(source: str, answer: tuple[str, Any]) -> bytes:
+    kind, payload = answer
+    if kind == "rejected":
+      raise LLVMCompileError(payload)
+    return payload
+
+  def compile_here(self, source: str, vectorize: bool = True) -> bytes:
+    """The compile itself, in this process (the child's side)."""
     module = self.parse(source)
-    self.optimize(module)
+    self.optimize(module, vectorize)
     return self.target_machine.emit_object(module)
 
   def parse(self, source: str) -> Any:
@@ -101,11 +130,18 @@ class LLVMCompiler:
     module.data_layout = str(self.target_machine.target_data)
     return module
 
-  def optimize(self, module: Any) -> None:
+  def optimize(self, module: Any, vectorize: bool = True) -> None:
     tuning = self.llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
-    tuning.loop_vectorization = tuning.slp_vectorization = tuning.loop_unrolling = True
+    tuning.slp_vectorization = tuning.loop_unrolling = True
+    tuning.loop_vectorization = vectorize
     passes = self.llvm.create_pass_builder(self.target_machine, tuning)
     passes.getModulePassManager().run(module, passes)
+
+
+def kernel_name(source: str) -> str:
+  """The first function an IR text defines ("define void @r_1(..." -> "kernel r_1"), for messages."""
+  match = re.search(r"define [^@]*@([\w.$]+)", source)
+  return f"kernel {match.group(1)}" if match else "a program"
 
 
 # An LLJIT keeps bookkeeping for every library it ever linked (about 90 KB each, measured) even after the library's

@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -136,3 +137,78 @@ def test_half_and_bfloat16_round_once_per_op():
   # int64 -> bfloat16 must not round through float64 (a false tie)
   c = Tensor(np.array([2 ** 62 + 2 ** 54 + 1], np.int64), device="LLVM").cast(dtypes.bfloat16).cast(dtypes.float64)
   assert c.numpy().tolist() == [float(2 ** 62 + 2 ** 55)]
+
+
+# A child that aborts, as LLVM does on an assertion, when the IR carries a marker comment: with loop vectorization
+# only (ABORT_VECTORIZED), or always (ABORT_ALWAYS). Everything else it compiles for real.
+ABORTING_CHILD = """
+import os
+import refgrad_llvm
+from refgrad_llvm.isolation import main
+real = refgrad_llvm.LLVMCompiler.compile_here
+def compile_here(self, source, vectorize=True):
+  if "ABORT_ALWAYS" in source or ("ABORT_VECTORIZED" in source and vectorize):
+    os.abort()
+  return real(self, source, vectorize)
+refgrad_llvm.LLVMCompiler.compile_here = compile_here
+main()
+"""
+
+
+def scaled_kernel(marker: str):
+  """IR of out = x * 1.25 + 0.5 over 40 floats, with a marker comment, and a check that an object computes it."""
+  x = Tensor(np.arange(40, dtype=np.float32), device="LLVM")
+  program = compile_ast((x * 1.25 + 0.5).schedule()[-1].ast, Device["LLVM"].caps)
+  source = f"; {marker}\n" + Device["LLVM"].render(program)
+
+  def check(binary: bytes) -> None:
+    out = np.zeros(40, dtype=np.float32)
+    Device["LLVM"].runtime.load(binary, program)(out.view(np.uint8), np.arange(40, dtype=np.float32).view(np.uint8))
+    np.testing.assert_array_equal(out, np.arange(40, dtype=np.float32) * np.float32(1.25) + np.float32(0.5))
+  return source, check
+
+
+def test_llvm_aborting_ends_its_child_not_the_caller():
+  from refgrad_llvm import LLVMCompileError, LLVMCompiler
+  from refgrad_llvm.isolation import CompileChild
+  compiler = LLVMCompiler()
+  compiler.child = CompileChild()
+  compiler.child.command = (sys.executable, "-c", ABORTING_CHILD)
+  try:
+    source, check = scaled_kernel("ABORT_VECTORIZED")
+    with pytest.warns(RuntimeWarning, match=r"LLVM aborted while optimizing kernel E_40.*signal 6.*without loop vec"):
+      check(compiler.compile(source))
+    source, _ = scaled_kernel("ABORT_ALWAYS")
+    with pytest.raises(LLVMCompileError, match=r"with and without loop vectorization \(.*signal 6") as info:
+      with pytest.warns(RuntimeWarning, match="compiling it again without loop vectorization"):
+        compiler.compile(source)
+    assert "define void @E_40" in str(info.value)  # the numbered IR
+    source, check = scaled_kernel("fine")
+    check(compiler.compile(source))  # a new child took over
+    with pytest.raises(LLVMCompileError, match="LLVM rejected this program"):  # bad IR is still an error, no abort
+      compiler.compile("define void @f() {\n  ret i32\n}\n")
+  finally:
+    compiler.child.close()
+
+
+def test_a_loop_llvms_vectorizer_aborts_on_runs_and_matches_the_reference(tmp_path, monkeypatch):
+  """refgrad fuzz finding: LLVM 22's loop vectorizer asserted ("VPlan cost model and legacy cost model disagreed")
+  on a 9-iteration max of guarded remainders, and took the whole process with it."""
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))  # compiled here, not loaded from an earlier run's cache
+  from refgrad.testing.reference import check_against_reference
+  from refgrad.uop import Ops, UOp
+
+  def program(v0, v1, v2, v3, v4):
+    int_min = v0._const(-2147483648, dtypes.int32).reshape(1).expand(v0.shape).uop
+    mod = lambda a, b: UOp(Ops.MOD, dtypes.int32, (a, b))  # noqa: E731
+    add = UOp(Ops.ADD, dtypes.int32, (v1.uop, v2.uop))
+    body = mod(mod(mod(v0.uop, int_min), add), mod(v3.uop, v4.uop))
+    return v0._from(UOp(Ops.REDUCE_AXIS, dtypes.int32, (body,), (Ops.MAX, (0,))))
+
+  x = np.array([-1399975365, -5, 1213567962, 6, 5, -2, 1931175714, 0, -7], dtype=np.int32)
+  zeros = np.zeros(9, dtype=np.int32)
+  ones = np.array([1, 3, -2, 7, 1, 1, 4, 5, -9], dtype=np.int32)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)  # whether this LLVM still aborts there is LLVM's business
+    check_against_reference(program, x, zeros, zeros, zeros, zeros, device="LLVM")
+    check_against_reference(program, x, ones, ones, ones, x, device="LLVM")
