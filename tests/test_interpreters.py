@@ -1,15 +1,18 @@
 """The two oracles of the core agree: the graph evaluator (op by op, numpy) and the kernel interpreter
 (scheduled, lowered, linearized, vectorized). Random programs come from refgrad.testing.strategies."""
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 
-from refgrad import Tensor
+from refgrad import Tensor, dtypes
 from refgrad.interp import kernel
 from refgrad.interp.graph import evaluate_graph
 from refgrad.testing.reference import undefined_lanes
 from refgrad.testing.strategies import tensor_programs
+from refgrad.uop import Ops
 
 
 def bits(x: np.ndarray) -> np.ndarray:
@@ -31,16 +34,17 @@ def assert_same_defined_bits(actual: np.ndarray, expected: np.ndarray, undefined
                            f"vs {expected.reshape(-1)[differ[:5]]}"
 
 
-def assert_same_undefined(out: Tensor, expected: np.ndarray | None) -> None:
-  """The kernel interpreter marks exactly the lanes the graph evaluator marks UNDEFINED: one lane too many would let a
-  device get it wrong unseen."""
+def assert_undefined_within(out: Tensor, expected: np.ndarray | None) -> None:
+  """The kernel interpreter marks UNDEFINED only lanes the graph evaluator marks: one lane too many would let a device
+  get it wrong unseen. It may mark fewer: an undefined value is some fixed value, and the rewrites fold some uses of
+  it away (an integer y - y is 0 whatever y is)."""
   undefined = undefined_lanes(out)
   size = out.numpy().size
   got = np.zeros(size, dtype=bool) if undefined is None else undefined.reshape(-1)
   want = np.zeros(size, dtype=bool) if expected is None else np.asarray(expected).reshape(-1)
-  differ = np.flatnonzero(got != want)
-  assert differ.size == 0, f"{differ.size} lanes marked differently, first at {differ[:5]}: kernel interpreter " \
-                           f"{got[differ[:5]]}, graph evaluator {want[differ[:5]]}"
+  extra = np.flatnonzero(got & ~want)
+  assert extra.size == 0, f"{extra.size} lanes marked undefined that the graph evaluator finds defined, first at " \
+                          f"{extra[:5]}"
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,20 +56,29 @@ def test_kernel_interpreter_agrees_with_graph_evaluator(program):
   out = program.build("PYTHON")
   expected, undefined = evaluate_graph(out.uop)
   assert_same_defined_bits(out.numpy(), expected, undefined)
-  assert_same_undefined(out, undefined)
+  assert_undefined_within(out, undefined)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def has_float_sum(t: Tensor) -> bool:
+  """Whether a float ADD or MUL reduction is in t's graph: its order is free (SPEC.md), and chunks fold it in another
+  order than a whole row does."""
+  return any(u.op is Ops.REDUCE_AXIS and u.arg[0] in (Ops.ADD, Ops.MUL) and dtypes.is_float(u.dtype)
+             for u in t.uop.toposort)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(tensor_programs(max_steps=4))
 def test_agreement_survives_tiny_blocks(program):
-  """With 4-element blocks every loop and thread space is chunked: chunking must not change results."""
+  """With 4-element blocks every loop and thread space is chunked: chunking must not change results, bit for bit
+  where the spec fixes them (float sums are checked against their bound below)."""
   old = kernel.BLOCK_ELEMENTS
   kernel.BLOCK_ELEMENTS = 4
   try:
     out = program.build("PYTHON")
+    assume(not has_float_sum(out))
     expected, undefined = evaluate_graph(out.uop)
     assert_same_defined_bits(out.numpy(), expected, undefined)
-    assert_same_undefined(out, undefined)
+    assert_undefined_within(out, undefined)
   finally:
     kernel.BLOCK_ELEMENTS = old
 
@@ -135,3 +148,23 @@ def test_undefined_lanes_survive_copies_and_all_reduces_between_devices(axis):
   assert undefined_lanes(gathered).tolist() == out_of_int32(a).tolist()
   summed = Tensor(a).shard(devices, axis=0).cast("int32").sum(0)
   assert undefined_lanes(summed).tolist() == out_of_int32(a).any(axis=0).tolist()
+
+
+@pytest.mark.parametrize("block", [4, 7, 1 << 18])
+def test_float_sums_folded_in_chunks_stay_within_the_spec_bound(block):
+  """Chunks of any size fold a float32 sum in another order; every order must stay within SPEC.md's gamma_n bound
+  of the exact sum (math.fsum), at the values that round: tiny, huge against small, pi, 1e-3, subnormals."""
+  rng = np.random.default_rng(block)
+  pool = np.array([1e-3, np.pi, 1.0, -1.0, 3e4, -2.5e4, 1.4e-45, -1.2e-38, 0.1, 7.0, -0.0], dtype=np.float32)
+  x = rng.choice(pool, size=(5, 3001)).astype(np.float32)
+  old = kernel.BLOCK_ELEMENTS
+  kernel.BLOCK_ELEMENTS = block
+  try:
+    got = Tensor(x).sum(1).numpy().astype(np.float64)
+  finally:
+    kernel.BLOCK_ELEMENTS = old
+  n, eps = x.shape[1], 2.0 ** -24
+  gamma = n * eps / (1 - n * eps)
+  for row, value in zip(x.astype(np.float64), got):
+    exact = math.fsum(row)
+    assert abs(value - exact) <= gamma * np.abs(row).sum() + abs(exact) * eps, (value, exact)
