@@ -95,18 +95,19 @@ class LLVMCompiler:
 
   def compile(self, source: str) -> bytes:
     try:
-      return self._answer(source, self.child.compile(source, vectorize=True))
+      return self._answer(self.child.compile(source, vectorize=True))
     except LLVMCrash as crash:
       warnings.warn(f"LLVM aborted while optimizing {kernel_name(source)} ({crash}); compiling it again without "
                     "loop vectorization", RuntimeWarning, stacklevel=2)
     try:
-      return self._answer(source, self.child.compile(source, vectorize=False))
+      return self._answer(self.child.compile(source, vectorize=False))
     except LLVMCrash as crash:
       raise LLVMCompileError(f"LLVM aborted on this program, with and without loop vectorization ({crash}):\n"
                              f"{numbered_source(source)}") from None
 
   @staticmethod
-  def _answer(source: str, answer: tuple[str, Any]) -> bytes:
+  def _answer(answer: tuple[str, Any]) -> bytes:
+    """The child's answer: the object file, or LLVM's rejection raised here."""
     kind, payload = answer
     if kind == "rejected":
       raise LLVMCompileError(payload)
