@@ -88,6 +88,12 @@ def shape_value(shape: tuple, values: dict[UOp, int] | None = None) -> tuple[int
   return tuple(size_value(s, values) for s in shape)
 
 
+def bound_region(flat: Any, shape: tuple, values: dict[UOp, int] | None = None) -> Any:
+  """The elements of a buffer laid out for a symbolic shape's largest sizes (`flat`, an array) that the sizes'
+  values make the tensor: a view shaped shape_value(shape, values)."""
+  return flat.reshape(max_shape(shape))[tuple(slice(0, n) for n in shape_value(shape, values))]
+
+
 def size_const(size: UOp, dtype: Any, device: str) -> UOp:
   """A 0-d tensor node whose value is a symbolic size (a CONST whose arg is the size's expression): the kernel
   computes it from the variables it is given at launch."""

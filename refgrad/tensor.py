@@ -32,7 +32,7 @@ from refgrad.schedule import (
   realized_node,
   remember_realized,
 )
-from refgrad.sizes import is_symbolic_shape, max_shape, shape_value
+from refgrad.sizes import bound_region, is_symbolic_shape, max_shape
 from refgrad.uop import Ops, UOp, prod
 
 
@@ -400,8 +400,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     array([[1, 2]], dtype=int32)
     """
     if is_symbolic_shape(self.shape):  # the buffer is laid out for the largest sizes: take the bound ones
-      flat = self._buffer().numpy().reshape(max_shape(self.shape))
-      return flat[tuple(slice(0, n) for n in shape_value(self.shape))].copy()
+      return bound_region(self._buffer().numpy(), self.shape).copy()
     return self._buffer().numpy().reshape(self.shape)
 
   def tolist(self) -> Any:

@@ -90,7 +90,8 @@ def ulp_histogram(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarra
   values, counts = np.unique(ulp_distance(actual[keep], expected[keep]), return_counts=True)
   histogram: dict[int, int] = {}
   for value, count in zip(values.tolist(), counts.tolist()):
-    add_histogram(histogram, {ulp_bucket(value): count})
+    bucket = ulp_bucket(value)
+    histogram[bucket] = histogram.get(bucket, 0) + count
   return histogram
 
 

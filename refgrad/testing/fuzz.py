@@ -39,7 +39,7 @@ from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.testing.compare import add_histogram, ulp_histogram
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
-from refgrad.uop import UOp
+from refgrad.uop import GroupOp, Ops, UOp
 
 FINDING_KINDS = ("mismatch", "error", "crash", "hang")
 MISSING_SHOWN = 30  # unreached (op, dtype) pairs named at the end of a campaign
@@ -78,7 +78,6 @@ def coverage_universe(claimed: tuple[DType, ...] = ALL) -> set[tuple[str, str]]:
 
 def kernel_pairs(ast: Any) -> set[tuple[str, str]]:
   """The (op, dtype) pairs one scheduled kernel executes (see coverage_universe)."""
-  from refgrad.uop import GroupOp, Ops
   pairs = set()
   for u in ast.toposort:
     if u.op in GroupOp.ALU:
@@ -104,7 +103,6 @@ def transcendental_root(program: Any) -> tuple[str, str] | None:
   """(op, dtype) of a random kernel whose root is a transcendental op over exact operands (alu_kernels puts them
   only there), so the output's ULP error is that op's own; None for any other program."""
   from refgrad.alu import TRANSCENDENTAL
-  from refgrad.uop import Ops
   root = getattr(program, "root", None)
   if root is None or getattr(Ops, root.op, None) not in TRANSCENDENTAL:
     return None

@@ -22,7 +22,7 @@ from refgrad.codegen.opt import OptList, opts_text
 from refgrad.device import Buffer, Device
 from refgrad.realize import run_schedule, run_transfer
 from refgrad.schedule import ScheduleItem, create_schedule
-from refgrad.sizes import concrete_graph, is_symbolic_shape, max_shape, shape_value
+from refgrad.sizes import bound_region, concrete_graph, is_symbolic_shape, shape_value
 from refgrad.testing.bounds import kernel_error_bounds
 from refgrad.testing.compare import Comparison, compare
 from refgrad.uop import Ops, UOp
@@ -158,8 +158,7 @@ def undefined_lanes(t: Any) -> np.ndarray | None:
     return None
   if not is_symbolic_shape(t.shape):
     return np.asarray(undefined).reshape(t.shape)
-  full = np.asarray(undefined).reshape(max_shape(t.shape))  # laid out for the largest sizes, as Tensor.numpy reads
-  bound = full[tuple(slice(0, n) for n in shape_value(t.shape))]
+  bound = bound_region(np.asarray(undefined), t.shape)
   return bound.copy() if bound.any() else None
 
 
@@ -233,8 +232,7 @@ def _output_region(item: ScheduleItem) -> tuple[tuple[int, ...], Callable[[np.nd
   if not item.var_vals:
     return shape, lambda flat: flat.reshape(-1)
   values = dict(item.var_vals)
-  region = tuple(slice(0, n) for n in shape_value(shape, values))
-  return shape_value(shape, values), lambda flat: flat.reshape(max_shape(shape))[region].reshape(-1)
+  return shape_value(shape, values), lambda flat: bound_region(flat, shape, values).reshape(-1)
 
 
 def reference_schedule(fn: Callable[..., Any], *inputs: Any) -> list[ScheduleItem]:

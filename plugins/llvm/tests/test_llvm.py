@@ -198,9 +198,11 @@ def test_a_loop_llvms_vectorizer_aborts_on_runs_and_matches_the_reference(tmp_pa
   from refgrad.testing.reference import check_against_reference
   from refgrad.uop import Ops, UOp
 
+  def mod(a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.MOD, dtypes.int32, (a, b))
+
   def program(v0, v1, v2, v3, v4):
     int_min = v0._const(-2147483648, dtypes.int32).reshape(1).expand(v0.shape).uop
-    mod = lambda a, b: UOp(Ops.MOD, dtypes.int32, (a, b))  # noqa: E731
     add = UOp(Ops.ADD, dtypes.int32, (v1.uop, v2.uop))
     body = mod(mod(mod(v0.uop, int_min), add), mod(v3.uop, v4.uop))
     return v0._from(UOp(Ops.REDUCE_AXIS, dtypes.int32, (body,), (Ops.MAX, (0,))))
