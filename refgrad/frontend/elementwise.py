@@ -19,7 +19,7 @@ from refgrad.dtype import (
   to_dtype,
 )
 from refgrad.frontend import special
-from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.shapes import ShapeError, broadcast_shape
 from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp
@@ -27,17 +27,6 @@ from refgrad.uop import Ops, UOp
 LOG2_E = math.log2(math.e)
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}  # an in-place result may not be of a higher kind than its target
 LN_2 = math.log(2)
-
-
-def _half_in_float32(fn: Any) -> Any:
-  """Composite math on float16/bfloat16 runs in float32 and rounds once at the end, as torch does: rounding its
-  intermediates (x * log2(e), pi/2 - x, ...) in half precision would cost many ULP."""
-  @functools.wraps(fn)
-  def wrapper(self: Any) -> Any:
-    if compute_dtype(self.dtype) != self.dtype:
-      return fn(self.cast(compute_dtype(self.dtype))).cast(self.dtype)
-    return fn(self)
-  return wrapper
 
 
 class BitwiseDTypeError(TypeError, NotImplementedError):
@@ -255,11 +244,11 @@ class ElementwiseMixin(TensorBase):
   def log2(self) -> Self:
     return self._float()._alu(Ops.LOG2)
 
-  @_half_in_float32
+  @half_in_float32
   def exp(self) -> Self:
     return (self._float() * LOG2_E)._alu(Ops.EXP2)
 
-  @_half_in_float32
+  @half_in_float32
   def log(self) -> Self:
     return self._float()._alu(Ops.LOG2) * LN_2
 
@@ -269,12 +258,12 @@ class ElementwiseMixin(TensorBase):
   def sin(self) -> Self:
     return self._float()._alu(Ops.SIN)
 
-  @_half_in_float32
+  @half_in_float32
   def cos(self) -> Self:
     x = self._float()
     return custom_gradient((math.pi / 2 - x).sin(), ("cos",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def tan(self) -> Self:
     return self.sin() / self.cos()
 
@@ -286,7 +275,7 @@ class ElementwiseMixin(TensorBase):
     """
     return self.sqrt().reciprocal()
 
-  @_half_in_float32
+  @half_in_float32
   def atan(self) -> Self:
     """Inverse tangent, in (-pi/2, pi/2).
 
@@ -296,7 +285,7 @@ class ElementwiseMixin(TensorBase):
     x = self._float()
     return custom_gradient(special.with_sign_of(x, special.atan_of_magnitude(x.abs())), ("atan",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def asin(self) -> Self:
     """Inverse sine, as atan(x / sqrt((1-x)(1+x))): the factored form keeps precision near |x| = 1.
 
@@ -306,7 +295,7 @@ class ElementwiseMixin(TensorBase):
     x = self._float()
     return custom_gradient((x / ((1.0 - x) * (1.0 + x)).sqrt()).atan(), ("asin",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def acos(self) -> Self:
     """Inverse cosine, as 2 atan(sqrt((1-x)/(1+x))): accurate relative to the result even near x = 1.
 
@@ -316,7 +305,7 @@ class ElementwiseMixin(TensorBase):
     x = self._float()
     return custom_gradient(((1.0 - x) / (1.0 + x)).sqrt().atan() * 2.0, ("acos",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def sinh(self) -> Self:
     """Hyperbolic sine: from expm1 below |x| = 1 (no cancellation), else e^|x|/2 - e^-|x|/2 (no early overflow).
 
@@ -330,7 +319,7 @@ class ElementwiseMixin(TensorBase):
     large = half_exp - 0.25 / half_exp
     return custom_gradient(special.with_sign_of(x, a.lt(1.0).where((t + t / (t + 1.0)) * 0.5, large)), ("sinh",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def cosh(self) -> Self:
     """Hyperbolic cosine, e^|x|/2 + e^-|x|/2 with e^|x|/2 computed without overflowing early.
 
@@ -341,7 +330,7 @@ class ElementwiseMixin(TensorBase):
     half_exp = _half_exp(x.abs())
     return custom_gradient(half_exp + 0.25 / half_exp, ("cosh",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def asinh(self) -> Self:
     """Inverse hyperbolic sine: log1p form below 2, log(a) + log(1 + sqrt(1 + 1/a^2)) above (no overflow).
 
@@ -354,7 +343,7 @@ class ElementwiseMixin(TensorBase):
     large = a.log() + (1.0 + (1.0 + (a * a).reciprocal()).sqrt()).log()
     return custom_gradient(special.with_sign_of(x, a.lt(2.0).where(small, large)), ("asinh",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def acosh(self) -> Self:
     """Inverse hyperbolic cosine (NaN below 1): log1p(t + sqrt(2t + t^2)) with t = x - 1 below 2, else
     log(x) + log(1 + sqrt(1 - 1/x^2)).
@@ -368,7 +357,7 @@ class ElementwiseMixin(TensorBase):
     large = x.log() + (1.0 + (1.0 - (x * x).reciprocal()).sqrt()).log()
     return custom_gradient(x.lt(1.0).where(math.nan, x.lt(2.0).where(small, large)), ("acosh",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def atanh(self) -> Self:
     """Inverse hyperbolic tangent, 0.5 * log1p(2|x| / (1 - |x|)) with the sign of x.
 
@@ -379,7 +368,7 @@ class ElementwiseMixin(TensorBase):
     a = x.abs()
     return custom_gradient(special.with_sign_of(x, special.log1p(a * 2.0 / (1.0 - a)) * 0.5), ("atanh",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def erf(self) -> Self:
     """The error function (polynomial and exp(-x^2)-scaled fits; see frontend/special.py).
 
@@ -389,7 +378,7 @@ class ElementwiseMixin(TensorBase):
     x = self._float()
     return custom_gradient(special.with_sign_of(x, special.erf_of_magnitude(x.abs())), ("erf",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def tanh(self) -> Self:
     """Hyperbolic tangent, as -t / (t + 2) with t = expm1(-2|x|): no cancellation near 0, exactly 1 far out.
 
@@ -400,7 +389,7 @@ class ElementwiseMixin(TensorBase):
     t = special.expm1(x.abs() * -2.0)
     return custom_gradient(special.with_sign_of(x, -t / (t + 2.0)), ("tanh",), x)
 
-  @_half_in_float32
+  @half_in_float32
   def sigmoid(self) -> Self:
     x = self._float()
     return custom_gradient((1.0 + (-x).exp()).reciprocal(), ("sigmoid",), x)

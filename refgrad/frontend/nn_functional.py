@@ -14,7 +14,7 @@ import numpy as np
 
 from refgrad.dtype import DType, compute_dtype, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from refgrad.frontend import special
-from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.einsum import evaluate_einsum
 from refgrad.frontend.reduce import triangle_mask
 from refgrad.frontend.shapes import ShapeError, normalize_dim
@@ -182,6 +182,7 @@ class NNFunctionalMixin(TensorBase):
     w = w.reshape(weight.shape[1] * groups, weight.shape[0] // groups, *kernel).flip(*range(2, 2 + n))
     return x.conv2d(w, bias, groups, dilation=dilation_)
 
+  @half_in_float32
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: Any = None, dilation: Any = 1,
                  padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Self:
     """Average over windows of the last len(kernel_size) dims (an int means 2 dims). Padding counts in the divisor
@@ -231,6 +232,7 @@ class NNFunctionalMixin(TensorBase):
     return x
 
   # ---- normalization
+  @half_in_float32
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Self:
     """(x - mean) / sqrt(var + eps) over axis (biased variance, no affine parameters).
 
@@ -248,11 +250,13 @@ class NNFunctionalMixin(TensorBase):
     """
     axes = tuple(normalize_dim(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis))
     shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
-    x = self - mean.reshape(shape)
+    params = [t for t in (weight, bias, mean, invstd) if t is not None]
+    out_dtype = least_upper_float(least_upper_dtype(self.dtype, *(t.dtype for t in params)))
+    x = self.cast(compute_dtype(out_dtype)) - mean.reshape(shape)  # half and bfloat16 round once, at the end
     if weight is not None:
       x = x * weight.reshape(shape)
     out = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
-    return out if bias is None else out + bias.reshape(shape)
+    return (out if bias is None else out + bias.reshape(shape)).cast(out_dtype)
 
   # ---- attention
   def scaled_dot_product_attention(self, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
@@ -268,37 +272,49 @@ class NNFunctionalMixin(TensorBase):
     if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
       raise ShapeError(f"attention needs at least 2-d query, key and value, got {self.shape}, {key.shape}, "
                          f"{value.shape}")
-    scores = self.matmul(key.transpose(-2, -1)) * (1.0 / math.sqrt(self.shape[-1]))
+    # half and bfloat16 attention runs in float32 and rounds once, as torch's: softmax weights rounded to half lose
+    # their sum's digits (70000 weights of half(1/70000) sum to 1.001)
+    out_dtype = least_upper_float(least_upper_dtype(self.dtype, key.dtype, value.dtype))
+    query, key, value = (t.cast(compute_dtype(out_dtype)) for t in (self, key, value))
+    scores = query.matmul(key.transpose(-2, -1)) * (1.0 / math.sqrt(self.shape[-1]))
     if is_causal:
       attn_mask = triangle_mask(self, self.shape[-2], key.shape[-2], 0, False)
     if attn_mask is not None:
       scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
-    return scores.softmax(-1).dropout(dropout_p).matmul(value)
+    return scores.softmax(-1).dropout(dropout_p).matmul(value).cast(out_dtype)
 
   # ---- activations
   def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Self:
-    """exp(x - max) / sum(exp(x - max)) along axis, optionally computed in dtype.
+    """exp(x - max) / sum(exp(x - max)) along axis, optionally computed in dtype (half and bfloat16 in float32,
+    rounded once: their sum of exponentials passes 65504 beyond 65504 elements).
 
     >>> Tensor([0.0, 0.0]).softmax().tolist()
     [0.5, 0.5]
     """
-    x = self.cast(to_dtype(dtype) if dtype else least_upper_float(self.dtype))
-    if x._empty_along(axis):
-      return x
-    e = (x - x.max(axis, keepdim=True)).exp()
-    return custom_gradient(e / e.sum(axis, keepdim=True), ("softmax", axis), x)
+    return self.cast(to_dtype(dtype) if dtype else least_upper_float(self.dtype))._softmax(axis)
+
+  @half_in_float32
+  def _softmax(self, axis: int) -> Self:
+    if self._empty_along(axis):
+      return self
+    e = (self - self.max(axis, keepdim=True)).exp()
+    return custom_gradient(e / e.sum(axis, keepdim=True), ("softmax", axis), self)
 
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Self:
-    """x - max - log(sum(exp(x - max))) along axis, optionally computed in dtype.
+    """x - max - log(sum(exp(x - max))) along axis, optionally computed in dtype (half and bfloat16 in float32,
+    rounded once).
 
     >>> Tensor([0.0, 0.0]).log_softmax().exp().tolist()
     [0.5, 0.5]
     """
-    x = self.cast(to_dtype(dtype) if dtype else least_upper_float(self.dtype))
-    if x._empty_along(axis):
-      return x
-    shifted = x - x.max(axis, keepdim=True)
-    return custom_gradient(shifted - shifted.exp().sum(axis, keepdim=True).log(), ("log_softmax", axis), x)
+    return self.cast(to_dtype(dtype) if dtype else least_upper_float(self.dtype))._log_softmax(axis)
+
+  @half_in_float32
+  def _log_softmax(self, axis: int) -> Self:
+    if self._empty_along(axis):
+      return self
+    shifted = self - self.max(axis, keepdim=True)
+    return custom_gradient(shifted - shifted.exp().sum(axis, keepdim=True).log(), ("log_softmax", axis), self)
 
   def _empty_along(self, axis: int) -> bool:
     return self.ndim > 0 and self.shape[normalize_dim(axis, self.ndim)] == 0
@@ -476,6 +492,7 @@ class NNFunctionalMixin(TensorBase):
     weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * Y
     return ((1 - Y) * x + weight * log_sig_neg)._do_reduction(reduction)
 
+  @half_in_float32
   def sparse_categorical_crossentropy(self, Y: Any, ignore_index: int = -1, label_smoothing: float = 0.0,  # noqa: N803
                                       reduction: str = "mean") -> Self:
     """Cross entropy of logits (..., C) with integer labels Y (...); labels equal to ignore_index count for
@@ -492,7 +509,7 @@ class NNFunctionalMixin(TensorBase):
     keep = Y.ne(ignore_index)
     picked = _one_hot_on(Y, self.shape[-1], -1).where(log_probs, 0.0).sum(-1)
     loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1)) * keep
-    return loss.sum() / keep.sum() if reduction == "mean" else loss._do_reduction(reduction)
+    return _weighted_mean(loss, keep) if reduction == "mean" else loss._do_reduction(reduction)
 
   def cross_entropy(self, Y: Any, reduction: str = "mean", label_smoothing: float = 0.0) -> Self:  # noqa: N803
     """Cross entropy of logits (N, C, ...) with class indices (N, ...) or class probabilities (N, C, ...), as
@@ -512,8 +529,11 @@ class NNFunctionalMixin(TensorBase):
     elif target.shape != self.shape:
       raise ShapeError(f"cross_entropy: probabilities of shape {target.shape} do not match logits of shape "
                          f"{self.shape}")
-    target = target * (1 - label_smoothing) + label_smoothing / self.shape[axis]
-    return (-(self.log_softmax(axis) * target).sum(axis))._do_reduction(reduction)
+    out_dtype = least_upper_float(least_upper_dtype(self.dtype, target.dtype))
+    wide = compute_dtype(out_dtype)  # half and bfloat16 losses are computed in float32 and rounded once
+    target = target.cast(wide) * (1 - label_smoothing) + label_smoothing / self.shape[axis]
+    loss = -(self.cast(wide).log_softmax(axis) * target).sum(axis)
+    return loss._do_reduction(reduction).cast(out_dtype)
 
   def nll_loss(self, Y: Any, weight: Any = None, ignore_index: int | None = None,  # noqa: N803
                reduction: str = "mean") -> Self:
@@ -535,7 +555,7 @@ class NNFunctionalMixin(TensorBase):
     if ignore_index is not None:
       w = w * Y.ne(ignore_index)
     loss = -picked * w
-    return loss.sum() / w.sum() if reduction == "mean" else loss._do_reduction(reduction)
+    return _weighted_mean(loss, w) if reduction == "mean" else loss._do_reduction(reduction)
 
   # ---- training helpers
   def dropout(self, p: float = 0.5) -> Self:
@@ -563,6 +583,13 @@ class NNFunctionalMixin(TensorBase):
 
 
 # ---- argument checks
+def _weighted_mean(loss: Any, weight: Any) -> Any:
+  """sum(loss) / sum(weight), both summed and divided in the accumulation dtype and rounded once to loss's dtype: a
+  half-precision batch's total loss passes 65504 long before its mean does."""
+  wide = compute_dtype(loss.dtype)
+  return (loss.cast(wide).sum() / weight.cast(wide).sum()).cast(loss.dtype)
+
+
 def _check_same_shape(x: Any, y: Any, what: str) -> None:
   if x.shape != y.shape:
     raise ShapeError(f"{what}: target shape {y.shape} must match input shape {x.shape}")

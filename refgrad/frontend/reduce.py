@@ -7,7 +7,7 @@ from typing import Any
 
 from refgrad.dtype import DType, compute_dtype, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from refgrad.frontend import special
-from refgrad.frontend.base import Self, TensorBase
+from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.shapes import ShapeError, normalize_dim
 from refgrad.gradient import custom_gradient
 from refgrad.sizes import canonical, is_symbolic, size_const
@@ -71,13 +71,19 @@ class ReduceMixin(TensorBase):
     if self.ndim and prod(self.shape[a] for a in axes) == 0:
       raise RuntimeError(f"{what}(): cannot reduce over a zero-size dimension of a tensor of shape {self.shape}")
 
+  @half_in_float32
   def mean(self, axis: Any = None, keepdim: bool = False) -> Self:
-    axes = reduce_axes(axis, self.ndim) if self.ndim else ()  # a 0-d tensor accepts axis 0 and -1
-    count = prod(self.shape[a] for a in axes)
-    out_dtype = least_upper_float(self.dtype)
-    total = self.cast(out_dtype).sum(axis, keepdim)
+    """The sum divided by the count, both in the accumulation dtype (float32 for half and bfloat16, which round once
+    at the end, so [60000] * 4 in half has mean 60000, not inf); ints give float32; an empty mean is NaN.
+
+    >>> Tensor([1, 2]).mean().item()
+    1.5
+    """
+    count = self._reduced_count(axis)
+    x = self.cast(least_upper_float(self.dtype))
+    total = x.sum(axis, keepdim)
     if is_symbolic(count):  # known when the kernel runs: a constant the kernel reads from its variables
-      return total.div(self._from(size_const(canonical(count), out_dtype, self.device)))
+      return total.div(self._from(size_const(canonical(count), x.dtype, self.device)))
     return total.div(count) if count else total * float("nan")
 
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Self:
@@ -102,6 +108,7 @@ class ReduceMixin(TensorBase):
     return flipped.argmax(axis, keepdim)
 
   # ---- statistics
+  @half_in_float32
   def var(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Self:
     """Variance: the sum of squared deviations divided by max(0, N - correction) (ints give float32).
 
@@ -112,6 +119,7 @@ class ReduceMixin(TensorBase):
     squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
     return squares.div(max(0, self._reduced_count(axis) - correction))
 
+  @half_in_float32
   def std(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Self:
     """Standard deviation: var(...).sqrt().
 
@@ -121,6 +129,7 @@ class ReduceMixin(TensorBase):
     var = self.var(axis, keepdim, correction)
     return custom_gradient(var.sqrt(), ("std",), var)
 
+  @half_in_float32
   def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Self, Self]:
     """(var, mean) in one call.
 
@@ -129,6 +138,7 @@ class ReduceMixin(TensorBase):
     """
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
+  @half_in_float32
   def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Self, Self]:
     """(std, mean) in one call.
 
@@ -157,6 +167,7 @@ class ReduceMixin(TensorBase):
     """
     return self.logical_not().any(axis, keepdim).logical_not()
 
+  @half_in_float32
   def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Self:
     """log(sum(exp(x))), shifted by the maximum so nothing overflows; infinite maxima pass through, as in torch.
 
@@ -200,6 +211,7 @@ class ReduceMixin(TensorBase):
     """
     return _scan(self, axis, SCANS["max"])
 
+  @half_in_float32
   def logcumsumexp(self, axis: int = 0) -> Self:
     """log(cumsum(exp(x))) along axis, computed without overflow (ints give float32).
 

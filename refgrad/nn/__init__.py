@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from refgrad.dtype import compute_dtype
 from refgrad.tensor import Tensor
 
 
@@ -90,8 +91,7 @@ class BatchNorm:
   def __call__(self, x: Tensor) -> Tensor:
     axes = tuple(a for a in range(x.ndim) if a != 1)
     if Tensor.training or not self.track_running_stats:
-      mean = x.mean(axis=axes)
-      var = ((x - mean.reshape(1, -1, *[1] * (x.ndim - 2))) ** 2).mean(axis=axes)
+      mean, var = x.mean(axis=axes), x.var(axis=axes, correction=0)  # each in float32 for half x, rounded once
       if Tensor.training and self.track_running_stats:
         n = x.numel() // x.shape[1]
         unbiased = var.detach() * (n / max(n - 1, 1))
@@ -165,7 +165,8 @@ class RMSNorm:
     self.weight = Tensor.ones(dim) if elementwise_affine else None
 
   def __call__(self, x: Tensor) -> Tensor:
-    out = x * ((x * x).mean(-1, keepdim=True) + self.eps).rsqrt()
+    wide = x.cast(compute_dtype(x.dtype))  # half and bfloat16: x * x passes 65504 from |x| = 256
+    out = (wide * ((wide * wide).mean(-1, keepdim=True) + self.eps).rsqrt()).cast(x.dtype)
     return out if self.weight is None else out * self.weight
 
 
