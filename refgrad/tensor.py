@@ -14,6 +14,7 @@ import numpy as np
 from refgrad import multi
 from refgrad.device import Buffer, Device
 from refgrad.dtype import DType, dtypes, from_numpy, least_upper_dtype, to_dtype
+from refgrad.frontend import views
 from refgrad.frontend.autograd import AutogradMixin
 from refgrad.frontend.elementwise import ElementwiseMixin
 from refgrad.frontend.movement import MovementMixin
@@ -58,11 +59,12 @@ def _nested_shape_and_kind(data: Any) -> tuple[Shape, DType]:
 class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunctionalMixin, RandomMixin,
              AutogradMixin):
   """A lazily evaluated n-dimensional array on a device."""
-  __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
+  __slots__ = ("_uop", "_view", "_requires_grad", "grad", "__weakref__")
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
     self.requires_grad, self.grad = requires_grad, None  # the setter registers tensors that want gradients
+    self._view: views.ViewLink | None = None
     dtype = to_dtype(dtype) if dtype is not None else None
     device = Device.canonicalize(device)
     if isinstance(data, UOp):
@@ -86,8 +88,21 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
   def _from(cls, uop: UOp) -> Tensor:
     """Wrap a graph node (no checks, no device lookup): what every method returns."""
     t = object.__new__(cls)
-    t.uop, t._requires_grad, t.grad = uop, None, None
+    t._uop, t._view, t._requires_grad, t.grad = uop, None, None, None
     return t
+
+  @property
+  def uop(self) -> UOp:
+    """The graph node of this tensor's value. A view's node is made again when its base's changed
+    (refgrad/frontend/views.py)."""
+    return self._uop if self._view is None else self._view.sync(self)
+
+  @uop.setter
+  def uop(self, node: UOp) -> None:
+    """Replace the node; this writes nothing through a view (realize and the jit set nodes of the same value)."""
+    self._uop = node
+    if (link := self._view) is not None and (base := link.base()) is not None:
+      link.made_from = base._uop
 
   def _const(self, value: Scalar, dtype: DType | None = None) -> Tensor:
     """A 0-d constant on this tensor's device, of this tensor's dtype unless given."""
@@ -372,7 +387,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     >>> len(t.schedule())
     0
     """
-    tensors = (self, *others)
+    tensors = views.with_written_bases((self, *others))  # a write through a view lands in its base's buffer
     lowered = device_parts([t.uop for t in tensors])
     items, buffers = create_schedule(lowered)
     run_schedule(items)  # if this raises, no tensor has been changed
@@ -385,6 +400,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
         remember_realized({t.uop: realized_buffer(value)})
       if not t._keeps_history():
         t.uop = value
+    views.forget_written(tensors)
     return self
 
   def _buffer(self) -> Buffer:
@@ -492,8 +508,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     >>> w.shard_(("PYTHON", "PYTHON:1")).device
     ('PYTHON', 'PYTHON:1')
     """
-    self.uop = self.shard(devices, axis, splits).uop
-    return self
+    return self._rebind(self.shard(devices, axis, splits).uop)
 
   def to_(self, device: str) -> Tensor:
     """Move this tensor to another device, in place; returns self.
@@ -513,20 +528,25 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     return self.contiguous()
 
   def detach(self) -> Tensor:
-    """The same values, cut off from autograd.
+    """The same values, cut off from autograd. A view, as in torch: writing it writes self.
 
     >>> Tensor([1.0], requires_grad=True).detach().requires_grad is None
     True
     """
-    return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+    return self._movement(Ops.DETACH, None)
 
   def assign(self, x: Any) -> Tensor:
     """Give this tensor x's value (x: a tensor of the same shape, dtype and device, or data to make one); returns
-    self. Lazy, like every op; other tensors made from self's old value keep that value.
+    self. Lazy, like every op. Tensors computed from self's old value keep that value; views of self see the new
+    one; if self is a view, the tensor it views gets the new values in the region self covers (as in torch).
 
     >>> t = Tensor([1, 2, 3])
     >>> t.assign(t * 10).tolist()
     [10, 20, 30]
+    >>> t[:2].assign(Tensor([0, 0])).realize()
+    <Tensor (2,) dtypes.int32 on PYTHON>
+    >>> t.tolist()
+    [0, 0, 30]
     """
     if not isinstance(x, Tensor):
       x = Tensor(x, device=self.device, dtype=self.dtype)
@@ -536,11 +556,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
       raise TypeError(f"assign: dtype {x.dtype.name} does not match the tensor's dtype {self.dtype.name}")
     if x.device != self.device:
       raise RuntimeError(f"assign: device {x.device} does not match the tensor's device {self.device}")
-    self.uop = x.uop
+    views.write(self, x.uop)
     return self
 
   def replace(self, x: Tensor) -> Tensor:
-    """Make this tensor hold x's data (same shape; dtype and device may differ); returns self.
+    """Make this tensor hold x's data (same shape; dtype and device may differ); returns self. Unlike assign, this
+    writes nothing through a view: a view that is replaced is a tensor of its own from then on.
 
     >>> t = Tensor([1, 2])
     >>> t.replace(Tensor([0.5, 1.5])).dtype
@@ -550,7 +571,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
       raise TypeError(f"replace: expected a Tensor, got {type(x).__name__}")
     if x.shape != self.shape:
       raise ShapeError(f"replace: shape {x.shape} does not match the tensor's shape {self.shape}")
-    self.uop = x.uop
+    return self._rebind(x.uop)
+
+  def _rebind(self, node: UOp) -> Tensor:
+    """Hold `node` from now on, as a tensor of its own: a view stops following the tensor it viewed."""
+    self._view = None
+    self.uop = node
     return self
 
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

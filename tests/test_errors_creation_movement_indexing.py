@@ -22,8 +22,16 @@ def settable():
   return Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).realize()
 
 
+LEAF = Tensor([1.0], requires_grad=True)  # alive: a value computed from it requires grad
+
+
 def set_item(t, index, value):
   t[index] = value
+  return t
+
+
+def iadd(t, value):
+  t += value
   return t
 
 
@@ -104,7 +112,15 @@ ERRORS = {
   "slice_float": (lambda: t23()[0:1.5], lambda: tt23()[0:1.5], TypeError, ["1.5"]),
   "setitem_shape": (lambda: set_item(settable(), 0, Tensor([1.0, 2.0])), lambda: set_item(tt23(), 0,
                     torch.tensor([1.0, 2.0])), RuntimeError, ["(2,)", "(3,)"]),
-  "setitem_view": (lambda: set_item(settable()[0], 1, 5.0), None, RuntimeError, ["view", "(3,)"]),
+  "setitem_expanded": (lambda: set_item(Tensor([[1.0, 2.0, 3.0]]).expand(2, 3), (slice(None), 0), 5.0),
+                       lambda: set_item(torch.tensor([[1.0, 2.0, 3.0]]).expand(2, 3), (slice(None), 0), 5.0),
+                       RuntimeError, ["expanded", "(2, 3)", "(1, 3)"]),
+  "iadd_expanded": (lambda: iadd(Tensor([[1.0], [2.0]]).expand(2, 3), 1.0),
+                    lambda: iadd(torch.tensor([[1.0], [2.0]]).expand(2, 3), 1.0), RuntimeError, ["(2, 3)", "(2, 1)"]),
+  "setitem_requires_grad": (lambda: set_item(Tensor([1.0, 2.0], requires_grad=True), 0, 5.0), None,
+                            NotImplementedError, ["requires grad", "(2,)"]),
+  "setitem_value_requires_grad": (lambda: set_item(settable(), 0, LEAF * 2), None,
+                                  NotImplementedError, ["value", "requires grad", "(1,)"]),
   "setitem_value_type": (lambda: set_item(settable(), 0, "x"), lambda: set_item(tt23(), 0, "x"), TypeError, ["str"]),
   "setitem_out_of_range": (lambda: set_item(settable(), 2, 1.0), lambda: set_item(tt23(), 2, 1.0), IndexError,
                            ["2", "size 2"]),

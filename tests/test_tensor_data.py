@@ -82,8 +82,8 @@ def test_assign_keeps_identity_and_is_lazy():
   result = t.assign(t * 10 + 1)
   assert result is t and len(t.schedule()) == 1  # nothing ran yet
   check(t, np.arange(4, dtype=np.int32) * 10 + 1, dtypes.int32)
-  check(other, np.arange(4, dtype=np.int32), dtypes.int32)  # tensors made from the old value keep it
-  check(view, np.arange(4, dtype=np.int32).reshape(2, 2), dtypes.int32)
+  check(other, np.arange(4, dtype=np.int32), dtypes.int32)  # tensors computed from the old value keep it
+  check(view, (np.arange(4, dtype=np.int32) * 10 + 1).reshape(2, 2), dtypes.int32)  # a view shares t's data (torch)
   t.assign([7, 8, 9, 10])
   check(t, np.array([7, 8, 9, 10], np.int32), dtypes.int32)
   z = Tensor(1.5)

@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from refgrad.dtype import dtypes
+from refgrad.frontend import views
+from refgrad.frontend.autograd import _WANT_GRAD as WANT_GRAD  # the tensors that have requires_grad=True
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.shapes import ShapeError, broadcast_shape, normalize_dim
-from refgrad.schedule import realized_buffer
-from refgrad.uop import GroupOp, Ops, UOp, prod
+from refgrad.gradient import reachable_without_detach
+from refgrad.uop import Ops, UOp, prod
 
 Shape = tuple[int, ...]
 
@@ -365,9 +367,9 @@ def advanced_get(y: Any, plan: AdvancedPlan) -> Any:
   return out.permute(plan.result_order())
 
 
-def advanced_set(y: Any, plan: AdvancedPlan, value: Any) -> tuple[Any, Any]:
-  """y with the indexed positions set from value (the last write wins for repeated indices, like numpy), and the
-  bool mask of positions written. value has the indexed result's shape, or broadcasts to it."""
+def advanced_set(y: Any, plan: AdvancedPlan, value: Any) -> Any:
+  """y with the indexed positions set from value (the last write wins for repeated indices, like numpy). value has
+  the indexed result's shape, or broadcasts to it."""
   nb, nr = len(plan.batch), len(plan.rest)
   rest_shape = tuple(y.shape[d] for d in plan.rest)
   hit = plan.hits(0)
@@ -387,43 +389,46 @@ def advanced_set(y: Any, plan: AdvancedPlan, value: Any) -> tuple[Any, Any]:
     new = value.reshape(tuple(keep))._broadcast_to(rest_shape).reshape(rest_shape + (1,))
   sizes = tuple(y.shape[d] for d in plan.dims)
   back = _inverse(plan.rest + plan.dims)
-  out = written.where(new, plan.flat_source(y)).reshape(rest_shape + sizes).permute(back)
-  mask = written.reshape((1,) * nr + sizes).expand(rest_shape + sizes).permute(back)
-  return out, mask
+  return written.where(new, plan.flat_source(y)).reshape(rest_shape + sizes).permute(back)
 
 
 # ---- t[index] and t[index] = v
+def basic_view(t: Any, plan: BasicPlan) -> Any:
+  """t[ints, slices, None] as a view of t (a write to it writes t; refgrad/frontend/views.py)."""
+  return views.make_view(plan.apply(t), t, views.IndexStep(plan))
+
+
 def get_index(t: Any, index: Any) -> Any:
   parsed = parse_index(t, index)
-  y = parsed.plan.apply(t)
+  y = basic_view(t, parsed.plan)
   return advanced_get(y, advanced_plan(y, parsed)) if parsed.advanced else y
 
 
-def set_index(t: Any, index: Any, value: Any) -> Any:
-  """The value t has after t[index] = value."""
-  _check_writable(t)
-  parsed = parse_index(t, index)
-  plan = parsed.plan
-  y = plan.apply(t)
-  adv = advanced_plan(y, parsed) if parsed.advanced else None
-  v = _value_tensor(t, value, adv.result_shape(y) if adv else y.shape)
-  if adv:
-    new_y, written_y = advanced_set(y, adv, v)
+def set_index(t: Any, index: Any, value: Any) -> None:
+  """t[index] = value, lazily: a write through the view t[basic part of index], whose new value is value at the
+  advanced indices (if any) and its old value elsewhere."""
+  for x, what in ((t, "the tensor written"), (value, "the value")):
+    if isinstance(x, TensorBase) and requires_grad(x):
+      raise NotImplementedError(f"setitem: {what} (shape {x.shape}) requires grad, and setitem is not "
+                                "differentiable (as in tinygrad); write a detached tensor, or build the new value "
+                                "with where/pad/cat")
+  if (bounds := _symbolic_slices(index, t.shape)) is not None:
+    y, adv = t.shrink(bounds), None
   else:
-    new_y, written_y = v._broadcast_to(y.shape), t._const(True, dtypes.bool)._broadcast_to(y.shape)
-  return plan.place(written_y, t.shape).where(plan.place(new_y, t.shape), t)
+    parsed = parse_index(t, index)
+    y = basic_view(t, parsed.plan)
+    adv = advanced_plan(y, parsed) if parsed.advanced else None
+  v = _value_tensor(t, value, adv.result_shape(y) if adv else y.shape)
+  y.assign(advanced_set(y, adv, v) if adv else v._broadcast_to(y.shape))
 
 
-def _check_writable(t: Any) -> None:
-  """refgrad never writes through views, so writing a view of another tensor's data would silently leave that
-  tensor unchanged: refuse, as tinygrad does for non-contiguous targets."""
-  node = t.uop
-  buf = realized_buffer(node)
-  if buf is not None and buf.size == t.numel():
-    return
-  if node.op in GroupOp.Movement and any(u.op is Ops.BUFFER for u in node.toposort):
-    raise RuntimeError(f"setitem: this tensor (shape {t.shape}) is a view of another tensor's data, and writing it "
-                       "would not change that tensor; index the original tensor, or call .contiguous() first")
+def requires_grad(t: Any) -> bool:
+  """Whether gradients would flow into t: it has requires_grad=True, or its value is computed (not through a
+  detach) from a tensor that has."""
+  if t.requires_grad:
+    return True
+  wanted = {w.uop for w in list(WANT_GRAD) if w.requires_grad}
+  return bool(wanted) and not wanted.isdisjoint(reachable_without_detach(t.uop))
 
 
 def _value_tensor(t: Any, value: Any, shape: Shape) -> Any:
@@ -492,8 +497,10 @@ class IndexingMixin(TensorBase):
     return get_index(self, index)
 
   def __setitem__(self, index: Any, value: Any) -> None:
-    """t[index] = value, for any index t[index] accepts. The tensor gets a new buffer with the new value (it is
-    realized now); other tensors that shared the old one keep the old values. A repeated index writes its last value.
+    """t[index] = value, for any index t[index] accepts; a repeated index writes its last value. The tensor is
+    realized now with its new value; if it is a view, the tensor it views is written too, and every other view of
+    that tensor sees the write (as in torch), while tensors computed from the old value keep it. NotImplementedError
+    if the tensor or the value requires grad (as in tinygrad).
 
     >>> t = Tensor([1, 2, 3, 4]).realize()
     >>> t[1:3] = 0
@@ -501,7 +508,8 @@ class IndexingMixin(TensorBase):
     >>> t.tolist()
     [7, 0, 0, 8]
     """
-    self.assign(set_index(self, index, value)).realize()
+    set_index(self, index, value)
+    self.realize()
 
   def gather(self, dim: int, index: Any) -> Self:
     """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1 (and so on); index has self's number of dims and may be

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from refgrad.dtype import dtypes, least_upper_dtype
+from refgrad.frontend import views
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.indexing import IndexingMixin
 from refgrad.frontend.rearrange import plan_rearrange
@@ -25,14 +26,14 @@ class InvalidArgumentError(RuntimeError, ValueError):
   """An argument value torch rejects with RuntimeError (meshgrid's indexing); also a ValueError."""
 
 
-
-
-
-
-
-
 def _is_int(x: Any) -> bool:
   return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _copy(t: Any) -> Any:
+  """t's value as a tensor that views nothing, for the results torch copies (pad, repeat, roll, cat): writing them
+  must not write t. Free: refgrad values are immutable graphs."""
+  return t._from(t.uop)
 
 
 def _ints(values: Any, what: str) -> tuple[int, ...]:
@@ -52,7 +53,9 @@ class MovementMixin(IndexingMixin):
   __slots__ = ()
 
   def _movement(self, op: Ops, arg: Any) -> Self:
-    return self._from(UOp(op, self.dtype, (self.uop,), arg))
+    """The op applied to self; all but PAD make a view of self (refgrad/frontend/views.py)."""
+    out = self._from(UOp(op, self.dtype, (self.uop,), arg))
+    return views.make_view(out, self, views.MovementStep(op, arg)) if op in views.VIEW_OPS else out
 
   # ---- the primitives
   def reshape(self, *shape: Any) -> Self:
@@ -204,9 +207,9 @@ class MovementMixin(IndexingMixin):
     if mode != "constant" and value != 0:
       raise ValueError(f"pad mode {mode!r} does not take a value (got {value})")
     if _symbolic_padding(padding) or is_symbolic_shape(self.shape):
-      return _pad_symbolic(self, padding, mode, value)
+      return _copy(_pad_symbolic(self, padding, mode, value))
     pairs = _pad_pairs(padding, self.shape)
-    return self if all(p == (0, 0) for p in pairs) else PAD_MODES[mode](self, pairs, value)
+    return _copy(self if all(p == (0, 0) for p in pairs) else PAD_MODES[mode](self, pairs, value))
 
   # ---- dims of size one
   def squeeze(self, dim: int | Sequence[int] | None = None) -> Self:
@@ -282,7 +285,7 @@ class MovementMixin(IndexingMixin):
     base = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
     pairs = tuple(x for s in base.shape for x in (1, s))
     tiled = tuple(x for r, s in zip(repeats, base.shape) for x in (r, s))
-    return base.reshape(pairs).expand(tiled).reshape(tuple(r * s for r, s in zip(repeats, base.shape)))
+    return _copy(base.reshape(pairs).expand(tiled).reshape(tuple(r * s for r, s in zip(repeats, base.shape))))
 
   def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Self:
     """Repeat each element `repeats` times along dim (the flattened tensor when dim is None). repeats may also be
@@ -300,7 +303,7 @@ class MovementMixin(IndexingMixin):
     if _is_int(repeats):
       if repeats < 0:
         raise ShapeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
-      return x.unsqueeze(d + 1).expand(_on_dim(x.ndim + 1, d + 1, repeats, -1)).flatten(d, d + 1)
+      return _copy(x.unsqueeze(d + 1).expand(_on_dim(x.ndim + 1, d + 1, repeats, -1)).flatten(d, d + 1))
     counts = _repeat_counts(repeats, x.shape[d])
     index = type(self)([i for i, c in enumerate(counts) for _ in range(c)], dtype=dtypes.int32, device=self.device)
     return x[(slice(None),) * d + (index,)]
@@ -324,7 +327,7 @@ class MovementMixin(IndexingMixin):
     x = self.reshape(1) if self.ndim == 0 else self
     for shift, dim in zip(shifts, dims):
       x = x._roll_one(shift, normalize_dim(dim, x.ndim))
-    return x.reshape(self.shape)
+    return _copy(x.reshape(self.shape))
 
   def _roll_one(self, shift: int, d: int) -> Self:
     """Two copies side by side along d, then the window that starts `shift` before the end of the first."""
@@ -389,7 +392,7 @@ class MovementMixin(IndexingMixin):
         raise RuntimeError(f"cat: all tensors must be on one device, got {first.device} and {t.device}")
     out_dtype = least_upper_dtype(*(t.dtype for t in kept))
     parts = [t.cast(out_dtype) for t in kept if t.shape[d]] or [kept[0].cast(out_dtype)]
-    out = _join(parts, d)
+    out = _copy(_join(parts, d))
     if all(t.numel() for t in tensors):
       return out
     # empty inputs add nothing to the value, but autograd must still reach them (torch gives them empty gradients)

@@ -1,0 +1,192 @@
+"""Views: a tensor made from another by a movement op shares the other's data, as in torch.
+
+refgrad's values are immutable graphs, so a view shares by derivation. It keeps a `ViewLink` to its base (the
+tensor at the start of its chain of views, which views nothing) and the steps that made it from the base. The rule:
+
+- A view's value is its steps applied to its base's *current* value: reading `view.uop` makes the view's node again
+  when the base's node changed since (a write through another view, an assign, a jit replay; a realize changes the
+  node, not the value, and costs the view's movement ops only).
+- Writing a view (`assign`, `view[i] = v`, `view += 1`) writes its base: the base's value with the region the view
+  covers replaced (each step inverted: movement ops, padding and a `where`). Every view of that base then sees the
+  write; tensors *computed* from the old value (`c = a * 2` before `a[0] = 5`) keep the old value, because their
+  graphs hold the old nodes.
+- Views are made by reshape, permute, shrink, flip, expand, detach and basic indexing (and what is built from them
+  only: transpose, squeeze, flatten, split, ...). Results that torch copies (pad, repeat, roll, cat, contiguous,
+  advanced indexing, every computation) are bases. A write through an expand that repeats elements raises, as
+  torch's in-place ops on overlapping memory do.
+- A view holds its base weakly: once nothing else holds the base, nothing can observe it, and the view is a base
+  of its own (so a realized view, like `loss = h.sum()`, does not keep the graph of a dropped tensor alive). An
+  expanded view holds its base: it stays one, and unwritable, as long as it lives.
+
+Realizing a view that was written through also realizes its base, so the write lands in the base's buffer (a KV
+cache filled by `cache[:, i:i+1].assign(kv).realize()` stays one buffer, not a growing chain of `where`s).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from refgrad.dtype import dtypes
+from refgrad.uop import Ops, UOp
+
+
+class Step:
+  """One step from a tensor to a view of it: `forward` makes the view's value from the tensor's, `put_back` gives
+  the tensor's value with the view's region replaced by a new value of the view. `overlaps`: several elements of
+  the view may be one element of the tensor."""
+  __slots__ = ()
+  overlaps = False
+
+  def forward(self, x: Any) -> Any:
+    raise NotImplementedError
+
+  def put_back(self, x: Any, value: Any) -> Any:
+    raise NotImplementedError
+
+
+class MovementStep(Step):
+  """One movement primitive (or DETACH, which moves nothing)."""
+  __slots__ = ("op", "arg")
+
+  def __init__(self, op: Ops, arg: Any):
+    self.op, self.arg = op, arg
+
+  @property
+  def overlaps(self) -> bool:
+    return self.op is Ops.EXPAND
+
+  def forward(self, x: Any) -> Any:
+    return x._from(UOp(self.op, x.dtype, (x.uop,), self.arg))
+
+  def put_back(self, x: Any, value: Any) -> Any:
+    return _PUT_BACK[self.op](self.arg, x, value)
+
+
+class IndexStep(Step):
+  """Basic indexing (`t[1:5:2, 0, None]`): `plan` is the index's BasicPlan (indexing.py)."""
+  __slots__ = ("plan",)
+
+  def __init__(self, plan: Any):
+    self.plan = plan
+
+  def forward(self, x: Any) -> Any:
+    return self.plan.apply(x)
+
+  def put_back(self, x: Any, value: Any) -> Any:
+    inside = value._const(True, dtypes.bool)._broadcast_to(value.shape)
+    return self.plan.place(inside, x.shape).where(self.plan.place(value, x.shape), x)
+
+
+def _put_shrink(bounds: tuple, x: Any, value: Any) -> Any:
+  grow = tuple((start, size - end) for (start, end), size in zip(bounds, x.shape))
+  inside = value._const(True, dtypes.bool)._broadcast_to(value.shape)._movement(Ops.PAD, grow)
+  return inside.where(value._movement(Ops.PAD, grow), x)
+
+
+def _put_expand(shape: tuple, x: Any, value: Any) -> Any:
+  if value.numel() == 0:  # nothing is written
+    return x
+  raise RuntimeError(f"cannot write into an expanded view: more than one element of the written tensor (shape "
+                     f"{shape}) refers to one element of the tensor it expands (shape {x.shape}); write into that "
+                     "tensor, or into a copy made with .contiguous() or .clone()")
+
+
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+  return tuple(order.index(i) for i in range(len(order)))
+
+
+_PUT_BACK = {
+  Ops.RESHAPE: lambda arg, x, value: value.reshape(x.shape),
+  Ops.PERMUTE: lambda arg, x, value: value.permute(_inverse(arg)),
+  Ops.FLIP: lambda arg, x, value: value._movement(Ops.FLIP, arg),
+  Ops.SHRINK: _put_shrink,
+  Ops.EXPAND: _put_expand,
+  Ops.DETACH: lambda arg, x, value: value,
+}
+VIEW_OPS = frozenset(_PUT_BACK)
+
+
+class _Held:
+  """A strong reference that is called like a weakref."""
+  __slots__ = ("obj",)
+
+  def __init__(self, obj: Any):
+    self.obj = obj
+
+  def __call__(self) -> Any:
+    return self.obj
+
+
+class ViewLink:
+  """A view's base (held weakly, unless a step overlaps), the steps from it, and the base's node the view's node was
+  made from."""
+  __slots__ = ("base", "steps", "made_from")
+
+  def __init__(self, base: Any, steps: tuple[Step, ...], made_from: UOp):
+    self.base = _Held(base) if any(step.overlaps for step in steps) else weakref.ref(base)
+    self.steps, self.made_from = steps, made_from
+
+  def sync(self, view: Any) -> UOp:
+    """The view's node, made again from its base's if that changed; a view whose base is gone becomes a base."""
+    base = self.base()
+    if base is None:
+      view._view = None
+    elif base._uop is not self.made_from:
+      view._uop = self.values(base)[-1].uop
+      self.made_from = base._uop
+    return view._uop
+
+  def values(self, base: Any) -> list[Any]:
+    """The base's value and the value after each step."""
+    out = [base._from(base._uop)]
+    for step in self.steps:
+      out.append(step.forward(out[-1]))
+    return out
+
+
+def make_view(view: Any, of: Any, step: Step) -> Any:
+  """Make `view`, computed from `of` by `step`, a view of of's base; returns it. A method that returned its input
+  made no new tensor."""
+  if view is of:
+    return view
+  link = of._view
+  if link is not None and (base := link.base()) is not None:
+    view._view = ViewLink(base, link.steps + (step,), link.made_from)
+  else:
+    view._view = ViewLink(of, (step,), of._uop)
+  return view
+
+
+def write(t: Any, node: UOp) -> None:
+  """Give t the value `node`; a view writes its base (the region it covers), then holds `node`."""
+  link = t._view
+  base = link.base() if link is not None else None
+  if base is None:
+    t._view = None
+    t.uop = node
+    return
+  values, new = link.values(base), t._from(node)
+  for step, x in zip(reversed(link.steps), reversed(values[:-1])):
+    new = step.put_back(x, new)
+  base.uop = new.uop
+  _WRITTEN[id(base)] = base
+  t._uop, link.made_from = node, base._uop
+
+
+# bases written through a view since they were last realized, by id (Tensor's == is elementwise, so no WeakSet)
+_WRITTEN: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def with_written_bases(tensors: tuple) -> tuple:
+  """tensors, and the base of each view among them that was written through since the base was last realized."""
+  extra = []
+  for t in tensors:
+    base = t._view.base() if t._view is not None else None
+    if base is not None and id(base) in _WRITTEN and all(base is not u for u in (*tensors, *extra)):
+      extra.append(base)
+  return tensors + tuple(extra)
+
+
+def forget_written(tensors: tuple) -> None:
+  for t in tensors:
+    _WRITTEN.pop(id(t), None)
