@@ -2,24 +2,29 @@
 
 The first call runs the function as it is. The second runs it too, and records every kernel launch and copy it
 makes (`realize.run_schedule` appends them to `realize.CAPTURE`), with the buffers each one used. From the third
-call on, the jit replays those launches: the buffers of the tensors passed in take the places of the captured
-call's inputs, and the function's Python body does not run.
+call on, the jit replays those launches and the function's Python body does not run. What each captured buffer
+stands for decides which buffer a replay uses in its place:
 
-State the function updates between calls (an optimizer's parameters and moments: `Tensor.replace` gives them a
-new buffer each step) is found at capture: a tensor that held buffer E before the call and holds buffer N, written
-by a captured kernel, after it. A replay then reads the state from where the last call left it and writes it to the
-other buffer of the pair (replays alternate, so two buffers per state tensor serve every call), and the tensor is
-pointed at the buffer written.
+- an **argument's** buffer: the buffer of the tensor passed in that place on this call (arguments are matched by
+  parameter name, so keyword order does not matter);
+- a buffer **another live tensor** held when the capture began (weights, an optimizer's state, a learning rate): what
+  that tensor holds now, so state carries from call to call and a value assigned between calls is read;
+- the buffer a captured kernel wrote into a tensor that existed before the call (an argument updated in place,
+  `x += 1` or `t[0:1] = a`; a parameter an optimizer replaced): a new buffer each replay, which the tensor of this
+  call is then pointed at; earlier values stay with whoever holds them;
+- a random draw's key and counter: the next counters of the stream, copied in before the launches, so replays draw
+  the numbers the plain function would have drawn;
+- anything else (intermediates, results): the captured buffer, written again.
 
-What a replay cannot redo, it refuses at capture: a function that draws random numbers (their key and counter are
-copied in from Python on each draw) raises, rather than repeat one draw forever. Values the function reads from
-Python (a `Tensor(numpy_array)` made inside it, a float turned into a constant) are those of the captured call.
-The tensors a replay returns are the captured call's: a later replay writes them again, as in tinygrad.
+Values the function reads from Python (a `Tensor(numpy_array)` made inside it, a float turned into a constant, a
+non-tensor argument) are those of the captured call. The tensors a replay returns are the captured call's: a later
+replay writes them again, as in tinygrad (`.clone()` or `.numpy()` keeps a result).
 """
 from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,9 +44,10 @@ from refgrad.uop import Ops, UOp, prod
 ReturnType = TypeVar("ReturnType")
 
 
-class JitError(ValueError):
-  """A call a capture cannot replay: other input shapes, dtypes or devices, another number of input tensors, or one
-  tensor passed where the capture had two (or the other way round)."""
+class JitError(ValueError, AssertionError):
+  """A call a capture cannot replay (other input shapes, dtypes or devices, another number of input tensors, one
+  tensor passed where the capture had two or the other way round), or a function with nothing to replay. Also an
+  AssertionError, the type tinygrad raises."""
 
 
 def tensors_in(value: Any) -> list[Tensor]:
@@ -67,98 +73,182 @@ def whole_buffer(node: UOp) -> Buffer | None:
 
 
 def input_buffers(t: Tensor) -> list[Buffer]:
-  """The buffers holding a realized input, one per device, each all of its part: an input that is a view into a
-  larger buffer is made contiguous first (the tensor keeps its values and gets buffers of its own)."""
+  """The buffers holding a tensor, one per device, each all of its part: a lazy tensor is realized, and one that
+  is a view into a larger buffer is made contiguous (the tensor keeps its values and gets buffers of its own)."""
   if any(whole_buffer(p) is None for p in parts_of(t.uop)):
     t.replace(t.contiguous()).realize()
   return [whole_buffer(p) for p in parts_of(t.uop)]
 
 
-def held_buffers() -> dict[tuple[int, int], tuple[weakref.ref, int, Buffer]]:
-  """Every live tensor's realized buffers, by (id, part): the state a captured call may replace."""
-  held = {}
+def point(t: Tensor, part: int, buf: Buffer, shape: tuple | None = None) -> None:
+  """Make the tensor's part (0 on one device) read buf, viewed as `shape` (default: the part's shape)."""
+  if t.uop.op is not Ops.MULTI:
+    t.uop = buffer_node(buf, t.shape if shape is None else shape)
+    return
+  parts = list(t.uop.src)
+  parts[part] = buffer_node(buf, parts[part].shape if shape is None else shape)
+  t.uop = multi(parts, *t.uop.arg)
+
+
+@dataclass
+class Holding:
+  """A tensor's part and the node (a whole buffer) it had when a capture began."""
+  tensor: weakref.ref
+  part: int
+  node: UOp
+
+
+def live_holdings(skip: set[int]) -> dict[Buffer, list[Holding]]:
+  """Every live tensor's whole buffers but those of the tensors in `skip` (by id), by buffer: the state a captured
+  call may read and replace."""
+  held: dict[Buffer, list[Holding]] = {}
   for obj in gc.get_objects():  # type(), not isinstance: that would ask objects for a __class__ (torch's warn)
-    if issubclass(type(obj), Tensor):
+    if issubclass(type(obj), Tensor) and id(obj) not in skip:
       for part, node in enumerate(parts_of(obj.uop)):
         if (buf := whole_buffer(node)) is not None:
-          held[(id(obj), part)] = (weakref.ref(obj), part, buf)
+          held.setdefault(buf, []).append(Holding(weakref.ref(obj), part, node))
   return held
+
+
+def changed_part(holding: Holding) -> UOp | None:
+  """The tensor's part node if the tensor is alive and the part is no longer the node it had, else None."""
+  t = holding.tensor()
+  if t is None or holding.part >= len(parts_of(t.uop)):
+    return None
+  node = parts_of(t.uop)[holding.part]
+  return None if node is holding.node else node
 
 
 @dataclass
 class Launch:
+  """One captured kernel launch or transfer; `prg` and `bufs` are tinygrad's names for its runner and buffers."""
   runner: Callable[..., None] | None  # None: a transfer between devices, realize.run_transfer(ast, buffers)
   buffers: tuple[Buffer, ...]
   ast: UOp
   var_vals: tuple[tuple[UOp, int], ...] = ()  # a kernel compiled for Variables: their values at capture
 
+  @property
+  def prg(self) -> Callable[..., None] | None:
+    return self.runner
+
+  @property
+  def bufs(self) -> tuple[Buffer, ...]:
+    return self.buffers
+
 
 @dataclass
-class StatePair:
-  tensor: weakref.ref
-  part: int       # which of the tensor's parts (0 on one device)
-  before: Buffer  # what the tensor held when the capture began: read by the captured kernels
-  after: Buffer   # what a captured kernel wrote into it
+class Read:
+  """A captured buffer that other live tensors held: a replay reads what those tensors hold now."""
+  captured: Buffer
+  holders: list[Holding]  # each holder's node as last seen
+  current: Buffer
 
-  def point(self, t: Tensor, buf: Buffer) -> None:
-    """Make the tensor (its part) read buf."""
-    if t.uop.op is not Ops.MULTI:
-      t.uop = buffer_node(buf, t.shape)
-      return
-    parts = list(t.uop.src)
-    parts[self.part] = buffer_node(buf, parts[self.part].shape)
-    t.uop = multi(parts, *t.uop.arg)
+  def refresh(self) -> Buffer:
+    """The buffer to read this replay: a holder whose node changed since last seen (the jit pointed it at a new
+    buffer, or the user assigned it) gives its buffer, realized if it is lazy."""
+    for holding in self.holders:
+      if changed_part(holding) is None:
+        continue
+      t = holding.tensor()
+      buf = input_buffers(t)[holding.part]
+      if (buf.size, buf.dtype, buf.device) != (self.captured.size, self.captured.dtype, self.captured.device):
+        raise JitError(f"TinyJit: a tensor the captured kernels read now holds {buf.size} {buf.dtype.name} on "
+                       f"{buf.device}, not {self.captured.size} {self.captured.dtype.name} on "
+                       f"{self.captured.device}; call jit.reset() to capture again")
+      holding.node, self.current = parts_of(t.uop)[holding.part], buf
+    return self.current
+
+
+@dataclass
+class Write:
+  """A tensor that existed before the call and holds a new buffer after it: an argument (its position among the
+  call's tensors) or another live tensor, and then the Read of what it held, if the kernels read that."""
+  target: int | weakref.ref
+  part: int
+  buffer: Buffer  # what it held after the capture
+  read: tuple[Read, Holding] | None = None
+
+  def land(self, t: Tensor, buf: Buffer) -> None:
+    """Point the tensor at what this replay wrote; the next replay reads it (told directly: no need to look)."""
+    point(t, self.part, buf)
+    if self.read is not None:
+      read, holding = self.read
+      read.current, holding.node = buf, parts_of(t.uop)[self.part]
+
+
+@dataclass
+class Draw:
+  """A random draw: the buffer holding its key and counter offset, and how many counters it takes."""
+  buffers: list[Buffer]
+  count: int
 
 
 class CapturedCall:
   """The launches of one call, ready to run again with other inputs."""
 
-  def __init__(self, launches: list[Launch], inputs: list[Buffer], signature: tuple, state: list[StatePair],
-               result: Any):
-    self.launches, self.inputs, self.signature, self.state, self.result = launches, inputs, signature, state, result
+  def __init__(self, launches: list[Launch], inputs: list[Buffer], signature: tuple, reads: list[Read],
+               writes: list[Write], draws: list[Draw], result: Any, arguments: list[Tensor]):
+    self.launches, self.inputs, self.signature, self.result = launches, inputs, signature, result
+    self.reads, self.writes, self.draws = reads, writes, draws
     self.replays = 0
-    # per parity of the replay count, each launch's buffers: on even replays each state pair's two buffers trade
-    # places (read where the last call wrote, write the other one); where the captured inputs sit, to put new ones
-    swap = {}
-    for pair in state:
-      swap[pair.before], swap[pair.after] = pair.after, pair.before
-    self.buffers = ([[swap.get(b, b) for b in launch.buffers] for launch in launches],
-                    [list(launch.buffers) for launch in launches])
-    position = {b: i for i, b in enumerate(inputs)}
-    self.input_slots = [[(slot, position[b]) for slot, b in enumerate(launch.buffers) if b in position]
-                        for launch in launches]
+    written = {launch.buffers[0] for launch in launches}
+    self.fresh = list(dict.fromkeys(w.buffer for w in writes if w.buffer in written))
+    position = {id(t): i for i, t in reversed(list(enumerate(arguments)))}
+    returned = tensors_in(result)
+    # arguments returned (by id and position: a replay returns this call's tensor there), and the other results
+    self.returned_arguments = [(id(t), position[id(t)]) for t in returned if id(t) in position]
+    self.results = [(t, part, realized_buffer(node)) for t in returned if id(t) not in position
+                    for part, node in enumerate(parts_of(t.uop))]
 
-  def buffers_of(self, number: int, new_inputs: list[Buffer]) -> list[Buffer]:
-    """Launch `number`'s buffers this replay."""
-    buffers = self.buffers[self.replays % 2][number]
-    if not self.input_slots[number]:
-      return buffers
-    buffers = list(buffers)
-    for slot, i in self.input_slots[number]:
-      buffers[slot] = new_inputs[i]
-    return buffers
+  def buffer_map(self, inputs: list[Buffer]) -> dict[Buffer, Buffer]:
+    """Captured buffer -> this replay's buffer, for every captured buffer that is not used again as it is."""
+    mapping = {read.captured: read.refresh() for read in self.reads}
+    mapping.update(zip(self.inputs, inputs))
+    mapping.update((b, Buffer(b.device, b.size, b.dtype)) for b in self.fresh)
+    return mapping
 
-  def replay(self, inputs: list[Buffer], signature: tuple, values: dict[UOp, int]) -> Any:
+  def replay(self, tensors: list[Tensor], inputs: list[Buffer], signature: tuple, values: dict[UOp, int]) -> Any:
     if signature != self.signature:
       raise JitError(f"TinyJit: this call's inputs {describe(signature)} differ from the captured call's "
                      f"{describe(self.signature)}; call jit.reset() to capture again")
-    for number, launch in enumerate(self.launches):
-      buffers = self.buffers_of(number, inputs)
+    mapping = self.buffer_map(inputs)
+    for draw in self.draws:
+      words = rng_state.draw_parameters(draw.count)
+      for buf in draw.buffers:
+        buf.copyin(words)
+    for launch in self.launches:
+      buffers = [mapping.get(b, b) for b in launch.buffers]
       if launch.var_vals:  # the inputs' Variables take this call's values; others keep the captured ones
         buffers[-1].copyin(np.array([values.get(var, value) for var, value in launch.var_vals], np.int64))
       if launch.runner is None:
         realize.run_transfer(launch.ast, buffers)
       else:
         launch.runner(*(b.handle for b in buffers))
-    written = "before" if self.replays % 2 == 0 else "after"
-    for pair in self.state:
-      if (t := pair.tensor()) is not None:
-        pair.point(t, getattr(pair, written))
-    if values:  # results of symbolic shape: the same buffers, viewed with this call's values
-      for t in tensors_in(self.result):
-        t.uop = buffer_node(realized_buffer(t.uop), rebind(t.shape, values))
+    for write in self.writes:
+      t = tensors[write.target] if isinstance(write.target, int) else write.target()
+      if t is not None:
+        write.land(t, mapping.get(write.buffer, write.buffer))
     self.replays += 1
-    return self.result
+    return self._result(tensors, mapping, values)
+
+  def _result(self, tensors: list[Tensor], mapping: dict[Buffer, Buffer], values: dict[UOp, int]) -> Any:
+    """The captured result, its tensors reading this replay's buffers; an argument returned is this call's one."""
+    for t, part, buf in self.results:
+      if buf in mapping or values:  # symbolic results: the same buffers, viewed with this call's values
+        point(t, part, mapping.get(buf, buf), rebind(parts_of(t.uop)[part].shape, values) if values else None)
+    swap = {old: tensors[i] for old, i in self.returned_arguments}
+    return substitute(self.result, swap) if swap else self.result
+
+
+def substitute(value: Any, swap: dict[int, Tensor]) -> Any:
+  """value with the tensors whose ids are in swap replaced, inside tuples, lists and dicts too."""
+  if isinstance(value, Tensor):
+    return swap.get(id(value), value)
+  if isinstance(value, (tuple, list)):
+    return type(value)(substitute(v, swap) for v in value)
+  if isinstance(value, dict):
+    return {k: substitute(v, swap) for k, v in value.items()}
+  return value
 
 
 def call_signature(tensors: list[Tensor], buffers: list[list[Buffer]]) -> tuple[tuple, dict[UOp, int]]:
@@ -179,9 +269,33 @@ def describe(signature: tuple) -> str:
   return "(" + ", ".join(parts) + ")"
 
 
+def parameters_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+  try:
+    return inspect.signature(fn)
+  except (TypeError, ValueError):  # some builtins and C functions have none
+    return None
+
+
+def in_parameter_order(parameters: inspect.Signature | None, args: tuple, kwargs: dict) -> list[Any]:
+  """A call's arguments in the order of the function's parameters, whatever order its keywords came in; keywords
+  the parameters do not name (or with no signature to read) in the order of their names."""
+  if parameters is not None:
+    try:
+      bound = parameters.bind(*args, **kwargs)
+    except TypeError:  # the call does not fit: the function itself will say so
+      pass
+    else:
+      return [dict(sorted(value.items())) if parameters.parameters[name].kind is inspect.Parameter.VAR_KEYWORD
+              else value for name, value in bound.arguments.items()]
+  return list(args) + [kwargs[name] for name in sorted(kwargs)]
+
+
 class TinyJit(Generic[ReturnType]):
-  """Decorate a function whose tensors are its arguments and its result: its later calls replay the kernels of its
-  second call (see the module's docstring). `jit.reset()` forgets the capture.
+  """Decorate a function whose tensors are its arguments, the tensors it reads and updates, and its result: its
+  later calls replay the kernels of its second call (see the module's docstring). `jit.reset()` forgets the
+  capture; `jit.jit_cache` lists the captured launches. With `prune=True`, kernels that depend on nothing that
+  changes between calls (the arguments, random draws, Variables) run once, at capture, and are not replayed: only
+  for functions whose other tensors (weights, say) do not change.
 
   >>> from refgrad import Tensor, TinyJit
   >>> @TinyJit
@@ -190,8 +304,9 @@ class TinyJit(Generic[ReturnType]):
   [7.0, 9.0]
   """
 
-  def __init__(self, fn: Callable[..., ReturnType]):
-    self.fn = fn
+  def __init__(self, fn: Callable[..., ReturnType], prune: bool = False):
+    self.fn, self.prune = fn, prune
+    self.parameters = parameters_of(fn)
     self.calls = 0
     self.captured: CapturedCall | None = None
     functools.update_wrapper(self, fn)
@@ -199,22 +314,28 @@ class TinyJit(Generic[ReturnType]):
   def reset(self) -> None:
     self.calls, self.captured = 0, None
 
+  @property
+  def jit_cache(self) -> list[Launch]:
+    """The captured launches, one per kernel launch or transfer a replay makes (empty before the capture)."""
+    return self.captured.launches if self.captured is not None else []
+
   def __get__(self, obj: Any, owner: Any = None) -> Callable[..., ReturnType]:
     return self if obj is None else functools.partial(self.__call__, obj)  # a decorated method binds its instance
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-    tensors = tensors_in(list(args) + list(kwargs.values()))
-    if lazy := [t for t in tensors if any(realized_buffer(p) is None for p in parts_of(t.uop))]:
-      Tensor.realize(*lazy)
+    if realize.CAPTURE is not None and (self.calls or self.captured is not None):
+      raise RuntimeError("TinyJit: having TinyJit inside another TinyJit is not supported (a jitted function was "
+                         "called again while another was being captured)")
+    tensors = tensors_in(in_parameter_order(self.parameters, args, kwargs))
     per_tensor = [input_buffers(t) for t in tensors]
     signature, values = call_signature(tensors, per_tensor)
     inputs = [b for bufs in per_tensor for b in bufs]
     if self.captured is not None:
-      return self.captured.replay(inputs, signature, values)
+      return self.captured.replay(tensors, inputs, signature, values)
     self.calls += 1
     if self.calls == 1:
       return self._run(args, kwargs)
-    return self._capture(args, kwargs, inputs, signature)
+    return self._capture(args, kwargs, tensors, inputs, signature)
 
   def _run(self, args: tuple, kwargs: dict) -> ReturnType:
     result = self.fn(*args, **kwargs)
@@ -222,22 +343,60 @@ class TinyJit(Generic[ReturnType]):
       Tensor.realize(*outputs)
     return result
 
-  def _capture(self, args: tuple, kwargs: dict, inputs: list[Buffer], signature: tuple) -> ReturnType:
-    if realize.CAPTURE is not None:
-      raise RuntimeError("TinyJit: a jitted function called another while it was being captured")
-    before, draws = held_buffers(), rng_state.STATE.counter
-    realize.CAPTURE = []
+  def _capture(self, args: tuple, kwargs: dict, tensors: list[Tensor], inputs: list[Buffer],
+               signature: tuple) -> ReturnType:
+    arguments = [Holding(weakref.ref(t), part, node) for t in tensors for part, node in enumerate(parts_of(t.uop))]
+    held = live_holdings({id(t) for t in tensors})
+    realize.CAPTURE, rng_state.DRAWS = [], []
     try:
       result = self._run(args, kwargs)
+      settle_updates(arguments + [h for hs in held.values() for h in hs])
       launches = [Launch(runner, item.buffers, item.ast, item.var_vals) for runner, item in realize.CAPTURE]
+      draws = [Draw([u.arg for u in params.uop.toposort if u.op is Ops.BUFFER], n) for params, n in rng_state.DRAWS]
     finally:
-      realize.CAPTURE = None
-    if rng_state.STATE.counter != draws:
-      raise NotImplementedError("TinyJit: the function draws random numbers (Tensor.rand and its kin), whose key "
-                                "and counter are copied in from Python; a replay would repeat this call's draws")
-    written = {b for launch in launches for b in launch.buffers[:1]}
-    state = [StatePair(ref, part, old, new) for ref, part, old in before.values()
-             if (t := ref()) is not None and part < len(parts_of(t.uop)) and
-             (new := whole_buffer(parts_of(t.uop)[part])) is not old and new in written]
-    self.captured = CapturedCall(launches, inputs, signature, state, result)
+      realize.CAPTURE, rng_state.DRAWS = None, None
+    changes = updated(arguments, held)
+    if not launches and not changes:
+      raise JitError("TinyJit: the function launched no kernel and updated no tensor, so there is nothing to replay "
+                     "(return the tensors it computes, or realize them inside it)")
+    if self.prune:  # what changes between calls: the arguments, random draws, and the state the call updates
+      state = {buf for buf, holdings in held.items() if any(h in (c for c, _ in changes) for h in holdings)}
+      launches = pruned(launches, set(inputs) | state | {b for d in draws for b in d.buffers})
+    position = {id(t): i for i, t in reversed(list(enumerate(tensors)))}
+    reads = reads_of(launches, held, set(inputs))
+    read_of = {id(h): (read, h) for read in reads for h in read.holders}
+    writes = [Write(position.get(id(h.tensor()), h.tensor), h.part, whole_buffer(node), read_of.get(id(h)))
+              for h, node in changes]
+    self.captured = CapturedCall(launches, inputs, signature, reads, writes, draws, result, tensors)
     return result
+
+
+def settle_updates(holdings: list[Holding]) -> None:
+  """Tensors the call updated but left lazy (`x += 1` without a realize) are realized now, inside the capture, so
+  that their kernels are replayed too."""
+  lazy = [h.tensor() for h in holdings if (node := changed_part(h)) is not None and whole_buffer(node) is None]
+  for t in dict.fromkeys(lazy):
+    input_buffers(t)
+
+
+def updated(arguments: list[Holding], held: dict[Buffer, list[Holding]]) -> list[tuple[Holding, UOp]]:
+  """The holdings whose tensors hold another node after the call, with that node."""
+  return [(h, node) for h in arguments + [h for hs in held.values() for h in hs] if (node := changed_part(h))]
+
+
+def reads_of(launches: list[Launch], held: dict[Buffer, list[Holding]], inputs: set[Buffer]) -> list[Read]:
+  """The buffers the launches read that tensors other than the arguments held. A replay starts from what a holder
+  the call updated holds after the capture; the holders' nodes are those of before the call, so it is found."""
+  read = {b for launch in launches for b in launch.buffers[1:]}
+  return [Read(buf, holders, buf) for buf, holders in held.items() if buf in read and buf not in inputs]
+
+
+def pruned(launches: list[Launch], changing: set[Buffer]) -> list[Launch]:
+  """The launches that depend on the changing buffers or on Variables; the others ran at capture and keep their
+  outputs."""
+  kept = []
+  for launch in launches:
+    if launch.var_vals or any(b in changing for b in launch.buffers[1:]):
+      changing.add(launch.buffers[0])
+      kept.append(launch)
+  return kept

@@ -39,6 +39,9 @@ class RandomState:
 
 
 STATE = RandomState(int(time.time()))
+# While a TinyJit captures a call (refgrad/jit.py): each draw's parameter tensor and its count, so that a replay draws
+# the next counters of the stream instead of repeating the captured call's numbers
+DRAWS: list[tuple[Any, int]] | None = None
 
 
 def _rotl(x: Any, r: int) -> Any:
@@ -58,14 +61,21 @@ def threefry2x32(key: tuple[Any, Any], x0: Any, x1: Any) -> tuple[Any, Any]:
   return x0, x1
 
 
+def draw_parameters(n: int) -> np.ndarray:
+  """The key and the counter offset of the next n counters of the stream, as 4 uint32 words; the stream advances."""
+  offset = STATE.counter
+  STATE.counter += n
+  return np.array([STATE.seed & MASK32, (STATE.seed >> 32) & MASK32, offset & MASK32, (offset >> 32) & MASK32],
+                  np.uint32)
+
+
 def random_words(cls: type, n: int, device: str) -> tuple[Any, Any]:
   """Two uint32 tensors of n random words each, from the next n counters of the stream. The key and the counter
   offset are read from a small buffer rather than baked in as constants, so every call of one size runs the same
   kernel (no recompiling per call or per seed). `cls` is the Tensor class."""
-  offset = STATE.counter
-  STATE.counter += n
-  words = [STATE.seed & MASK32, (STATE.seed >> 32) & MASK32, offset & MASK32, (offset >> 32) & MASK32]
-  params = cls(np.array(words, np.uint32), device=device)
+  params = cls(draw_parameters(n), device=device)
+  if DRAWS is not None:
+    DRAWS.append((params, n))
   key_low, key_high, offset_low, offset_high = (params[i] for i in range(4))
   low = cls.arange(n, dtype=dtypes.uint32, device=device) + offset_low
   high = low.lt(offset_low).cast(dtypes.uint32) + offset_high  # carry when the low word wrapped around

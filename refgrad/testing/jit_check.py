@@ -1,15 +1,21 @@
 """The oracle for capture and replay (refgrad/jit.py): a replayed call must give what the function gives when it runs.
 
-`check_jit_replay(fn, calls, device)` runs a pure function (its result depends only on its tensor arguments) once
-per set of inputs in `calls`, jitted and plain, on `device`. Each plain result is checked against the reference
-kernel by kernel (`check_against_reference`, SPEC.md's bounds); each jitted result must equal the plain one bit for
-bit (NaNs equal to NaNs): a replay launches the binaries the plain call compiled, on the same inputs, so any
-difference is the replay's (a stale input, a missed launch, a buffer overwritten by another). The first two calls
-run and capture; give at least three sets of inputs, different ones, so that replays are checked.
+`check_jit_replay(fn, calls, device)` runs a function once per set of inputs in `calls`, jitted and plain, on
+`device`, each time on fresh tensors made from the arrays. Each plain call is checked against the reference kernel
+by kernel (`check_against_reference`, SPEC.md's bounds). Each jitted call must then equal the plain one bit for bit
+(NaNs equal to NaNs), in its result *and* in every input afterwards, so a function that updates its arguments in
+place (`x += 1`, `t[0:1] = a`, `x.assign(...)`) is checked too: a replay launches the binaries the plain call
+compiled, on the same inputs, so any difference is the replay's (a stale input, a missed launch, a buffer
+overwritten by another, an update landing in the captured call's tensor).
+
+A set of inputs is a sequence of arrays (passed positionally) or a mapping of parameter names to arrays (passed as
+keywords, in the mapping's order, which may differ from call to call); one array object given twice in a call is
+one tensor passed twice. The first two calls run and capture; give at least three, with different values, so that
+replays are checked.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,36 +24,77 @@ from refgrad.jit import TinyJit, tensors_in
 from refgrad.tensor import Tensor
 from refgrad.testing.reference import check_against_reference
 
+Call = Sequence[np.ndarray] | Mapping[str, np.ndarray]
+
 
 class ReplayMismatch(AssertionError):
-  """A replayed call's result differs from the function's own on the same inputs."""
+  """A replayed call's result, or an input it updated, differs from the function's own on the same inputs."""
 
 
-def _arrays(result: Any) -> list[np.ndarray]:
-  return [t.numpy() for t in tensors_in(result)]
+def _distinct(call: Call) -> list[np.ndarray]:
+  """The call's arrays, each once: an array given twice is one tensor."""
+  values = call.values() if isinstance(call, Mapping) else call
+  return list({id(x): x for x in values}.values())
 
 
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-  return a.shape == b.shape and a.dtype == b.dtype and bool(np.all((a == b) | ((a != a) & (b != b))))
+def _apply(fn: Callable[..., Any], call: Call, tensors: dict[int, Tensor]) -> Any:
+  """fn called as the call says, each array's place taken by its tensor."""
+  if isinstance(call, Mapping):
+    return fn(**{name: tensors[id(x)] for name, x in call.items()})
+  return fn(*(tensors[id(x)] for x in call))
 
 
-def check_jit_replay(fn: Callable[..., Any], calls: Sequence[Sequence[np.ndarray]], device: str,
+def _observed(fn: Callable[..., Any], call: Call) -> Callable[..., tuple[Tensor, ...]]:
+  """fn as check_against_reference runs it: the distinct inputs positionally; out come the result's tensors and
+  then every input as the call left it."""
+  distinct = _distinct(call)
+
+  def run(*tensors: Tensor) -> tuple[Tensor, ...]:
+    result = _apply(fn, call, {id(x): t for x, t in zip(distinct, tensors)})
+    return tuple(tensors_in(result)) + tensors
+  return run
+
+
+def _run(fn: Callable[..., Any], call: Call, device: str) -> list[np.ndarray]:
+  """The values of the result's tensors, then of every input after the call, on fresh tensors."""
+  distinct = _distinct(call)
+  tensors = {id(x): Tensor(x.copy(), device=device) for x in distinct}
+  result = _apply(fn, call, tensors)
+  return [t.numpy() for t in tensors_in(result)] + [tensors[id(x)].numpy() for x in distinct]
+
+
+def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  return ~((a == b) | ((a != a) & (b != b))).reshape(-1)
+
+
+def _explain(number: int, device: str, index: int, results: int, want: np.ndarray, got: np.ndarray) -> str:
+  what = f"output {index}" if index < results else f"input {index - results} after the call"
+  if want.shape != got.shape or want.dtype != got.dtype:
+    return (f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit) on {device}: {what} is "
+            f"{list(got.shape)} {got.dtype}, the function's own is {list(want.shape)} {want.dtype}")
+  where = np.flatnonzero(_differing(want, got))[:5]
+  return (f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit) on {device}: {what} differs from "
+          f"the function's own at flat lanes {where.tolist()}: jit {got.reshape(-1)[where].tolist()}, function "
+          f"{want.reshape(-1)[where].tolist()}")
+
+
+def check_jit_replay(fn: Callable[..., Any], calls: Sequence[Call], device: str,
                      jit: Callable[[Callable[..., Any]], Any] = TinyJit) -> tuple[int, int]:
-  """Raise ReplayMismatch at the first call whose jitted result differs from the plain one (ReferenceMismatch if a
-  plain result is wrong); return the number of replayed calls checked and of the output lanes they compared. `jit`
-  wraps fn (TinyJit, or a jit under test)."""
+  """Raise ReplayMismatch at the first call whose jitted result or updated input differs from the plain one
+  (ReferenceMismatch if a plain result is wrong); return the number of replayed calls checked and of the lanes they
+  compared. `jit` wraps fn (TinyJit, or a jit under test)."""
   if len(calls) < 3:
     raise ValueError(f"check_jit_replay needs at least 3 sets of inputs (2 run and capture), got {len(calls)}")
   jitted, lanes = jit(fn), 0
-  for number, inputs in enumerate(calls):
-    check_against_reference(fn, *inputs, device=device)
-    plain = _arrays(fn(*(Tensor(x, device=device) for x in inputs)))
-    replayed = _arrays(jitted(*(Tensor(x, device=device) for x in inputs)))
-    for i, (want, got) in enumerate(zip(plain, replayed)):
-      if not _same_bits(want, got):
-        where = np.flatnonzero(~((want == got) | ((want != want) & (got != got))).reshape(-1))[:5]
-        raise ReplayMismatch(f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit) on {device}: "
-                             f"output {i} differs from the function's own result at flat lanes {where.tolist()}: "
-                             f"jit {got.reshape(-1)[where].tolist()}, function {want.reshape(-1)[where].tolist()}")
+  for number, call in enumerate(calls):
+    check_against_reference(_observed(fn, call), *(x.copy() for x in _distinct(call)), device=device)
+    plain, replayed = _run(fn, call, device), _run(jitted, call, device)
+    results = len(plain) - len(_distinct(call))
+    if len(plain) != len(replayed):
+      raise ReplayMismatch(f"call {number} on {device}: the jit returned {len(replayed) - len(_distinct(call))} "
+                           f"tensors, the function {results}")
+    for index, (want, got) in enumerate(zip(plain, replayed)):
+      if want.shape != got.shape or want.dtype != got.dtype or _differing(want, got).any():
+        raise ReplayMismatch(_explain(number, device, index, results, want, got))
     lanes += sum(x.size for x in plain) if number >= 2 else 0
   return len(calls) - 2, lanes

@@ -1,0 +1,326 @@
+"""TinyJit as tinygrad users write it (refgrad/jit.py): keyword arguments bound by name, updates of the arguments
+and of other tensors landing in the tensors of each call, values assigned between calls read by the replays, random
+draws advancing, pruning, and the tinygrad surface (jit_cache, AssertionError). Every value is compared with the
+plain function run on the same inputs, or with numpy."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import refgrad.jit
+from refgrad import Tensor, TinyJit, dtypes
+from refgrad.jit import CapturedCall, JitError
+from refgrad.testing.jit_check import ReplayMismatch, check_jit_replay
+
+
+def on(device, values, dtype=dtypes.float32):
+  return Tensor(np.asarray(values, dtype=dtype.np), device=device).contiguous().realize()
+
+
+# ---- the reproducers of issue 25, items 1 and 2, on every device
+def test_a_replay_binds_keyword_arguments_by_name(refgrad_device):
+  f = TinyJit(lambda first, second: (first / second).realize())
+  for _ in range(2):
+    f(second=on(refgrad_device, [1.0]), first=on(refgrad_device, [4.0]))
+  assert f(first=on(refgrad_device, [4.0]), second=on(refgrad_device, [1.0])).item() == 4.0
+  assert f(on(refgrad_device, [9.0]), second=on(refgrad_device, [3.0])).item() == 3.0  # positional or keyword
+
+
+def test_a_setitem_into_an_argument_lands_in_the_tensor_of_each_call(refgrad_device):
+  @TinyJit
+  def f(t, a):
+    t[0:1] = a
+  seen = []
+  for i in range(1, 6):
+    t = Tensor.zeros(2, device=refgrad_device).contiguous().realize()
+    f(t, on(refgrad_device, [float(i)]))
+    seen.append(t.tolist())
+  assert seen == [[float(i), 0.0] for i in range(1, 6)]
+
+
+def test_an_in_place_add_follows_whichever_tensor_is_passed(refgrad_device):
+  @TinyJit
+  def f(x):
+    x += 1
+    x.realize()
+  x, y = on(refgrad_device, [0.0]), on(refgrad_device, [0.0])
+  for _ in range(3):
+    f(x)
+  for _ in range(3):
+    f(y)
+  assert (x.item(), y.item()) == (3.0, 3.0)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int8])
+def test_an_in_place_add_left_lazy_is_captured_too(refgrad_device, dtype):
+  """tinygrad's test_jit_assign, and the same without the realize: the update still lands."""
+  @TinyJit
+  def f(a):
+    a += 1
+  a = on(refgrad_device, [0], dtype)
+  for _ in range(5):
+    f(a)
+  assert a.item() == 5
+
+
+def test_assign_into_a_closed_over_tensor_takes_each_calls_value(refgrad_device):
+  dst = on(refgrad_device, [0.0])
+
+  @TinyJit
+  def f(a):
+    dst.assign(a * 1).realize()
+  got = []
+  for i in range(1, 6):
+    f(on(refgrad_device, [float(i)]))
+    got.append(dst.item())
+  assert got == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_an_assign_that_launches_no_kernel_is_replayed_too(refgrad_device):
+  """dst.assign(a) makes dst read a's buffer: no kernel, but still an update a replay must make."""
+  dst = on(refgrad_device, [0.0])
+  f = TinyJit(lambda a: dst.assign(a).realize())
+  got = []
+  for i in range(1, 6):
+    f(on(refgrad_device, [float(i)]))
+    got.append(dst.item())
+  assert got == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_the_argument_a_function_returns_is_the_one_of_this_call(refgrad_device):
+  """tinygrad's test_jit_init_empty_alt: b.assign(a + 1) returns b."""
+  f = TinyJit(lambda a, b: b.assign(a + 1))
+  for i in range(5):
+    a, b = on(refgrad_device, [float(i)]), Tensor.empty(1, device=refgrad_device)
+    c = f(a, b)
+    assert c is b and c.item() == i + 1
+
+
+def test_values_held_before_a_replay_keep_their_values(refgrad_device):
+  """Each replay writes updated state into new buffers: a tensor that shares the state's buffer from an earlier
+  call keeps that call's value (no lost data; the alternating buffers of before lost it)."""
+  x = on(refgrad_device, [0.0, 10.0])
+
+  @TinyJit
+  def step(a):
+    x.assign(x + a).realize()
+  snapshots = []
+  for i in range(6):
+    snapshots.append(Tensor(x.uop))  # the same node: it reads x's buffer of now
+    step(on(refgrad_device, [1.0, float(i)]))
+  expected, value = [], np.array([0.0, 10.0])
+  for i in range(6):
+    expected.append(value.copy())
+    value = value + [1.0, i]
+  assert [s.tolist() for s in snapshots] == [e.tolist() for e in expected]
+  assert x.tolist() == value.tolist()
+
+
+# ---- tensors the captured kernels read besides the arguments: what they hold now
+def test_a_replay_reads_what_a_closed_over_tensor_holds_now(refgrad_device):
+  w = on(refgrad_device, [1.0, 2.0])
+  f = TinyJit(lambda x: (x * w).realize())
+  for _ in range(3):
+    f(on(refgrad_device, [1.0, 1.0]))
+  w.assign(on(refgrad_device, [10.0, 20.0]))            # realized
+  assert f(on(refgrad_device, [1.0, 2.0])).tolist() == [10.0, 40.0]
+  w.assign(Tensor([3.0, 4.0], device=refgrad_device) * 2)  # lazy: realized by the replay
+  assert f(on(refgrad_device, [1.0, 1.0])).tolist() == [6.0, 8.0]
+  w.replace(on(refgrad_device, [1.0, 2.0], dtypes.float64))
+  with pytest.raises(JitError, match="float64"):
+    f(on(refgrad_device, [1.0, 1.0]))
+
+
+def test_tinygrads_read_assign_cache_reads_the_new_value():
+  """tinygrad's test_jitted_read_assign: a cache assigned outside the jit is read by the replays. tinygrad's own
+  "bad" cache (assign of a realized tensor) is read stale there; here both caches read the new value."""
+  class Cache:
+    def __init__(self):
+      self.cache = Tensor.zeros(1).contiguous().realize()
+      self.jitted = TinyJit(self.read)
+
+    def read(self, y, value=None):
+      if value is not None:
+        self.cache.assign(value).realize()
+      return (self.cache + y).realize()
+  cache = Cache()
+  zero, one, two = Tensor([0.0]), Tensor([1.0]), Tensor([2.0])
+  cache.read(zero, one)
+  for i in range(5):
+    cache.jitted(Tensor([float(i)]))
+  assert cache.jitted(zero).item() == 1.0
+  cache.read(zero, two)
+  assert cache.jitted(zero).item() == 2.0
+
+
+# ---- random numbers
+def test_random_draws_advance_on_every_replay_as_in_the_plain_function(refgrad_device):
+  def f(a):
+    return (a * Tensor.rand(1, device=refgrad_device)).realize(), Tensor.randn(2, 3, device=refgrad_device) + a
+  runs = []
+  for jit in (False, True):
+    Tensor.manual_seed(7)
+    run = TinyJit(f) if jit else f
+    runs.append([[t.numpy() for t in run(on(refgrad_device, [float(i + 1)]))] for i in range(5)])
+  plain, jitted = runs
+  for p, j in zip(plain, jitted):
+    assert all(np.array_equal(a, b) for a, b in zip(p, j))
+  assert len({p[0].item() / (i + 1) for i, p in enumerate(plain)}) == 5  # five different draws
+
+
+def test_a_new_seed_between_replays_is_used():
+  f = TinyJit(lambda: Tensor.rand(3).realize())
+  Tensor.manual_seed(3)
+  plain = [Tensor.rand(3).tolist() for _ in range(2)]
+  Tensor.manual_seed(3)
+  first = [f().tolist() for _ in range(3)]
+  Tensor.manual_seed(3)
+  again = [f().tolist() for _ in range(2)]
+  assert first[:2] == plain and again == plain and first[2] != first[1]
+
+
+def test_dropout_under_a_jit_matches_the_plain_step():
+  def step(x):
+    with Tensor.train():
+      return x.dropout(0.5).sum().realize()
+  x = Tensor.ones(64).contiguous().realize()
+  results = []
+  for run in (step, TinyJit(step)):
+    Tensor.manual_seed(11)
+    results.append([run(x).item() for _ in range(5)])
+  assert results[0] == results[1] and len(set(results[0])) > 1
+
+
+# ---- the tinygrad surface
+def test_jit_cache_counts_the_launches_and_prune_drops_constant_kernels():
+  weights = Tensor.rand(16).realize()
+
+  def w2(x):
+    return (weights * 2).contiguous() + x
+  for prune, launches in ((False, 2), (True, 1)):
+    jitted = TinyJit(w2, prune=prune)
+    assert jitted.jit_cache == []
+    for _ in range(4):
+      a = Tensor.rand(16).realize()
+      np.testing.assert_allclose(jitted(a).numpy(), weights.numpy() * 2 + a.numpy(), rtol=1e-6)
+    assert len(jitted.jit_cache) == launches
+    assert all(launch.prg is not None and launch.bufs for launch in jitted.jit_cache)
+
+
+def test_prune_keeps_the_state_a_call_updates():
+  """A counter the function increments depends on no argument, but it changes: pruning must not drop it."""
+  counter = Tensor.zeros(1).contiguous().realize()
+
+  @TinyJit
+  def f(x):
+    counter.assign(counter + 1).realize()
+    return (x + 0).realize()
+  f.prune = True
+  for _ in range(5):
+    f(Tensor([1.0]))
+  assert counter.item() == 5.0
+
+
+def test_a_mismatch_is_an_assertion_error_too():
+  f = TinyJit(lambda a: (a + 1).realize())
+  for _ in range(2):
+    f(Tensor.ones(3))
+  with pytest.raises(AssertionError):
+    f(Tensor.ones(4))
+  with pytest.raises(JitError):
+    f(Tensor.ones(3, dtype=dtypes.int32))
+
+
+def test_a_function_with_nothing_to_replay_is_refused_at_capture():
+  f = TinyJit(lambda a, b: None)
+  f(Tensor.ones(2), Tensor.ones(2))
+  with pytest.raises(JitError, match="nothing to replay"):
+    f(Tensor.ones(2), Tensor.ones(2))
+
+
+def test_a_jit_inside_a_jit_is_refused():
+  inner = TinyJit(lambda t: t + 1)
+  outer = TinyJit(lambda t: (inner(t) * 3).realize())
+  assert outer(Tensor([1.0])).item() == 6.0
+  with pytest.raises(RuntimeError, match="TinyJit inside another TinyJit"):
+    outer(Tensor([1.0]))
+
+
+def test_a_jitted_clone_and_a_clone_of_a_replay_result():
+  jitted = TinyJit(lambda a: a.clone().realize())
+  for i in range(4):
+    assert jitted(Tensor([float(i)]).realize()).item() == float(i)
+  f = TinyJit(lambda x: (x + 1).realize())
+  f(Tensor([0.0]))
+  f(Tensor([0.0]))
+  kept = f(Tensor([1.0])).clone().realize()
+  later = f(Tensor([2.0]))
+  assert (kept.item(), later.item()) == (2.0, 3.0)
+
+
+# ---- the replay oracle: arguments by keyword, updated in place, aliased, drawn by hypothesis
+FUNCTIONS = {
+  "pure": lambda a, b: (a / (b * b + 1), (a - b).max()),
+  "add in place": lambda a, b: a.__iadd__(b).realize(),
+  "setitem": lambda a, b: a.__setitem__(slice(0, 1), b[0:1].reshape(a[0:1].shape)),
+  "assign and return": lambda a, b: (a.assign(a * b + 1), b.sum()),
+  "two updates": lambda a, b: (a.assign(a + b).realize(), b.assign(b - 1).realize(), None)[2],
+}
+
+
+def _call(draw_order, names, arrays):
+  order = draw_order(st.permutations(names))
+  return {name: arrays[names.index(name)] for name in order}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(sorted(FUNCTIONS)), keywords=st.booleans(), aliased=st.booleans())
+def test_replays_match_the_function_in_results_and_updated_inputs(data, name, keywords, aliased):
+  fn = FUNCTIONS[name]
+  rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+  calls = []
+  for _ in range(4):
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    b = a if aliased else rng.standard_normal((2, 3)).astype(np.float32)
+    calls.append(_call(data.draw, ["a", "b"], [a, b]) if keywords else [a, b])
+  assert check_jit_replay(fn, calls, device="PYTHON")[0] == 2
+
+
+class CapturedTensorsCall(CapturedCall):
+  """Issue 25's second bug, planted: updates land in the captured call's tensors, not in this call's."""
+
+  def replay(self, tensors, inputs, signature, values):
+    return super().replay(self.arguments, inputs, signature, values)
+
+
+def captured_tensors_jit(fn):
+  jitted = TinyJit(fn)
+  original = jitted._capture
+
+  def capture(args, kwargs, tensors, *rest):
+    result = original(args, kwargs, tensors, *rest)
+    jitted.captured.__class__, jitted.captured.arguments = CapturedTensorsCall, tensors
+    return result
+  jitted._capture = capture
+  return jitted
+
+
+def test_the_oracle_catches_keyword_arguments_bound_by_call_order(monkeypatch):
+  """Issue 25's first bug, planted: the call's tensors taken in the order the call gives its keywords."""
+  rng = np.random.default_rng(0)
+  calls = [{"b": rng.standard_normal(3).astype(np.float32) + 2, "a": rng.standard_normal(3).astype(np.float32)}
+           for _ in range(2)]
+  calls.append({name: rng.standard_normal(3).astype(np.float32) + 2 for name in ("a", "b")})
+  fn = FUNCTIONS["pure"]
+  assert check_jit_replay(fn, calls, device="PYTHON")[0] == 1
+  monkeypatch.setattr(refgrad.jit, "in_parameter_order", lambda parameters, args, kwargs: [*args, *kwargs.values()])
+  with pytest.raises(ReplayMismatch, match="call 2 \\(replayed by the jit\\)"):
+    check_jit_replay(fn, calls, device="PYTHON")
+
+
+def test_the_oracle_catches_updates_landing_in_the_captured_tensors():
+  rng = np.random.default_rng(1)
+  calls = [[rng.standard_normal(3).astype(np.float32) for _ in range(2)] for _ in range(3)]
+  with pytest.raises(ReplayMismatch, match="input 0 after the call"):
+    check_jit_replay(FUNCTIONS["add in place"], calls, device="PYTHON", jit=captured_tensors_jit)
+  assert check_jit_replay(FUNCTIONS["add in place"], calls, device="PYTHON")[0] == 1
