@@ -44,8 +44,12 @@ def _reduce_grad(ctx: Any, node: UOp) -> tuple:
     return (ctx.expand(src.shape),)
   out = _t(ctx, node).expand(src.shape)
   if op is Ops.MAX:  # every maximum shares the gradient equally
-    hits = src.eq(out).cast(ctx.dtype)
-    return (ctx.expand(src.shape) * hits / hits._reduce(Ops.ADD, axes, keepdim=True).expand(src.shape),)
+    # the ties are counted in float32 for half and bfloat16 (exact up to 2^24): a half-precision count of 10001 ties
+    # depends on the order of its sum (anything from 2048 up), which SPEC.md leaves free
+    wide = compute_dtype(ctx.dtype)
+    hits = src.eq(out).cast(wide)
+    share = ctx.cast(wide).expand(src.shape) * hits / hits._reduce(Ops.ADD, axes, keepdim=True).expand(src.shape)
+    return (share.cast(ctx.dtype),)
   return (ctx.expand(src.shape) * _product_of_others(src, out, axes),)
 
 
