@@ -520,12 +520,16 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     return self.replace(self.to(device))
 
   def clone(self) -> Tensor:
-    """A copy with a buffer of its own.
+    """A copy with a buffer of its own; it keeps requires_grad and a copy of .grad, as tinygrad's (gradients flow
+    back through it, as torch's).
 
     >>> Tensor([1, 2]).clone().tolist()
     [1, 2]
     """
-    return self.contiguous()
+    out = Tensor(self.contiguous().uop, requires_grad=self.requires_grad)
+    if self.grad is not None:
+      out.grad = self.grad.clone()
+    return out
 
   def detach(self) -> Tensor:
     """The same values, cut off from autograd. A view, as in torch: writing it writes self.

@@ -166,8 +166,60 @@ def test_gradient_errors_are_clear():
   other = Tensor([1.0], requires_grad=True)
   with pytest.raises(RuntimeError, match="not part of this tensor's graph"):
     (x * 2).sum().gradient(other)
-  with Tensor.inference_mode(), pytest.raises(RuntimeError, match="gradients are disabled"):
-    (x * 2).sum().backward()
+  with Tensor.inference_mode(), pytest.raises(RuntimeError, match="only for scalar outputs"):
+    (x * 2).backward()  # storing nothing, backward still checks its seed
+
+
+@pytest.mark.parametrize("switch", [Tensor.test, Tensor.inference_mode])
+def test_no_grad_switches_store_no_gradients(switch):
+  """As tinygrad 0.10: backward() under Tensor.no_grad (Tensor.test() sets it) leaves .grad as it was; gradient()
+  is an explicit request and still answers (torch.autograd.grad is the oracle); the switch is restored on exit."""
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  with switch():
+    assert Tensor.no_grad
+    (x * x).sum().backward()
+    assert x.grad is None
+    got = (x * x * x).sum().gradient(x)[0]
+  assert not Tensor.no_grad
+  xt = torch.tensor([1.0, 2.0], requires_grad=True)
+  np.testing.assert_allclose(got.numpy(), torch.autograd.grad((xt ** 3).sum(), xt)[0].numpy(), rtol=1e-6)
+  (x * x).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+  with switch():
+    (x * x).sum().backward()  # an existing gradient is kept, not accumulated into
+  np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+
+
+def test_test_mode_is_a_decorator_and_leaves_training_alone():
+  @Tensor.test()
+  def step(x):
+    (x * 3).sum().backward()
+    return Tensor.training
+  x = Tensor([1.0], requires_grad=True)
+  with Tensor.train():
+    assert step(x) is True  # tinygrad 0.10's Tensor.test sets only no_grad
+  assert x.grad is None and not Tensor.no_grad and not Tensor.training
+  with Tensor.test(False):
+    (x * 3).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), [3.0])
+
+
+def test_clone_keeps_requires_grad_and_a_copy_of_grad():
+  """tinygrad's clone keeps both; the gradient flows back through a clone as through torch's."""
+  x = Tensor([1.0, -2.0], requires_grad=True)
+  (x * x).sum().backward()
+  c = x.clone()
+  assert c.requires_grad is True and c.grad is not x.grad
+  np.testing.assert_allclose(c.grad.numpy(), [2.0, -4.0])
+  x.grad = x.grad * 0
+  np.testing.assert_allclose(c.grad.numpy(), [2.0, -4.0])
+  assert Tensor([1.0]).clone().requires_grad is None and Tensor([1.0]).clone().grad is None
+  assert Tensor([1.0], requires_grad=False).clone().requires_grad is False
+  xt = torch.tensor([1.0, -2.0], requires_grad=True)
+  (xt.clone() * 3).exp().sum().backward()
+  y = Tensor([1.0, -2.0], requires_grad=True)
+  (y.clone() * 3).exp().sum().backward()
+  np.testing.assert_allclose(y.grad.numpy(), xt.grad.numpy(), rtol=1e-6)
 
 
 @pytest.mark.parametrize("name,fn", [

@@ -45,12 +45,14 @@ class AutogradMixin(TensorBase):
     return _ClassSwitch(cls, "training", mode)
 
   @classmethod
-  def test(cls) -> _ClassSwitch:
-    return _ClassSwitch(cls, "training", False)
+  def test(cls, mode: bool = True) -> _ClassSwitch:
+    """Context decorator: `with Tensor.test():` sets Tensor.no_grad, as tinygrad 0.10's does (Tensor.training is
+    left as it is): backward() inside stores no gradients."""
+    return _ClassSwitch(cls, "no_grad", mode)
 
   @classmethod
   def inference_mode(cls, mode: bool = True) -> _ClassSwitch:
-    """Context decorator: gradients are disabled inside (Tensor.no_grad is True)."""
+    """Context decorator: gradients are disabled inside (Tensor.no_grad is True), as in Tensor.test()."""
     return _ClassSwitch(cls, "no_grad", mode)
 
   # ---- which tensors want gradients
@@ -77,12 +79,11 @@ class AutogradMixin(TensorBase):
 
   # ---- gradients
   def gradient(self, *targets: Any, gradient: Any = None, materialize_grads: bool = False) -> list[Self]:
-    """The gradients of this tensor with respect to `targets`. A scalar output seeds with 1.
+    """The gradients of this tensor with respect to `targets`. A scalar output seeds with 1. An explicit request,
+    so Tensor.no_grad does not stop it (as in tinygrad); it stores nothing.
     >>> x = Tensor([1.0, 2.0, 3.0]); (x * x).sum().gradient(x)[0].tolist()
     [2.0, 4.0, 6.0]
     """
-    if type(self).no_grad:
-      raise RuntimeError("gradients are disabled here (Tensor.no_grad is True, e.g. inside Tensor.inference_mode())")
     seed = self._seed(gradient)
     nodes = self._target_nodes(targets)
     found = compute_gradients(self, seed, [n for ns in nodes for n in ns])
@@ -131,7 +132,12 @@ class AutogradMixin(TensorBase):
 
   def backward(self, gradient: Any = None) -> Self:
     """Accumulate d(self)/d(t) into t.grad for every tensor t in the graph with requires_grad=True. As in torch,
-    the stored gradients carry no graph of their own (they are detached)."""
+    the stored gradients carry no graph of their own (they are detached). Under Tensor.no_grad (inside
+    `Tensor.test()` or `Tensor.inference_mode()`) nothing is stored, as in tinygrad; a wrong `gradient` still
+    raises."""
+    self._seed(gradient)
+    if type(self).no_grad:
+      return self
     candidates = [t for t in list(_WANT_GRAD) if t.requires_grad]
     in_graph = set(self.uop.toposort)
     leaves = [t for t, ns in zip(candidates, self._target_nodes(tuple(candidates))) if any(n in in_graph for n in ns)]
