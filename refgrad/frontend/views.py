@@ -178,13 +178,14 @@ _WRITTEN: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
 def with_written_bases(tensors: tuple) -> tuple:
-  """tensors, and the base of each view among them that was written through since the base was last realized."""
-  extra = []
+  """tensors, after the base of each view among them that was written through since the base was last realized
+  (first: a realized view then records the base's new node as the one it was made from)."""
+  bases = []
   for t in tensors:
     base = t._view.base() if t._view is not None else None
-    if base is not None and id(base) in _WRITTEN and all(base is not u for u in (*tensors, *extra)):
-      extra.append(base)
-  return tensors + tuple(extra)
+    if base is not None and id(base) in _WRITTEN and all(base is not u for u in (*tensors, *bases)):
+      bases.append(base)
+  return tuple(bases) + tensors
 
 
 def forget_written(tensors: tuple) -> None:
