@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from refgrad import Tensor, nn
+from refgrad import Tensor, dtypes, nn
+from refgrad.codegen.linearize import _compile
 from refgrad.nn import optim
 from refgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 
@@ -97,6 +98,51 @@ def test_optimizer_steps_match_torch(name):
     ((torch.tensor(x) @ theirs).tanh() ** 2).mean().backward()
     opt_theirs.step()
   close(ours, theirs, rtol=1e-4)
+
+
+# SGD's momentum with classic=False (tinygrad's default) stores lr * g, which is torch's only while lr is constant
+SCHEDULED = {**OPTIMIZERS, "SGD momentum nesterov wd": (
+  lambda p: optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, classic=True),
+  OPTIMIZERS["SGD momentum nesterov wd"][1])}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULED))
+def test_a_learning_rate_schedule_assigns_into_lr(name):
+  """opt.lr is a tensor on opt.device, as in tinygrad; an assign into it changes the next step (torch's param_groups
+  lr is the oracle) and, once the state buffers exist, compiles nothing new: the update reads the rate from lr's
+  buffer."""
+  make_ours, make_theirs = SCHEDULED[name]
+  w0 = RNG.standard_normal((4, 3)).astype(np.float32)
+  ours, theirs = Tensor(w0), torch.tensor(w0, requires_grad=True)
+  opt_ours, opt_theirs = make_ours([ours]), make_theirs([theirs])
+  assert isinstance(opt_ours.lr, Tensor) and opt_ours.lr.shape == (1,) and opt_ours.lr.requires_grad is False
+  assert opt_ours.device == ours.device == opt_ours.lr.device and opt_ours.lr.dtype == dtypes.float32
+  compiled = []
+  for rate in (0.1, 0.01, 0.5, 0.2):
+    opt_ours.lr.assign(Tensor([rate], device=opt_ours.device)).realize()
+    for group in opt_theirs.param_groups:
+      group["lr"] = rate
+    opt_ours.zero_grad()
+    (ours * ours).sum().backward()
+    with Tensor.train():
+      opt_ours.step()
+    compiled.append(_compile.cache_info().misses)
+    opt_theirs.zero_grad()
+    (theirs * theirs).sum().backward()
+    opt_theirs.step()
+    close(ours, theirs, rtol=1e-5)
+  assert compiled[1] == compiled[2] == compiled[3]
+
+
+def test_lr_dtype_and_errors():
+  """lr is float32 (not rounded to a half model's dtype), float64 for float64 parameters (torch's math)."""
+  half = optim.SGD([Tensor(np.ones(2, np.float16))], lr=1e-4)
+  assert half.lr.dtype == dtypes.float32 and half.lr.numpy()[0] == np.float32(1e-4)
+  assert optim.Adam([Tensor(np.ones(2))], lr=0.1).lr.numpy()[0] == 0.1
+  with pytest.raises(TypeError, match="lr must be a Python number, got str '0.1'"):
+    optim.SGD([Tensor([1.0])], lr="0.1")
+  with pytest.raises(ValueError, match="got 1 parameters, none with requires_grad"):
+    optim.SGD([Tensor([1.0], requires_grad=False)], lr=0.1)
 
 
 def test_lamb_and_lars_take_trust_ratio_steps():

@@ -25,15 +25,31 @@ def _master(p: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class Optimizer:
+  """`lr` is a one-element float tensor on the parameters' device (`.device`), as in tinygrad: the update reads
+  it from its buffer, so an LR schedule assigns into it (`opt.lr.assign(Tensor([0.01], device=opt.device))`) and
+  the next step, or the next replay of a jitted step, uses the new rate without a new kernel."""
+
   def __init__(self, params: list[Tensor], lr: float):
     if not params:
       raise ValueError("optimizer got an empty parameter list")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+      raise TypeError(f"lr must be a Python number, got {type(lr).__name__} {lr!r}")
     for p in params:
       if p.requires_grad is None:  # tinygrad's rule: an undecided tensor handed to an optimizer wants gradients
         p.requires_grad = True
     self.params = [p for p in params if p.requires_grad]
-    self.lr = lr
+    if not self.params:
+      raise ValueError(f"optimizer got {len(params)} parameters, none with requires_grad")
     self.buffers = [p for p in params if not p.requires_grad]
+    self.device = self.params[0].device
+    # the widest update dtype: float32 for a half model (its rate is not rounded to half: 1e-4 would become
+    # 1.0002e-4), float64 for float64 parameters (tinygrad rounds it to float32 there; torch's math is float64)
+    dtype = least_upper_dtype(dtypes.default_float, *(_master_dtype(p) for p in self.params))
+    self.lr = Tensor([lr], dtype=dtype, device=self.device, requires_grad=False)
+
+  def _lr(self, p: Tensor) -> Tensor:
+    """The learning rate as a scalar on p's device, read from self.lr's buffer."""
+    return self.lr.to(p.device).reshape(())
 
   def zero_grad(self) -> None:
     for p in self.params:
@@ -77,13 +93,14 @@ class LARS(Optimizer):
       else:
         ratio = 1.0
       g = (g + self.wd * w) * ratio
+      lr = self._lr(p)
       if not self.classic:
-        g = g * self.lr
+        g = g * lr
       if self.momentum:
         b = self.momentum * self.b[i] + g
         states.append(self.b[i].replace(b))
         g = g + self.momentum * b if self.nesterov else b
-      news.append((w - (g * self.lr if self.classic else g)).cast(p.dtype))
+      news.append((w - (g * lr if self.classic else g)).cast(p.dtype))
     return news + states
 
 
@@ -119,7 +136,7 @@ class LAMB(Optimizer):
       if not self.adam:
         r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
         up = up * (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      news.append((w - self.lr * up).cast(p.dtype))
+      news.append((w - self._lr(p) * up).cast(p.dtype))
     return news + states
 
 
