@@ -322,6 +322,7 @@ def _corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
     "conv via windows": (lambda i, k: _conv2d(i, k), [img, kern]),
     "indexing and padding": (lambda t: t[1:7:2, ::-3].pad(((1, 2), (3, 0))) + t[::-1][:6, 4:8].flip(1).sum(), [x]),
     "integer arithmetic": (lambda t: (t // 7) * 3 + t % 5 - (t >> 2) ^ (t << 1), [ints]),
+    "updates in place": (_update_in_place, [x, x[::-1].copy()]),
     "argmax and comparisons": (lambda t: t.argmax(1) + (t > 0).sum(1), [x]),
     "random-looking hash": (lambda t: ((t.cast(dtypes.uint32) * 2654435761) ^ (t.cast(dtypes.uint32) >> 13)), [ints]),
     # over two instances of the device: each part's kernels, the copies and all-reduces between them
@@ -333,6 +334,14 @@ def _corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
     "symbolic reshape and pad": (lambda t: _rows(t, n).T.reshape(12 * n).exp().reshape(12, n)
                                  .pad((None, (1, 8 - n))).sum(1), [x]),
   }
+
+
+def _update_in_place(a: Any, b: Any) -> Any:
+  """Writes into a slice of one argument and all of the other, then reads both: a jit replay must land each write in
+  the tensors of its own call."""
+  a[1:5] = a[1:5] * b[1:5] + 1
+  b += a
+  return (a * b).sum(0)
 
 
 def _rows(t: Any, n: Any) -> Any:
@@ -358,7 +367,7 @@ def _conv2d(image: Any, weight: Any) -> Any:
 
 
 # Programs of the corpus that also run jitted: run, captured, then replayed this many times, each call's inputs new.
-REPLAYED = ("matmul", "conv via windows", "full reductions", "integer arithmetic")
+REPLAYED = ("matmul", "conv via windows", "full reductions", "integer arithmetic", "updates in place")
 REPLAYS = 3
 
 
