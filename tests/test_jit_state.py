@@ -324,3 +324,33 @@ def test_the_oracle_catches_updates_landing_in_the_captured_tensors():
   with pytest.raises(ReplayMismatch, match="input 0 after the call"):
     check_jit_replay(FUNCTIONS["add in place"], calls, device="PYTHON", jit=captured_tensors_jit)
   assert check_jit_replay(FUNCTIONS["add in place"], calls, device="PYTHON")[0] == 1
+
+
+def test_a_learning_rate_schedule_works_under_a_jit_without_a_recapture(refgrad_device):
+  """An LR scheduler assigns into opt.lr between steps: the replays read the new rate, as the plain steps do."""
+  from refgrad.nn.optim import SGD
+  rng = np.random.default_rng(5)
+  x_np, w_np = rng.standard_normal((8, 3)).astype(np.float32), rng.standard_normal((3, 1)).astype(np.float32)
+  rates = [0.1, 0.05, 0.2, 0.0, 0.1, 0.01]
+  weights = []
+  for jit in (False, True):
+    w = Tensor(w_np.copy(), device=refgrad_device, requires_grad=True)
+    opt = SGD([w], lr=rates[0])
+
+    def step(x, w=w, opt=opt):
+      opt.zero_grad()
+      loss = (x @ w).square().mean()
+      loss.backward()
+      opt.step()
+      return loss
+    run = TinyJit(step) if jit else step
+    seen = []
+    with Tensor.train():
+      for rate in rates:
+        opt.lr.assign(Tensor([rate], device=refgrad_device, dtype=opt.lr.dtype)).realize()
+        run(Tensor(x_np, device=refgrad_device))
+        seen.append(w.numpy().copy())
+    weights.append(seen)
+  for plain, jitted in zip(*weights):
+    np.testing.assert_array_equal(jitted, plain)
+  assert np.array_equal(weights[1][3], weights[1][2])  # the step at rate 0 left the weights alone
