@@ -1,5 +1,6 @@
 """What `refgrad check` feeds each op, checked against numpy: edge values with their neighbours, the rounding
 boundaries of narrowing casts, signed zeros compared bit for bit, and the backend code paths the check reaches."""
+import itertools
 import json
 from fractions import Fraction
 
@@ -10,10 +11,11 @@ import pytest
 from refgrad import Device
 from refgrad.cli import main
 from refgrad.dtype import dtypes
-from refgrad.testing import check_report, conformance
+from refgrad.testing import bounds, check_report, conformance
 from refgrad.testing.compare import compare
 from refgrad.testing.edges import cast_values, dtype_edges, float_neighbours, narrows
 from refgrad.testing.reference import check_against_reference
+from refgrad.uop import Ops
 
 FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 COMPILED = [d for d in ("CLANG", "LLVM") if d in Device.available()]
@@ -136,3 +138,74 @@ def test_reductions_of_single_value_rows_match_numpy(device):
   empty = np.zeros((3, 0), np.float32)
   assert conformance.reduce(Tensor(empty, device=device), conformance.Ops.MAX).numpy().tolist() == [-np.inf] * 3
   np.testing.assert_array_equal(Tensor(empty, device=device).sum(1).numpy(), empty.sum(1))
+
+
+# ---- issue 26: what the check once missed
+DOUBLE_ROUNDING = [(dtypes.int64, dtypes.float32, dtypes.float64), (dtypes.uint64, dtypes.float32, dtypes.float64),
+                   (dtypes.int64, dtypes.bfloat16, dtypes.float32), (dtypes.int32, dtypes.bfloat16, dtypes.float32),
+                   (dtypes.uint32, dtypes.bfloat16, dtypes.float32), (dtypes.float64, dtypes.float16, dtypes.float32),
+                   (dtypes.float64, dtypes.bfloat16, dtypes.float32)]
+
+
+@pytest.mark.parametrize("src, dst, middle", DOUBLE_ROUNDING, ids=lambda d: d.name)
+def test_cast_rows_hold_values_that_a_conversion_through_a_wider_float_rounds_twice(src, dst, middle):
+  """numpy converts directly (one rounding); through `middle` it rounds twice. Some of the row's values must tell
+  the two apart, on both sides of zero where src has them (int64 2^60 + 2^36 + 1 -> float32, for one)."""
+  values = cast_values(src, dst)
+  with np.errstate(all="ignore"):
+    direct, twice = values.astype(dst.np), values.astype(middle.np).astype(dst.np)
+  apart = values[direct.astype(np.float64) != twice.astype(np.float64)]
+  assert len(apart) >= 2
+  if src.kind != "u":
+    assert (apart.astype(np.float64) < 0).any() and (apart.astype(np.float64) > 0).any()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.name)
+def test_transcendental_rows_reach_every_class_of_result(dtype):
+  """Results (computed by numpy in float64, rounded to the dtype) that are subnormal, among the smallest normals,
+  within a factor 2 of overflow, and exact powers of two, for EXP2; exact powers of two and subnormal inputs for LOG2
+  and SIN."""
+  info = ml_dtypes.finfo(dtype.np)
+  tiny, largest = float(info.tiny), float(info.max)
+  rows = {op: conformance.op_batches(dtype)[0].inputs[i] for i, op in
+          zip(range(6, 9), [op for op in conformance.OP_KINDS if op in conformance.TRANSCENDENTAL])}
+  with np.errstate(all="ignore"):
+    exp2 = np.exp2(rows[Ops.EXP2].astype(np.float64)).astype(dtype.np).astype(np.float64)
+    log2_inputs, sin_inputs = (rows[op].astype(np.float64) for op in (Ops.LOG2, Ops.SIN))
+  assert ((exp2 > 0) & (exp2 < tiny)).any() and ((exp2 >= tiny) & (exp2 < 4 * tiny)).any()
+  assert ((exp2 > largest / 2) & np.isfinite(exp2)).any() and np.isinf(exp2).any()
+  assert {2.0 ** k for k in range(-6, 7)} <= set(exp2.tolist())
+  for inputs in (log2_inputs, sin_inputs):
+    assert ((inputs > 0) & (inputs < tiny)).any() and (np.abs(inputs) == tiny).any()
+  assert {2.0 ** k for k in (-1, 0, 1, 2)} <= set(log2_inputs.tolist())
+
+
+def sequential_sums(terms: np.ndarray) -> set[float]:
+  """Every order's left-to-right sum, rounded after each add in the terms' dtype (numpy's scalar arithmetic)."""
+  out = set()
+  for order in itertools.permutations(terms.tolist()):
+    total = terms.dtype.type(0)
+    for t in order:
+      total = terms.dtype.type(total + terms.dtype.type(t))
+    out.add(float(total))
+  return out
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float32], ids=lambda d: d.name)
+def test_a_sum_judged_exact_in_every_order_is(dtype):
+  """Where bounds.exact_in_every_order says so, every summation order of every lane gives the exact (Fraction) sum;
+  the exact-sum rows of the check are such lanes, and their sum is not exact once a product is fused (unrounded)."""
+  rng = np.random.default_rng(3)
+  digits = ml_dtypes.finfo(dtype.np).nmant + 1
+  spread = rng.integers(0, digits + 3, (300, 1))  # how far apart the terms' exponents may be, per lane
+  exponents = rng.integers(-16, -4, (300, 1)) + (rng.random((300, 5)) * (spread + 1)).astype(int)
+  lanes = (rng.integers(-40, 40, (300, 5)) * 2.0 ** exponents).astype(dtype.np)
+  exact = bounds.exact_in_every_order(lanes.astype(np.float64), (1,), dtype).reshape(-1)
+  assert exact.any() and not exact.all()
+  for lane in lanes[exact]:
+    assert sequential_sums(lane) == {float(sum(Fraction(float(t)) for t in lane))}
+  a, b = conformance.exact_sum_rows(dtype)
+  products = (a * b).astype(np.float64)
+  assert bounds.exact_in_every_order(products, (1,), dtype).all()
+  unrounded = a.astype(np.float64) * b.astype(np.float64)  # exact for these operands in float64
+  assert (unrounded.sum(1) != products.sum(1)).all()

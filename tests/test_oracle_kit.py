@@ -35,6 +35,31 @@ def test_check_detects_each_broken_device(device, tmp_path, capsys):
   assert all(c["status"] == "pass" for c in results["cases"] if c["status"] != "fail")
 
 
+def failing_cells(device: str, only: str, tmp_path: Path, plugin: str | None = None) -> set[tuple[str, str]]:
+  report = tmp_path / "report.json"
+  main(["check", "--device", device, "--only", only, "--json", str(report)] + (["--plugin", plugin] if plugin else []))
+  return {(c["row"], c["column"]) for c in json.loads(report.read_text())["cases"] if c["status"] == "fail"}
+
+
+@pytest.mark.parametrize("device", sorted(broken_devices.BLIND_SPOTS))
+def test_check_catches_each_bug_kind_it_once_missed_in_its_row(device, tmp_path):
+  """Issue 26's kinds (a cast rounded twice through a wider float, exp2 flushing subnormal results, a multiply
+  widened as if it could not wrap, constants printed with too few digits) each fail the row made for them."""
+  _, row, column = broken_devices.BLIND_SPOTS[device]
+  assert (row, column) in failing_cells(device, row, tmp_path)
+
+
+def test_check_catches_a_multiply_add_fused_into_a_reduction(tmp_path):
+  """CLANG with -ffp-contract=fast (the selftest's mutant) sums products fused: the exact-sum rows see it, though
+  the order-free bound of an ordinary sum admits it."""
+  if "CLANG" not in Device.available():
+    pytest.skip("CLANG is not available here: the mutant is a copy of it")
+  plugin = tmp_path / "mutants.py"
+  plugin.write_text("from refgrad.testing.mutants import refgrad_devices  # noqa: F401\n")
+  cells = failing_cells("CLANG~ffp_contract_fast", "exact in every order", tmp_path, str(plugin))
+  assert ("REDUCE ADD of products, exact in every order", "float32") in cells
+
+
 @pytest.mark.parametrize("device", CORRECT)
 def test_check_passes_correct_devices(device, tmp_path):
   html, report = tmp_path / "report.html", tmp_path / "report.json"

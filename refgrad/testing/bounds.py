@@ -77,6 +77,26 @@ def _binary_float(u: UOp, a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) ->
   return np.full(np.broadcast_shapes(np.shape(a), np.shape(b)), np.inf)
 
 
+def lowest_bit(x: np.ndarray) -> np.ndarray:
+  """The value of the lowest set bit of each finite nonzero float64 (inf for zeros, infinities and NaNs)."""
+  finite = np.isfinite(x) & (x != 0)
+  mantissa, exponent = np.frexp(np.where(finite, x, 1.0))
+  digits = np.abs(mantissa * 2.0 ** 53).astype(np.int64)  # the 53-bit significand as an integer
+  return np.where(finite, np.ldexp((digits & -digits).astype(np.float64), exponent - 53), np.inf)
+
+
+def exact_in_every_order(x: np.ndarray, axes: tuple[int, ...], dtype: DType) -> np.ndarray:
+  """Lanes whose sum is exact whatever the order: every term a multiple of the smallest lowest bit g among them,
+  and the sum of magnitudes below g * 2^p (p the dtype's significand bits), so every partial sum is a multiple of g
+  that the dtype holds. There a correct device gives the reference's bits (a multiply-add fused into the sum does
+  not: its unrounded product moves the result)."""
+  if x.size == 0:
+    return np.zeros((), dtype=bool)
+  grain = lowest_bit(x).min(axis=axes, keepdims=True)
+  digits = int(ml_dtypes.finfo(dtype.np).nmant) + 1
+  return np.abs(x).sum(axis=axes, keepdims=True) < grain * 2.0 ** digits
+
+
 def _comparison(a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
   """A comparison is exact unless the inputs' intervals overlap, where the answer could flip."""
   apart = (a + ea < b - eb) | (b + eb < a - ea)
@@ -185,6 +205,8 @@ class _Bounds:
         # a sum of zeros is exact but its sign is unspecified: the smallest step lets either zero pass, and
         # tells every later op that this input may move (so nothing downstream relies on the sign)
         bound = np.where(magnitude == 0, float(info.smallest_subnormal), bound)
+        if not np.any(e):  # exact terms whose every partial sum is exact: the sum is exact in every order
+          bound = np.where(exact_in_every_order(_f64(self.value(src)), axes, u.dtype) & (magnitude > 0), 0.0, bound)
         return np.where(magnitude <= largest, bound, np.inf)  # a partial sum may overflow in some orders
       widest = (x + e).prod(axis=axes, keepdims=True)
       bound = 2 * gamma * widest + (widest - x.prod(axis=axes, keepdims=True))

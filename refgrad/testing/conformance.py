@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from refgrad.alu import OP_KINDS, TRANSCENDENTAL, result_dtype, ulp_distance
@@ -33,7 +34,7 @@ from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.sizes import Variable
 from refgrad.testing.compare import Comparison, add_histogram, compare, ulp_histogram
-from refgrad.testing.edges import cast_values, dtype_edges
+from refgrad.testing.edges import cast_values, dtype_edges, result_class_inputs
 from refgrad.testing.jit_check import check_jit_replay
 from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference, lane_text
 from refgrad.uop import GroupOp, Ops, UOp
@@ -174,8 +175,9 @@ def _shift_operands(dtype: DType, edges: np.ndarray) -> tuple[np.ndarray, np.nda
 
 # ---- primitive ops over every edge pair
 def op_batches(dtype: DType) -> list[Batch]:
-  """Every op of `dtype`: unary ops over its edges, binary ops and WHERE over every ordered edge pair, shifts over
-  every amount class. One batch per output dtype (comparisons give bool)."""
+  """Every op of `dtype`: unary ops over its edges (transcendentals also over inputs that give every class of
+  result), binary ops and WHERE over every ordered edge pair, shifts over every amount class. One batch per output
+  dtype (comparisons give bool)."""
   edges = dtype_edges(dtype)
   a, b = _pairs(edges)
   shift_a, shift_b = _shift_operands(dtype, edges) if dtype.kind in "iu" else (edges[:0], edges[:0])
@@ -185,7 +187,11 @@ def op_batches(dtype: DType) -> list[Batch]:
   for op, kinds in OP_KINDS.items():
     if dtype.kind not in kinds:
       continue
-    if op in GroupOp.Unary:
+    if op in TRANSCENDENTAL:  # the edges, and inputs whose results are subnormal, tiny, near overflow or exact
+      inputs.append(np.concatenate([edges, result_class_inputs(op, dtype)]))
+      i = len(inputs) - 1
+      build, operands = (lambda t, op=op, i=i: alu(op, t[i])), (lambda x, i=i: [x[i]])
+    elif op in GroupOp.Unary:
       build, operands = (lambda t, op=op: alu(op, t[0])), (lambda x: [x[0]])
     elif op is Ops.WHERE:
       build, operands = (lambda t: alu(Ops.WHERE, t[3], t[1], t[2])), (lambda x: [x[3], x[1], x[2]])
@@ -240,6 +246,29 @@ def reduce_batch(dtype: DType) -> Batch:
   return Batch(f"reductions {dtype.name}", inputs, segments, (dtype,))
 
 
+def exact_sum_rows(dtype: DType) -> tuple[np.ndarray, np.ndarray]:
+  """Rows of a dot product whose sum is the same in every order (every partial sum exact), so it is judged bit for
+  bit, but moves if a product is not rounded before it is added (a multiply-add fused into the reduction): products
+  p*p = 1 + 2^(1-k) + 2^-2k with k = ceil(digits / 2), which round to r = 1 + 2^(1-k), against products of exactly
+  -r; 8 of these, then 9 of those. Blocked (the -r first: a serial or strided sum meets a -r just before a p*p, where
+  the fused result keeps 2^-2k) and interleaved (so does every contiguous split)."""
+  digits = int(ml_dtypes.finfo(dtype.np).nmant) + 1
+  k = (digits + 1) // 2
+  p, r = 1 + 2.0 ** -k, 1 + 2.0 ** (1 - k)
+  blocked = ([-r] * 8 + [p] * 9, [1.0] * 8 + [p] * 9)
+  interleaved = ([-r, p] * 8 + [p], [1.0, p] * 8 + [p])
+  a, b = (np.array([blocked[i], interleaved[i]], dtype=np.float64).astype(dtype.np) for i in (0, 1))
+  return a, b
+
+
+def exact_sum_batch(dtype: DType) -> Batch:
+  """The REDUCE ADD of products over exact_sum_rows: the reference's bits, in any summation order."""
+  a, b = exact_sum_rows(dtype)
+  segment = Segment("REDUCE ADD of products, exact in every order", dtype.name,
+                    lambda t: reduce(alu(Ops.MUL, t[0], t[1]), Ops.ADD), lambda x: [x[0][:, 0], x[1][:, 0]])
+  return Batch(f"exact sums {dtype.name}", [a, b], [segment], (dtype,))
+
+
 # ---- chains of ops, constants, loop-invariant operands
 # (name, dtype kinds, function of (a, b, c, s) where s holds one value for every lane): what compilers rewrite.
 # Fast-math style rewrites each break one: x/3 -> x*(1/3), (x+1)+2 -> x+3, x+0.0 -> x, a*b+c -> fma(a,b,c),
@@ -278,7 +307,42 @@ CHAINS: list[tuple[str, str, Callable[..., Any]]] = [
   # constant and to a
   ("a<a+1", "iu", lambda a, b, c, s: cast(alu(Ops.CMPLT, a, alu(Ops.ADD, a, const(a, 1))), a.dtype)),
   ("(a*2)//2", "iu", lambda a, b, c, s: alu(Ops.IDIV, alu(Ops.MUL, a, const(a, 2)), const(a, 2))),
+  # multiplies that wrap, in both operand orders: an optimizer told they cannot (LLVM's nsw/nuw flags) divides
+  # them back, widens them before multiplying, or reassociates them
+  ("(a*b)//b", "iu", lambda a, b, c, s: alu(Ops.IDIV, alu(Ops.MUL, a, b), b)),
+  ("(b*a)//b", "iu", lambda a, b, c, s: alu(Ops.IDIV, alu(Ops.MUL, b, a), b)),
+  ("(a*b)*c", "iu", lambda a, b, c, s: alu(Ops.MUL, alu(Ops.MUL, a, b), c)),
+  ("(a*3)*5", "iu", lambda a, b, c, s: alu(Ops.MUL, alu(Ops.MUL, a, const(a, 3)), const(a, 5))),
+  ("a*b widened, >> (bits-1)", "iu", lambda a, b, c, s: _high_bits(alu(Ops.MUL, a, b))),
+  ("b*a widened, >> (bits-1)", "iu", lambda a, b, c, s: _high_bits(alu(Ops.MUL, b, a))),
+  ("a*b+c<c", "iu", lambda a, b, c, s: cast(alu(Ops.CMPLT, alu(Ops.ADD, alu(Ops.MUL, a, b), c), c), a.dtype)),
+  # constants the dtype holds exactly and no narrower dtype does: a renderer that prints them with too few digits
+  # (a float64 constant with float32 precision, an int64 constant as a 32-bit literal) changes them
+  ("a*K, K=1/3", "f", lambda a, b, c, s: alu(Ops.MUL, a, const(a, 1 / 3))),
+  ("a+K, K=0.1", "f", lambda a, b, c, s: alu(Ops.ADD, a, const(a, 0.1))),
+  ("a+K, K=the smallest subnormal", "f", lambda a, b, c, s: alu(Ops.ADD, a, const(a, _finfo(a).smallest_subnormal))),
+  ("a*K, K=a third of the largest", "f", lambda a, b, c, s: alu(Ops.MUL, a, const(a, _third_of_largest(a)))),
+  ("a+K, K=the largest odd integer", "f",
+   lambda a, b, c, s: alu(Ops.ADD, a, const(a, 2.0 ** (_finfo(a).nmant + 1) - 1))),
+  ("a*K+L, K and L beyond a narrower int", "iu",
+   lambda a, b, c, s: alu(Ops.ADD, alu(Ops.MUL, a, const(a, (1 << (a.dtype.bits - 4)) + 1)),
+                          const(a, dtypes.max(a.dtype) - 2))),
 ]
+
+
+def _finfo(t: Any) -> Any:
+  return ml_dtypes.finfo(t.dtype.np)
+
+
+def _third_of_largest(t: Any) -> float:
+  return float(np.array(float(_finfo(t).max) / 3).astype(t.dtype.np))
+
+
+def _high_bits(product: Any) -> Any:
+  """product (an integer of n bits) widened to 64 bits, shifted right by n-1 and narrowed back: the sign bits of the
+  wrapped product, which a widening done before the multiply changes."""
+  wide = cast(product, dtypes.int64 if product.dtype.kind == "i" else dtypes.uint64)
+  return cast(alu(Ops.SHR, wide, const(wide, product.dtype.bits - 1)), product.dtype)
 
 
 def _random_values(dtype: DType, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -426,6 +490,7 @@ def all_units(kinds: list[DType] | None = None) -> list[Unit]:
   units += [chain_batch(d) for d in kinds if d != dtypes.bool]
   units += [batch for d in kinds for batch in cast_batches(d, kinds)]
   units += [reduce_batch(d) for d in kinds if d != dtypes.bool]
+  units += [exact_sum_batch(d) for d in kinds if dtypes.is_float(d)]
   units += [ProgramCase(name, fn, inputs) for name, (fn, inputs) in _corpus().items()]
   units += [ProgramCase(f"{name}, opts draw {draw}", fn, inputs, opts_seed=draw)
             for name, (fn, inputs) in _corpus().items() for draw in range(1, OPT_DRAWS + 1)]

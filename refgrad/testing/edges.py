@@ -15,6 +15,7 @@ import numpy as np
 
 from refgrad.dtype import DType, dtypes
 from refgrad.testing.strategies import edge_values
+from refgrad.uop import Ops
 
 # NaNs that are not the default one: a quiet NaN with a payload, a negative quiet NaN, a signalling NaN
 _NAN_BITS = {16: (0x7E01, 0xFE00, 0x7C01), 32: (0x7FC00001, 0xFFC00000, 0x7F800001),
@@ -68,6 +69,31 @@ def dtype_edges(dtype: DType) -> np.ndarray:
   return _unique(np.concatenate([base, nans, float_neighbours(base)]))
 
 
+# ---- inputs whose results fall where a transcendental goes wrong
+def result_class_inputs(op: Ops, dtype: DType) -> np.ndarray:
+  """Inputs of a transcendental whose results fall in every class a backend may get wrong, beside its edge inputs:
+  subnormal results, the smallest normals, results near overflow, and exact results (powers of two, log2 of a power
+  of two, sin of a subnormal), with their neighbours and both signs. Edge inputs and random ones almost never give
+  them: exp2's results are subnormal only for x in [-149, -126) in float32, [-24, -14) in half."""
+  info = ml_dtypes.finfo(dtype.np)
+  low, high = int(info.minexp), int(info.maxexp)  # 2^low is the smallest normal; the largest finite is below 2^high
+  bottom = low - int(info.nmant)                    # 2^bottom is the smallest subnormal
+  if op is Ops.EXP2:
+    points = [bottom - 1, bottom - 0.5, bottom, bottom + 0.25, (bottom + low) / 2, low - 1.5, low - 0.5, low,
+              low + 0.5, high - 1.5, high - 1, high - 0.25, high, 0.5, *range(-6, 7)]
+  elif op is Ops.LOG2:
+    powers = [bottom, bottom + 1, (bottom + low) // 2, low - 1, low, low + 1, -1, 0, 1, 2, high - 1]
+    points = [2.0 ** k for k in powers] + [float(info.max), 1 + float(info.eps), 1 - float(info.epsneg)]
+  elif op is Ops.SIN:
+    points = [2.0 ** bottom, 3 * 2.0 ** bottom, 2.0 ** ((bottom + low) // 2), 2.0 ** low, 1.5 * 2.0 ** low,
+              2.0 ** (low + 1), 2.0 ** -int(info.nmant), np.pi, np.pi / 2, 2 * np.pi]
+  else:
+    raise ValueError(f"result classes are defined for EXP2, LOG2 and SIN, not {op.name}")
+  with np.errstate(all="ignore"):
+    values = np.array([p for x in points for p in (x, -x)], dtype=np.float64).astype(dtype.np)
+  return _unique(np.concatenate([values, float_neighbours(values)]))
+
+
 # ---- rounding boundaries of conversions
 def _ulp(value: Fraction, dtype: DType) -> Fraction:
   """The spacing of a float dtype's values at a positive `value` (the subnormal spacing below the normal range)."""
@@ -95,6 +121,41 @@ def float_boundaries(dtype: DType) -> list[Fraction]:
   points += wide + [p + _ulp(p, dtype) for p in wide]
   boundaries = [p + _ulp(p, dtype) / 2 for p in points] + [smallest / 2, largest + _ulp(largest, dtype) / 2]
   return boundaries + [-b for b in boundaries]
+
+
+# the floats a backend may convert through on the way to a narrower one (sitofp to double, then fptrunc)
+INTERMEDIATE_FLOATS = (dtypes.float32, dtypes.float64)
+
+
+def _spacing(value: Fraction, dtype: DType) -> Fraction:
+  return Fraction(1) if dtypes.is_int(dtype) else _ulp(value, dtype)
+
+
+def double_rounding_boundaries(src: DType, dst: DType) -> list[Fraction]:
+  """Ties of `dst` that a conversion from `src` through a float of middle precision rounds onto: `src` holds values
+  next to the tie that the intermediate cannot, so the intermediate rounds them to the tie itself, and the tie then
+  goes to even, where the direct conversion goes the other way (int64 2^60 + 2^36 + 1 -> float32 is 2^60 + 2^37,
+  through double 2^60). Per intermediate, in the binades of dst's lowest subnormals, its smallest normal, 1, where
+  an integer source first outruns the intermediate, 2^60, and the top of src's and dst's ranges: the tie above the
+  binade's even start, the one above its first odd value, and the one below its end. Both signs."""
+  if not dtypes.is_float(dst) or src == dtypes.bool:
+    return []
+  d_info = ml_dtypes.finfo(dst.np)
+  top = min(Fraction(dtypes.max(src)) if dtypes.is_int(src) else Fraction(float(ml_dtypes.finfo(src.np).max)),
+            Fraction(float(d_info.max)))
+  ties = []
+  for middle in INTERMEDIATE_FLOATS:
+    m_info = ml_dtypes.finfo(middle.np)
+    if middle == src or m_info.nmant <= d_info.nmant:
+      continue
+    exponents = {int(d_info.minexp) - int(d_info.nmant) + 1, int(d_info.minexp), 0, int(m_info.nmant) + 2, 60,
+                 top.numerator.bit_length() - top.denominator.bit_length() - 1}
+    for power in (Fraction(2) ** k for k in exponents):
+      step = _ulp(power, dst)
+      finer, rounds = _spacing(power, src) * 2 < _ulp(power, middle), _ulp(power, middle) < step
+      if finer and rounds and 2 * power - step / 2 <= top:
+        ties += [power + step / 2, power + 3 * step / 2, 2 * power - step / 2]
+  return [t for tie in dict.fromkeys(ties) for t in (tie, -tie) if t % _spacing(abs(t), src) == 0]
 
 
 def int_boundaries(dtype: DType) -> list[Fraction]:
@@ -136,11 +197,12 @@ def narrows(src: DType, dst: DType) -> bool:
 
 def cast_values(src: DType, dst: DType) -> np.ndarray:
   """Inputs of `src` for a CAST to `dst`: the edges of `src`, and for a narrowing conversion the values at and one
-  step either side of each of `dst`'s rounding boundaries that `src` can hold."""
+  step either side of each of `dst`'s rounding boundaries that `src` can hold, its double-rounding ties included."""
   edges = dtype_edges(src)
   if not narrows(src, dst) or dst == dtypes.bool:
     return edges
-  boundaries = float_boundaries(dst) if dtypes.is_float(dst) else int_boundaries(dst)
+  boundaries = float_boundaries(dst) + double_rounding_boundaries(src, dst) if dtypes.is_float(dst) else \
+    int_boundaries(dst)
   found = [v for b in boundaries for v in _around_in(b, src)]
   with np.errstate(all="ignore"):
     extra = np.array(found, dtype=object if dtypes.is_int(src) else np.float64).astype(src.np)
