@@ -72,16 +72,30 @@ RANGE_RULES: dict[Ops, Any] = {
 }
 
 
+def _exact_range(u: UOp) -> tuple[Any, Any] | None:
+  """What u's op gives on unbounded integers over its sources' ranges, None if no rule knows; it may not fit u's
+  dtype (a sum that can wrap around)."""
+  rule = RANGE_RULES.get(u.op)
+  if rule is None or not all(s.dtype in INDEX_DTYPES or s.dtype == dtypes.bool for s in u.src[-2:]):
+    return None
+  return rule(u)
+
+
+def never_wraps(u: UOp) -> bool:
+  """Whether an integer node's result always equals its op on unbounded integers (no lane wraps around)."""
+  if u.dtype not in INDEX_DTYPES or (found := _exact_range(u)) is None:
+    return False
+  return dtypes.min(u.dtype) <= found[0] and found[1] <= dtypes.max(u.dtype)
+
+
 def value_range(u: UOp) -> tuple[Any, Any]:
   """Bounds of an integer/bool node; the dtype's full range when nothing better is known."""
   if u.dtype == dtypes.void:
     return None, None
-  if u.dtype not in INDEX_DTYPES and u.dtype != dtypes.bool:
-    return dtypes.min(u.dtype), dtypes.max(u.dtype)
   full = (dtypes.min(u.dtype), dtypes.max(u.dtype))
-  rule = RANGE_RULES.get(u.op)
-  found = rule(u) if rule is not None and all(s.dtype in INDEX_DTYPES or s.dtype == dtypes.bool
-                                                for s in u.src[-2:]) else None
+  if u.dtype not in INDEX_DTYPES and u.dtype != dtypes.bool:
+    return full
+  found = _exact_range(u)
   if found is None or found[0] < full[0] or found[1] > full[1]:  # may overflow: know nothing
     return full
   return found

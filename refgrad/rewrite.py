@@ -50,6 +50,11 @@ class UPat:
   def const(value: Any, dtype: DType | Iterable[DType] | None = None) -> UPat:
     return UPat(Ops.CONST, dtype=dtype, arg=value)
 
+  @property
+  def has_arg(self) -> bool:
+    """Whether the pattern matches one exact arg."""
+    return self.arg is not _ANY
+
   def match(self, node: UOp, bound: dict[str, UOp]) -> list[dict[str, UOp]]:
     """Every way this pattern matches node, each as the bindings extended from `bound`."""
     if self.ops is not None and node.op not in self.ops:

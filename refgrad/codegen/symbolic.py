@@ -12,7 +12,7 @@ import numpy as np
 
 from refgrad.alu import exec_alu, exec_cast, undefined_cast_lanes, undefined_lanes
 from refgrad.dtype import dtypes
-from refgrad.ranges import INDEX_DTYPES
+from refgrad.ranges import INDEX_DTYPES, never_wraps
 from refgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from refgrad.uop import GroupOp, Ops, UOp
 
@@ -40,21 +40,26 @@ def fold_by_range(x: UOp) -> UOp | None:
 
 
 # ---- integer sums as linear forms: {term: coefficient} + constant
-def linear_form(u: UOp) -> tuple[dict[UOp, int], int]:
+def linear_form(u: UOp, exact: bool = False) -> tuple[dict[UOp, int], int]:
+  """u as a sum of terms times integers plus a constant. The sum equals u modulo 2**bits: wraparound commutes with
+  ADD, MUL and NEG. With `exact`, a sum, product or negation that may wrap around is kept as a term, so the form
+  equals u as an unbounded integer, which quotients and remainders need ((a*2)//2 is not a in uint8: 200*2 wraps)."""
   if u.op is Ops.CONST:
     return {}, u.arg
+  if exact and u.op in (Ops.ADD, Ops.MUL, Ops.NEG) and not never_wraps(u):
+    return {u: 1}, 0
   if u.op is Ops.ADD:
-    (ta, ca), (tb, cb) = linear_form(u.src[0]), linear_form(u.src[1])
+    (ta, ca), (tb, cb) = linear_form(u.src[0], exact), linear_form(u.src[1], exact)
     merged = dict(ta)
     for t, k in tb.items():
       merged[t] = merged.get(t, 0) + k
     return {t: k for t, k in merged.items() if k != 0}, ca + cb
   if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
-    terms, c = linear_form(u.src[0])
+    terms, c = linear_form(u.src[0], exact)
     k = u.src[1].arg
     return ({t: v * k for t, v in terms.items()} if k != 0 else {}), c * k
   if u.op is Ops.NEG:
-    terms, c = linear_form(u.src[0])
+    terms, c = linear_form(u.src[0], exact)
     return {t: -v for t, v in terms.items()}, -c
   return {u: 1}, 0
 
@@ -76,15 +81,16 @@ def build_sum(terms: dict[UOp, int], const: int, dtype) -> UOp:
 
 def _merge_one_pair(terms: dict[UOp, int]) -> dict[UOp, int] | None:
   """Merge the first pair that unflattening an index and flattening it again leaves behind:
-  (x//c)*c*k + (x%c)*k -> x*k   and   ((x//c)%m)*c*k + (x%c)*k -> (x%(c*m))*k   (x >= 0)."""
+  (x//c)*c*k + (x%c)*k -> x*k   and   ((x//c)%m)*c*k + (x%c)*k -> (x%(c*m))*k   (x >= 0; just x*k when c*m is
+  beyond the dtype, which x cannot reach)."""
   for t, k in terms.items():
     if t.op is not Ops.MOD or t.src[1].op is not Ops.CONST or t.src[0].vmin < 0:
       continue
     x, c = t.src[0], t.src[1]
     div = UOp(Ops.IDIV, t.dtype, (x, c))
     candidates = [(div, x)]
-    candidates += [(u, x % (c.arg * u.src[1].arg)) for u in terms
-                   if u.op is Ops.MOD and u.src[0] is div and u.src[1].op is Ops.CONST]
+    candidates += [(u, x if abs(c.arg * u.src[1].arg) > dtypes.max(x.dtype) else x % (c.arg * u.src[1].arg))
+                   for u in terms if u.op is Ops.MOD and u.src[0] is div and u.src[1].op is Ops.CONST]
     for partner, merged_term in candidates:
       if terms.get(partner) == k * c.arg:
         merged = {u: v for u, v in terms.items() if u is not t and u is not partner}
@@ -110,7 +116,7 @@ def _split_divisible(x: UOp, c: int) -> tuple[UOp, UOp] | None:
   """x = c*quotient + rest with x >= 0, rest >= 0 and a non-empty quotient, or None."""
   if x.vmin < 0:
     return None
-  terms, const = linear_form(x)
+  terms, const = linear_form(x, exact=True)
   quotient_terms = {t: k // c for t, k in terms.items() if k % c == 0}
   quotient_const, rest_const = divmod(const, c)
   if not quotient_terms and not quotient_const:
@@ -126,7 +132,7 @@ def _split_remainders(x: UOp, c: int) -> tuple[UOp, UOp] | None:
   0 <= rest < c. Then x//c is quotient and x%c is rest exactly (x >= 0, so C's truncation is flooring)."""
   if x.vmin < 0:
     return None
-  terms, const = linear_form(x)
+  terms, const = linear_form(x, exact=True)
   if not terms:
     return None
   rest = build_sum({t: k % c for t, k in terms.items() if k % c}, const % c, x.dtype)
@@ -139,7 +145,8 @@ def simplify_idiv(x: UOp, c: UOp) -> UOp | None:
   if c.arg <= 0 or x.vmin < 0:
     return None
   if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
-    return x.src[0] // (x.src[1].arg * c.arg)
+    divisor = x.src[1].arg * c.arg  # (y//a)//c is y//(a*c); beyond the dtype, y//a < c and both are 0
+    return x.src[0] // divisor if divisor <= dtypes.max(x.dtype) else UOp.const(x.dtype, 0)
   if (exact := _split_remainders(x, c.arg)) is not None:
     return exact[0]
   if (split := _split_divisible(x, c.arg)) is None:
