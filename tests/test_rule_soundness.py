@@ -2,14 +2,23 @@
 
 The prover's verdicts are checked here against independent oracles: numpy for the counterexamples it reports on
 rules planted wrong on purpose, numpy and Python integers for the values of the fixed rules on every device."""
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from helpers import INT_DTYPES, NP_DTYPE, check, ids
 
 from refgrad import Tensor, dtypes
+from refgrad.codegen import symbolic
+from refgrad.codegen.linearize import forget_compiled
 from refgrad.codegen.symbolic import symbolic_rules
+from refgrad.device import LRU, RUNNER_CACHE_SIZE, Device
 from refgrad.ranges import INDEX_DTYPES
-from refgrad.rewrite import UPat
+from refgrad.rewrite import PatternMatcher, UPat
+from refgrad.testing.conformance import FAIL, PASS, run_conformance
+from refgrad.testing.fuzz import fuzz
+from refgrad.testing.reference import RewriteMismatch, check_against_reference
 from refgrad.testing.rules import check_rewrite, evaluate, leaf, points, prove_rule, prove_rules
 from refgrad.uop import Ops, UOp
 
@@ -143,3 +152,80 @@ def test_product_then_remainder_wraps_first(dtype):
   check((t * 3 + 1) % 3, np.remainder(a * three + one, three))  # it was 1: 255*3+1 wraps to 254 in uint8
   check((t * 4 + 1).idiv(4), np.array(_c_quotient(a * NP_DTYPE[dtype].type(4) + NP_DTYPE[dtype].type(1), 4),
                                       dtype=NP_DTYPE[dtype]))
+
+
+# ---- a wrong shared rewrite planted on purpose: the kernel path against the graph evaluator names it
+def by_reciprocal(x, c):
+  """x / c as x * (1/c): the fast-math rewrite, wrong wherever 1/c is inexact (x/3 in float32)."""
+  return x * UOp.const(x.dtype, 1 / c.arg) if c.arg != 0 else None
+
+
+def wrapping_quotient(x, c):
+  """(a*c)//c as a, assuming the product does not wrap: the rule issue 26 found."""
+  return x.src[0] if x.op is Ops.MUL and x.src[1] is c else None
+
+
+RECIPROCAL = (UPat(Ops.FDIV, src=(x_, c_)), by_reciprocal)
+WRAPPING_QUOTIENT = (UPat(Ops.IDIV, src=(x_, c_)), wrapping_quotient)
+
+
+@pytest.fixture
+def planted(monkeypatch):
+  """plant(rule): the rule goes first in the symbolic rules until the test ends; compiled kernels are forgotten, and
+  the reference's loaded ones (its runner caches key programs by their kernel graph, which the rules do not change)."""
+  def plant(rule):
+    monkeypatch.setattr(symbolic, "symbolic_rules", PatternMatcher([rule] + symbolic.symbolic_rules.rules))
+    forget_compiled()
+    for instance in ("PYTHON", "PYTHON:1"):
+      monkeypatch.setattr(Device[instance], "_runners", LRU(RUNNER_CACHE_SIZE))
+  yield plant
+  monkeypatch.undo()
+  forget_compiled()
+
+
+def test_check_against_reference_names_the_wrong_rule(planted):
+  """The issue's program: every device agrees with the reference, and the reference is wrong."""
+  a = np.array([200, 100, 255], np.uint8)
+  planted(WRAPPING_QUOTIENT)
+  with pytest.raises(RewriteMismatch) as caught:
+    check_against_reference(lambda t: (t * 2).idiv(2), a, device="PYTHON")
+  text = str(caught.value)
+  assert "the rule to blame" in text and "wrapping_quotient" in text and "proven wrong" in text
+  expected = a * np.uint8(2) // np.uint8(2)  # numpy wraps: [72, 100, 127]
+  assert expected.tolist() == [72, 100, 127] and "graph evaluator 72" in text
+
+
+def test_refgrad_check_reports_a_planted_wrong_rewrite_with_its_rule(planted):
+  values = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+  assert np.any(values / np.float32(3) != values * np.float32(1 / 3))  # the planted rule is wrong (numpy)
+  honest = run_conformance("PYTHON", only="chain: a/3")
+  assert honest.results and all(r.status == PASS for r in honest.results)
+  planted(RECIPROCAL)
+  failed = [r for r in run_conformance("PYTHON", only="chain: a/3").results if r.status == FAIL]
+  assert {r.row for r in failed} <= {"chain: a/3", "chain: a/10"}
+  assert ("chain: a/3", "float32") in {(r.row, r.column) for r in failed}
+  assert all("graph evaluator" in r.detail and "by_reciprocal" in r.detail for r in failed)
+
+
+PLANTING_PLUGIN = '''"""Plants x / c -> x * (1/c) first in the symbolic rules of fuzz workers, not of the test's."""
+import multiprocessing
+
+from refgrad.codegen import symbolic
+from refgrad.device import LRU, RUNNER_CACHE_SIZE, Device
+from refgrad.rewrite import PatternMatcher
+from test_rule_soundness import RECIPROCAL
+
+if multiprocessing.parent_process() is not None:
+  symbolic.symbolic_rules = PatternMatcher([RECIPROCAL] + symbolic.symbolic_rules.rules)
+'''
+
+
+def test_a_fuzz_campaign_finds_a_planted_wrong_rewrite(tmp_path, monkeypatch):
+  plugin = tmp_path / "plant_rule.py"
+  plugin.write_text(PLANTING_PLUGIN)
+  monkeypatch.syspath_prepend(str(Path(__file__).parent))  # workers import this module for the rule
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+  report = fuzz("PYTHON", 90, findings_dir=str(tmp_path / "findings"), plugin_files=[str(plugin)], max_findings=1)
+  details = [f.detail for f in report.signatures.values()]
+  assert details and all("graph evaluator" in d and "by_reciprocal" in d and "proven wrong" in d for d in details)
+  assert symbolic.symbolic_rules.rules[0] is not RECIPROCAL  # the campaign's process kept the honest rules

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from refgrad.codegen.gpu import WORK_GROUP_RULES, gpu_opts, to_gpu
 from refgrad.codegen.lowering import lower_kernel
 from refgrad.codegen.opt import OptList, apply_opts, default_opts, opts_text, random_opts
-from refgrad.codegen.symbolic import simplify, simplify_gated_loads
+from refgrad.codegen.symbolic import simplify, simplify_gated_loads, simplify_index
 from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp
@@ -253,6 +253,13 @@ def _compile(ast: UOp, caps: Capabilities | None, opts: OptList) -> Program:
     lowered, shape, local = to_gpu(lowered, shape, caps, opts)
     return Program(name, tuple(linearize(lowered)), shape, ast, local, opts)
   return Program(name, tuple(linearize(lowered)), shape, ast, opts=opts)
+
+
+def forget_compiled() -> None:
+  """Empty the codegen's caches (lowered kernels, opts, programs, simplified indices), so the next compile runs the
+  rules as they are now: refgrad.testing.blame compiles a kernel again with a rule left out."""
+  for cached in (_device_opts, lowered_kernel, _compile, simplify_index):
+    cached.cache_clear()
 
 
 def launches_work_groups(caps: Capabilities | None) -> bool:

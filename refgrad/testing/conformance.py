@@ -116,7 +116,7 @@ class Batch:
     report = check_against_reference(self.program(sizes), *self.inputs, device=device, raise_on_mismatch=False,
                                      keep_lanes=True)
     kernels = [k.ast for k in report.kernels]
-    earlier = next((k for k in report.kernels[:-1] if not k.comparison.ok), None)
+    earlier = next((k for k in report.kernels[:-1] if not k.ok), None)
     if earlier is not None:  # a kernel before the output failed: every segment depends on it
       return UnitOutcome([CaseResult(s.row, s.column, FAIL, detail=earlier.explanation) for s in self.segments],
                          kernels)
@@ -131,6 +131,12 @@ def judge_segment(segment: Segment, kernel: Any, lanes: slice, inputs: list[np.n
   """The verdict on one segment's lanes of a batch's output kernel."""
   seen = kernel.lanes
   part = lambda x: None if x is None else np.broadcast_to(x, seen.actual.shape)[lanes]  # noqa: E731
+  if kernel.rewrite_error:  # the reference itself against the graph evaluator: a rewrite every device shares
+    wrong = compare(seen.expected[lanes], seen.graph[lanes], part(seen.undefined), abs_bound=part(seen.bound))
+    if not wrong.ok:
+      return CaseResult(segment.row, segment.column, FAIL, 0, wrong.checked, wrong.undefined + wrong.unbounded,
+                        f"{segment.row} on {segment.column}: {wrong.mismatch_count} of {wrong.checked} lanes of the "
+                        f"reference differ from the graph evaluator\n{kernel.rewrite_error}")
   result = compare(seen.actual[lanes], seen.expected[lanes], part(seen.undefined), abs_bound=part(seen.bound))
   histogram = ulp_histogram(seen.actual[lanes], seen.expected[lanes], part(seen.undefined)) \
     if segment.row in TRANSCENDENTAL_ROWS else {}

@@ -32,6 +32,11 @@ class ReferenceMismatch(AssertionError):
   """A device's kernel disagrees with the reference beyond what docs/SPEC.md allows."""
 
 
+class RewriteMismatch(ReferenceMismatch):
+  """The reference's own kernel path (lowered, rewritten, linearized, interpreted) disagrees with the graph evaluator
+  (the kernel's graph op by op, nothing rewritten): a step every device shares is wrong, which no device can show."""
+
+
 @dataclass
 class Lanes:
   """One kernel's output, flat, as compared: the device's values, the reference's, and the spec's allowances."""
@@ -39,6 +44,7 @@ class Lanes:
   expected: np.ndarray
   undefined: np.ndarray | None
   bound: np.ndarray
+  graph: np.ndarray | None = None  # the graph evaluator's values, which the reference's must match within `bound`
 
 
 @dataclass
@@ -48,6 +54,11 @@ class KernelResult:
   ast: UOp | None = None          # the kernel, so a report can say which backend code paths it took (None: a transfer)
   lanes: Lanes | None = None      # kept when asked (check_against_reference(keep_lanes=True))
   explanation: str = ""           # why it failed, when it did and the check did not raise
+  rewrite_error: str = ""         # the reference's kernel path against the graph evaluator, when they disagree
+
+  @property
+  def ok(self) -> bool:
+    return self.comparison.ok and not self.rewrite_error
 
 
 @dataclass
@@ -74,7 +85,7 @@ class ReferenceReport:
 
   @property
   def ok(self) -> bool:
-    return all(k.comparison.ok for k in self.kernels)
+    return all(k.ok for k in self.kernels)
 
 
 def _short(x: Any, limit: int = 300) -> str:
@@ -235,6 +246,51 @@ def _output_region(item: ScheduleItem) -> tuple[tuple[int, ...], Callable[[np.nd
   return shape_value(shape, values), lambda flat: bound_region(flat, shape, values).reshape(-1)
 
 
+# ---- the reference's kernel path against the graph evaluator
+def _interpret_again(item: ScheduleItem, contents: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+  """The kernel compiled again, with the rules as they are now, and interpreted on the same inputs (not through the
+  runner cache, which keys programs by their kernel graph)."""
+  python = Device["PYTHON"]
+  buffers = [Buffer("PYTHON", b.size, b.dtype).copyin(x) for b, x in zip(item.buffers, contents)]
+  python.interpret(compile_ast(item.ast, python.caps))(*(b.handle for b in buffers))
+  return buffers[0].numpy(), buffers[0].undefined
+
+
+def _against_graph(kernel: np.ndarray, kernel_undefined: np.ndarray | None, graph: np.ndarray,
+                   graph_undefined: np.ndarray | None, bound: np.ndarray) -> tuple[Comparison, np.ndarray]:
+  """The kernel path's lanes against the graph evaluator's, and the lanes it made undefined that the graph defines
+  (a rewrite may define an undefined lane, never the reverse)."""
+  made = np.zeros(kernel.shape, bool) if kernel_undefined is None else kernel_undefined.copy()
+  if graph_undefined is not None:
+    made &= ~graph_undefined
+  return compare(kernel, graph, graph_undefined, abs_bound=bound), made
+
+
+def check_rewrites(item: ScheduleItem, index: int, contents: list[np.ndarray], inside: Callable[[np.ndarray],
+                   np.ndarray], graph: np.ndarray, graph_undefined: np.ndarray | None, bound: np.ndarray) -> str:
+  """'' if the reference's output of this kernel (contents[0], as lowered, rewritten and interpreted) matches the
+  graph evaluator's; else what differs and which rewrite rule is to blame (refgrad.testing.blame)."""
+  from refgrad.testing.blame import blame  # blame imports codegen's rule sets, which only a disagreement needs
+  def outcome(out: np.ndarray, undefined: np.ndarray | None) -> tuple[Comparison, np.ndarray]:
+    return _against_graph(inside(out), None if undefined is None else inside(np.asarray(undefined)), graph,
+                          graph_undefined, bound)
+  result, made = outcome(contents[0], item.buffers[0].undefined)
+  if result.ok and not made.any():
+    return ""
+  def agrees() -> bool:
+    again, undefined = outcome(*_interpret_again(item, contents))
+    return again.ok and not undefined.any()
+  kernel = inside(contents[0])
+  lines = [f"the reference's kernel path disagrees with the graph evaluator in kernel {index} "
+           f"({compile_ast(item.ast).name}, output {result.dtype.name}): {result.mismatch_count} of {result.checked} "
+           f"checked lanes differ, {int(made.sum())} defined lanes made undefined"]
+  lines += [f"  at {flat}: kernel path {lane_text(kernel, flat)}, graph evaluator {lane_text(graph, flat)}"
+            for flat in result.mismatches]
+  lines.append("every device shares the lowering and the rewrite rules, so no device comparison can see it; "
+               "leaving out each rule in turn:")
+  return "\n".join(lines + [blame(agrees)])
+
+
 def reference_schedule(fn: Callable[..., Any], *inputs: Any) -> list[ScheduleItem]:
   """The schedule `fn(*inputs)` makes on PYTHON (nothing runs): the items check_against_reference runs in order."""
   outputs = fn(*_as_tensors(inputs))
@@ -271,8 +327,11 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
       continue
     shape, inside = _output_region(item)
     values = dict(item.var_vals)  # a kernel compiled for Variables: its bounds are those of this schedule's values
-    _, bound, undefined = kernel_error_bounds(concrete_graph(item.ast, values) if values else item.ast,
-                                              dict(enumerate(contents)))
+    graph, bound, undefined = kernel_error_bounds(concrete_graph(item.ast, values) if values else item.ast,
+                                                  dict(enumerate(contents)))
+    rewrite_error = check_rewrites(item, index, contents, inside, graph, undefined, bound)
+    if rewrite_error and raise_on_mismatch:
+      raise RewriteMismatch(rewrite_error)
     reference_undefined = item.buffers[0].undefined
     if reference_undefined is not None:
       reference_undefined = inside(np.asarray(reference_undefined))
@@ -286,13 +345,15 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
         "process, can no longer be trusted. Build the backend without -ffast-math (or restore the FP mode).")
     actual, expected = inside(actual), inside(contents[0])
     result = compare(actual, expected, undefined, abs_bound=bound)
-    kernel = KernelResult(compile_ast(item.ast).name, result, item.ast)
+    kernel = KernelResult(compile_ast(item.ast).name, result, item.ast, rewrite_error=rewrite_error)
     if keep_lanes:
-      kernel.lanes = Lanes(actual, expected, undefined, bound)
+      kernel.lanes = Lanes(actual, expected, undefined, bound, graph)
     report.kernels.append(kernel)
+    kernel.explanation = rewrite_error
     if not result.ok:
       shown = "".join(f"with {var.arg[0]}={value}: " for var, value in item.var_vals)
-      kernel.explanation = shown + explain(item, index, device, actual, expected, result, inputs, kernel_opts, shape)
+      explained = shown + explain(item, index, device, actual, expected, result, inputs, kernel_opts, shape)
+      kernel.explanation = "\n\n".join(text for text in (rewrite_error, explained) if text)
       if raise_on_mismatch:
         raise ReferenceMismatch(kernel.explanation)
   return report
