@@ -209,8 +209,37 @@ OPT_BUGS: dict[str, tuple[str, Callable]] = {
 }
 
 
+def _upcast_wraps_at_8(sink: UOp, shape: tuple, axis: int, amount: int):
+  """An upcast wider than 8 whose lanes wrap: lane i computes lane i mod 8's output (a vector of 8 reused)."""
+  index = opt.thread_index(sink, axis)
+  opt.check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
+  outer = UOp(Ops.SPECIAL, index.dtype, (), (axis, index.arg[1] // amount))
+  stores = []
+  for lane in range(amount):
+    for store in sink.src:
+      param, where, value, *gate = store.src
+      own, read = {index: outer * amount + lane}, {index: outer * amount + lane % 8}
+      stores.append(store.replace(src=(param, where.substitute(own), value.substitute(read),
+                                       *(g.substitute(own) for g in gate))))
+  return sink.replace(src=tuple(stores)), tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+
+
+def _unroll_drops_an_integer_lane(sink: UOp, shape: tuple, axis: int, amount: int):
+  """An UNROLL that leaves out the last iteration of each group, in integer reductions only."""
+  integer = any(u.op is Ops.REDUCE and dtypes.is_int(u.dtype) for u in sink.toposort)
+  return _unroll_with(lambda k: range(k - 1) if integer else range(k), lambda op: op)(sink, shape, axis, amount)
+
+
+# optimizer bugs that only the opts the heuristic chooses at real sizes, or a forced opt, reach: name -> (opt kind,
+# rule, a row of the check that must fail)
+OPT_BUGS_BY_ROW: dict[str, tuple[str, Callable, str]] = {
+  "OPTBUG_UPCAST_WRAPS_AT_8": ("UPCAST", _upcast_wraps_at_8, "heuristic: column sums (a tile of twice the lanes)"),
+  "OPTBUG_UNROLL_DROPS_INT_LANE": ("UNROLL", _unroll_drops_an_integer_lane, "integer reductions, every kernel UNROLL"),
+}
+
+
 def make_opt_bug(name: str) -> DeviceImpl:
-  kind, rule = OPT_BUGS[name]
+  kind, rule = OPT_BUGS[name] if name in OPT_BUGS else OPT_BUGS_BY_ROW[name][:2]
   renderer = ListingRenderer(frozenset(ALL_DTYPES.values()))
   renderer.caps = Capabilities(upcast_lanes=8, opt_rules=((kind, rule),))
   return DeviceImpl(name, PythonAllocator(), renderer=renderer, compiler=ListingCompiler(),
@@ -410,7 +439,8 @@ def refgrad_devices() -> list[DeviceSpec]:
   specs = [DeviceSpec(name, lambda name=name: make_broken(name), plugin="tests.broken_devices")
            for name in (*BUGS, *BLIND_SPOTS)]
   specs += [DeviceSpec("NARROW", make_narrow, plugin="tests.broken_devices")]
-  specs += [DeviceSpec(name, lambda name=name: make_opt_bug(name), plugin="tests.broken_devices") for name in OPT_BUGS]
+  specs += [DeviceSpec(name, lambda name=name: make_opt_bug(name), plugin="tests.broken_devices")
+            for name in (*OPT_BUGS, *OPT_BUGS_BY_ROW)]
   specs += [DeviceSpec(name, lambda name=name: make_gpu_bug(name), plugin="tests.broken_devices", probe=opencl_probe)
             for name in GPU_BUGS]
   specs += [DeviceSpec(name, lambda name=name: make_thread_bug(name), plugin="tests.broken_devices",

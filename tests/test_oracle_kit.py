@@ -132,6 +132,31 @@ def test_check_catches_each_planted_optimizer_bug(device, tmp_path, capsys):
   assert failed and all(f"{kind}(" in c["detail"] for c in failed)
 
 
+@pytest.mark.parametrize("device", sorted(broken_devices.OPT_BUGS_BY_ROW))
+def test_check_catches_optimizer_bugs_of_the_heuristics_sizes_and_forced_opts(device, tmp_path):
+  """An upcast wider than 8 whose lanes wrap is reached by the heuristic at a column sum's real size; an unroll that
+  drops an integer lane by the rows that unroll every integer reduction."""
+  _, _, row = broken_devices.OPT_BUGS_BY_ROW[device]
+  assert (row, "program") in failing_cells(device, row, tmp_path, BROKEN_FILE)
+
+
+def test_random_opt_lists_draw_every_amount_the_heuristic_chooses():
+  """On an 8-lane device the heuristic tiles a 256x256 column sum 16 wide: the random draws of the check and of
+  `fuzz --opts` reach that opt too."""
+  import random
+
+  from refgrad import Tensor
+  from refgrad.codegen.linearize import lowered_kernel, random_kernel_opts
+  from refgrad.codegen.opt import Opt, default_opts
+  ast = Tensor.ones(256, 256).contiguous().realize().sum(0).schedule()[-1].ast
+  caps = Device["PYTHON"].caps.__class__(upcast_lanes=8)
+  chosen = default_opts(*lowered_kernel(ast), 8)
+  assert Opt("UPCAST", 0, 16) in chosen
+  rng = random.Random(0)
+  drawn = {opt for _ in range(300) for opt in random_kernel_opts(ast, caps, rng)}
+  assert Opt("UPCAST", 0, 16) in drawn
+
+
 @pytest.mark.skipif("OPENCL" not in Device.available(), reason="the grouped-reduction bugs are planted in OPENCL")
 @pytest.mark.parametrize("device", sorted(broken_devices.GPU_BUGS))
 def test_check_catches_each_planted_grouped_reduction_bug(device, tmp_path):

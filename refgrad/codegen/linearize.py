@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from refgrad.codegen.gpu import WORK_GROUP_RULES, gpu_opts, to_gpu
 from refgrad.codegen.lowering import lower_kernel
-from refgrad.codegen.opt import OptList, apply_opts, default_opts, opts_text, random_opts
+from refgrad.codegen.opt import OptList, apply_opts, default_opts, heuristic_amounts, opts_text, random_opts
 from refgrad.codegen.symbolic import simplify, simplify_gated_loads, simplify_index
 from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
@@ -102,7 +102,7 @@ class Program:
       paths.add("grouped reduction (local memory and barriers)")
     if any(u.op is Ops.LOAD and len(u.src) > 2 for u in self.uops):
       paths.add("gated load (padding)")
-    paths |= {f"{opt.kind} opt" for opt in self.opts}
+    paths |= {f"{opt.kind} opt" for opt in self.opts} | {f"{opt.kind} by {opt.amount}" for opt in self.opts}
     paths |= {f"{u.dtype.name} arithmetic" for u in self.uops
               if u.dtype in (dtypes.float16, dtypes.bfloat16) and u.op not in (Ops.LOAD, Ops.PARAM)}
     return sorted(paths)
@@ -279,7 +279,8 @@ def random_kernel_opts(ast: UOp, caps: Capabilities | None, rng: random.Random, 
   the search draw): codegen/opt.py's opts, then, on a device that launches work-groups, half the time a GROUP,
   LOCAL or LOCALTILE opt that fits the kernel as those opts left it."""
   sink, shape = lowered_kernel(ast)
-  opts = random_opts(sink, shape, rng, max_opts)
+  amounts = heuristic_amounts(caps.upcast_lanes, caps.threads) if caps else (2, 3, 4, 8)
+  opts = random_opts(sink, shape, rng, max_opts, amounts)
   if launches_work_groups(caps):
     optimized, shape = apply_opts(sink, shape, opts)
     choices = gpu_opts(simplify(optimized), shape, caps)

@@ -253,6 +253,13 @@ def apply_opts(sink: UOp, shape: tuple[int, ...], opts: OptList,
   return sink, shape
 
 
+def heuristic_amounts(upcast_lanes: int, threads: int = 1) -> tuple[int, ...]:
+  """Every amount `default_opts` may choose on a device of `upcast_lanes` and `threads`, and the small ones: what
+  random opt lists draw from, so the check and a fuzz campaign reach the opts the heuristic applies (a 16-wide
+  column-sum tile on an 8-lane device, for one)."""
+  return tuple(sorted({2, 3, 4, 8, upcast_lanes, 2 * upcast_lanes, threads} - {0, 1}))
+
+
 def legal_opts(sink: UOp, amounts: tuple[int, ...] = (2, 3, 4, 8)) -> list[Opt]:
   """Every single opt that applies to this kernel as it is (what a search or a fuzzer draws from)."""
   found = []
@@ -272,11 +279,12 @@ def legal_opts(sink: UOp, amounts: tuple[int, ...] = (2, 3, 4, 8)) -> list[Opt]:
   return sorted(set(found), key=str)
 
 
-def random_opts(sink: UOp, shape: tuple[int, ...], rng: random.Random, max_opts: int = 3) -> OptList:
+def random_opts(sink: UOp, shape: tuple[int, ...], rng: random.Random, max_opts: int = 3,
+                amounts: tuple[int, ...] = (2, 3, 4, 8)) -> OptList:
   """A random legal opt list for this kernel: up to max_opts opts, each legal after the ones before it."""
   opts: list[Opt] = []
   for _ in range(rng.randint(1, max_opts)):
-    candidates = legal_opts(sink)
+    candidates = legal_opts(sink, amounts)
     if not candidates:
       break
     opts.append(rng.choice(candidates))

@@ -29,7 +29,8 @@ import ml_dtypes
 import numpy as np
 
 from refgrad.alu import OP_KINDS, TRANSCENDENTAL, result_dtype, ulp_distance
-from refgrad.codegen.linearize import compile_ast, random_kernel_opts
+from refgrad.codegen.linearize import compile_ast, lowered_kernel, random_kernel_opts
+from refgrad.codegen.opt import OptList, heuristic_amounts, legal_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.sizes import Variable
@@ -60,7 +61,8 @@ class CaseResult:
 @dataclass
 class UnitOutcome:
   results: list[CaseResult]
-  kernels: list[UOp] = field(default_factory=list)  # the kernels that ran (for the code-path report)
+  # the kernels that ran, each with the opt list it ran with (None: the device's own), for the code-path report
+  kernels: list[tuple[UOp, OptList | None]] = field(default_factory=list)
 
 
 # ---- building blocks: primitive ops on tensors
@@ -115,7 +117,7 @@ class Batch:
     sizes: list[int] = []
     report = check_against_reference(self.program(sizes), *self.inputs, device=device, raise_on_mismatch=False,
                                      keep_lanes=True)
-    kernels = [k.ast for k in report.kernels]
+    kernels = [(k.ast, None) for k in report.kernels]
     earlier = next((k for k in report.kernels[:-1] if not k.ok), None)
     if earlier is not None:  # a kernel before the output failed: every segment depends on it
       return UnitOutcome([CaseResult(s.row, s.column, FAIL, detail=earlier.explanation) for s in self.segments],
@@ -414,6 +416,42 @@ def _update_in_place(a: Any, b: Any) -> Any:
   return (a * b).sum(0)
 
 
+def _heuristic_corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
+  """Programs at the sizes where the kernel optimizer's heuristic (codegen/opt.py, default_opts) takes each of its
+  branches on a CPU device, so the opts it chooses (a 16-wide tile on an 8-lane device, threads) are checked as the
+  device runs them; the corpus above is too small to leave the unoptimized branch."""
+  rng = np.random.default_rng(4321)
+  square = rng.standard_normal((256, 256)).astype(np.float32)
+  ints = rng.integers(-2 ** 20, 2 ** 20, (256, 256)).astype(np.int32)
+  a, b = rng.standard_normal((128, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
+  thin, wide = rng.standard_normal((3, 512)).astype(np.float32), rng.standard_normal((512, 64)).astype(np.float32)
+  image = rng.standard_normal((2, 4, 64, 64)).astype(np.float32)
+  return {
+    "heuristic: column sums (a tile of twice the lanes)": (lambda t: t.sum(0), [square]),
+    "heuristic: integer column sums and maxima": (lambda t: t.sum(0) + t.max(0), [ints]),
+    "heuristic: row sums (a split reduction, no tile)": (lambda t: t.sum(1), [square]),
+    "heuristic: matmul (two tiles and threads)": (lambda x, w: x @ w, [a, b]),
+    "heuristic: a 3-row matmul (a small axis tiled whole)": (lambda x, w: x @ w, [thin, wide]),
+    "heuristic: a pooling gradient (an elementwise tile)": (_pooling_gradient, [image]),
+  }
+
+
+def _pooling_gradient(image: Any) -> Any:
+  image.requires_grad_()
+  return image.max_pool2d(2).sum().gradient(image)[0]
+
+
+# Programs whose every kernel runs with the largest legal opt of one kind: integer reductions unrolled and padded
+# (random draws rarely unroll an integer reduce; an unroll that drops an integer lane went unseen).
+FORCED_OPTS = ("UNROLL", "PADLOOP")
+
+
+def _integer_reductions() -> tuple[Callable[..., Any], list[np.ndarray]]:
+  rng = np.random.default_rng(77)
+  return (lambda a, b: (a.sum(1) * 3 + a.max(1), b.sum(1) - b.max(1)),
+          [rng.integers(-1000, 1000, (6, 24)).astype(np.int32), rng.integers(-9, 9, (5, 13)).astype(np.int64)])
+
+
 def _rows(t: Any, n: Any) -> Any:
   """The first n rows of t (n: a bound Variable)."""
   return t.shrink(((0, n),) + (None,) * (t.ndim - 1))
@@ -466,6 +504,7 @@ class ProgramCase:
   dtypes: tuple[DType, ...] = ()
   opts_seed: int | None = None
   replay: bool = False  # run jitted (refgrad/jit.py) on new inputs: replays must give the plain call's bits
+  forced: str | None = None  # every kernel under its largest legal opt of this kind (FORCED_OPTS), if it has one
 
   @property
   def rows(self) -> set[str]:
@@ -480,10 +519,30 @@ class ProgramCase:
       rng = random.Random(self.opts_seed)
       caps = Device[device].caps
       opts = lambda ast: random_kernel_opts(ast, caps, rng)  # noqa: E731
-    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device, opts=opts)
+    if self.forced is not None:
+      caps = Device[device].caps
+      opts = lambda ast: largest_opt(ast, self.forced, caps)  # noqa: E731
+    chosen: dict[UOp, OptList] = {}
+    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device,
+                                                      opts=None if opts is None else recorded(opts, chosen))
     return UnitOutcome([CaseResult(self.label, "program", PASS, report.worst_ulp, report.checked,
                                    report.undefined + report.unbounded)],
-                       [k.ast for k in report.kernels if k.ast is not None])
+                       [(k.ast, chosen.get(k.ast)) for k in report.kernels if k.ast is not None])
+
+
+def recorded(opts: Callable[[UOp], OptList], chosen: dict[UOp, OptList]) -> Callable[[UOp], OptList]:
+  """opts, writing down each kernel's choice (for the code-path report: a random draw cannot be made again)."""
+  def choose(ast: UOp) -> OptList:
+    chosen[ast] = opts(ast)
+    return chosen[ast]
+  return choose
+
+
+def largest_opt(ast: UOp, kind: str, caps: Any) -> OptList:
+  """The kernel's legal opt of this kind with the largest amount, as an opt list (empty if it has none)."""
+  sink, _ = lowered_kernel(ast)
+  found = [o for o in legal_opts(sink, heuristic_amounts(caps.upcast_lanes, caps.threads)) if o.kind == kind]
+  return (max(found, key=lambda o: o.amount),) if found else ()
 
 
 Unit = Batch | ProgramCase
@@ -502,6 +561,9 @@ def all_units(kinds: list[DType] | None = None) -> list[Unit]:
             for name, (fn, inputs) in _corpus().items() for draw in range(1, OPT_DRAWS + 1)]
   units += [ProgramCase(f"{name}, jit replay", fn, inputs, replay=True)
             for name, (fn, inputs) in _corpus().items() if name in REPLAYED]
+  units += [ProgramCase(name, fn, inputs) for name, (fn, inputs) in _heuristic_corpus().items()]
+  units += [ProgramCase(f"integer reductions, every kernel {kind}", *_integer_reductions(), forced=kind)
+            for kind in FORCED_OPTS]
   return units
 
 
@@ -543,15 +605,16 @@ def merge(results: list[CaseResult]) -> list[CaseResult]:
   return list(cells.values())
 
 
-def code_paths(device: str, kernels: list[UOp]) -> Counter[str]:
-  """Which of the device's code paths these kernels took, as its renderer reports them (an optional
-  `code_paths(program)` method: split reductions, remainder loops, grouped reductions, ...)."""
+def code_paths(device: str, kernels: list[tuple[UOp, OptList | None]]) -> Counter[str]:
+  """Which of the device's code paths these kernels took, each compiled with the opts it ran with, as its renderer
+  reports them (an optional `code_paths(program)` method: split reductions, remainder loops, grouped reductions,
+  each opt and its amount, ...)."""
   impl = Device[device]
   report = getattr(impl.renderer, "code_paths", None)
   found: Counter[str] = Counter()
   if report is not None:
-    for ast in kernels:
-      found.update(report(compile_ast(ast, impl.caps)))
+    for ast, opts in kernels:
+      found.update(report(compile_ast(ast, impl.caps, opts)))
   return found
 
 
