@@ -160,19 +160,27 @@ def _upcast_lost_lane(sink: UOp, shape: tuple, axis: int, amount: int):
   return upcast.replace(src=upcast.src[:len(upcast.src) - len(sink.src)]), new_shape
 
 
-def _upcast_stale_value(sink: UOp, shape: tuple, axis: int, amount: int):
-  """Every lane stores the value computed for lane 0 (a register reused across the tile)."""
-  index = opt.thread_index(sink, axis)
-  opt.check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
-  outer = UOp(Ops.SPECIAL, index.dtype, (), (axis, index.arg[1] // amount))
-  stores = []
-  for lane in range(amount):
-    for store in sink.src:
-      param, where, value, *gate = store.src  # a PADTO gate, like the index, is the lane's own
-      lane_index = {index: outer * amount + lane}
-      stores.append(store.replace(src=(param, where.substitute(lane_index), value.substitute({index: outer * amount}),
-                                       *(g.substitute(lane_index) for g in gate))))
-  return sink.replace(src=tuple(stores)), tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+def _upcast_reading(lane_read: Callable[[int, int], int]):
+  """An UPCAST whose lane i stores its own output, but computed for lane lane_read(i, amount) of the tile."""
+  def rule(sink: UOp, shape: tuple, axis: int, amount: int):
+    index = opt.thread_index(sink, axis)
+    opt.check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
+    outer = UOp(Ops.SPECIAL, index.dtype, (), (axis, index.arg[1] // amount))
+    stores = []
+    for lane in range(amount):
+      for store in sink.src:
+        param, where, value, *gate = store.src  # a PADTO gate, like the index, is the lane's own
+        own, read = {index: outer * amount + lane}, {index: outer * amount + lane_read(lane, amount)}
+        stores.append(store.replace(src=(param, where.substitute(own), value.substitute(read),
+                                         *(g.substitute(own) for g in gate))))
+    return sink.replace(src=tuple(stores)), tuple(s // amount if i == axis else s for i, s in enumerate(shape))
+  return rule
+
+
+# every lane stores the value computed for lane 0 (a register reused across the tile)
+_upcast_stale_value = _upcast_reading(lambda lane, amount: 0)
+# an upcast wider than 8 whose lanes wrap: lane i computes lane i mod 8's output (a vector of 8 reused)
+_upcast_wraps_at_8 = _upcast_reading(lambda lane, amount: lane % 8)
 
 
 def _unroll_with(lanes: Callable[[int], range], op_of: Callable[[Ops], Ops]):
@@ -209,21 +217,6 @@ OPT_BUGS: dict[str, tuple[str, Callable]] = {
 }
 
 
-def _upcast_wraps_at_8(sink: UOp, shape: tuple, axis: int, amount: int):
-  """An upcast wider than 8 whose lanes wrap: lane i computes lane i mod 8's output (a vector of 8 reused)."""
-  index = opt.thread_index(sink, axis)
-  opt.check_amount(f"UPCAST: thread axis {axis}", index.arg[1], amount)
-  outer = UOp(Ops.SPECIAL, index.dtype, (), (axis, index.arg[1] // amount))
-  stores = []
-  for lane in range(amount):
-    for store in sink.src:
-      param, where, value, *gate = store.src
-      own, read = {index: outer * amount + lane}, {index: outer * amount + lane % 8}
-      stores.append(store.replace(src=(param, where.substitute(own), value.substitute(read),
-                                       *(g.substitute(own) for g in gate))))
-  return sink.replace(src=tuple(stores)), tuple(s // amount if i == axis else s for i, s in enumerate(shape))
-
-
 def _unroll_drops_an_integer_lane(sink: UOp, shape: tuple, axis: int, amount: int):
   """An UNROLL that leaves out the last iteration of each group, in integer reductions only."""
   integer = any(u.op is Ops.REDUCE and dtypes.is_int(u.dtype) for u in sink.toposort)
@@ -234,7 +227,8 @@ def _unroll_drops_an_integer_lane(sink: UOp, shape: tuple, axis: int, amount: in
 # rule, a row of the check that must fail)
 OPT_BUGS_BY_ROW: dict[str, tuple[str, Callable, str]] = {
   "OPTBUG_UPCAST_WRAPS_AT_8": ("UPCAST", _upcast_wraps_at_8, "heuristic: column sums (a tile of twice the lanes)"),
-  "OPTBUG_UNROLL_DROPS_INT_LANE": ("UNROLL", _unroll_drops_an_integer_lane, "integer reductions, every kernel UNROLL"),
+  "OPTBUG_UNROLL_DROPS_INT_LANE": ("UNROLL", _unroll_drops_an_integer_lane,
+                                   "integer reductions, opts: UNROLL of every kernel"),
 }
 
 

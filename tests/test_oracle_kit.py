@@ -123,9 +123,10 @@ def test_check_and_fuzz_catch_a_kernel_that_runs_with_the_variables_largest_valu
 
 @pytest.mark.parametrize("device", sorted(broken_devices.OPT_BUGS))
 def test_check_catches_each_planted_optimizer_bug(device, tmp_path, capsys):
-  """The check's corpus under random opt lists fails on each optimizer bug, and the report names the opts."""
+  """The check's corpus under random and forced opt lists fails on each optimizer bug, and the report names the
+  opts."""
   report = tmp_path / "report.json"
-  assert main(["check", "--device", device, "--only", "opts draw", "--json", str(report), "--plugin",
+  assert main(["check", "--device", device, "--only", "opts", "--json", str(report), "--plugin",
                BROKEN_FILE]) == 1
   failed = [c for c in json.loads(report.read_text())["cases"] if c["status"] == "fail"]
   kind = broken_devices.OPT_BUGS[device][0]

@@ -30,7 +30,7 @@ import numpy as np
 
 from refgrad.alu import OP_KINDS, TRANSCENDENTAL, result_dtype, ulp_distance
 from refgrad.codegen.linearize import compile_ast, lowered_kernel, random_kernel_opts
-from refgrad.codegen.opt import OptList, heuristic_amounts, legal_opts
+from refgrad.codegen.opt import Opt, OptList, apply_opts, heuristic_amounts, legal_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.sizes import Variable
@@ -441,8 +441,8 @@ def _pooling_gradient(image: Any) -> Any:
   return image.max_pool2d(2).sum().gradient(image)[0]
 
 
-# Programs whose every kernel runs with the largest legal opt of one kind: integer reductions unrolled and padded
-# (random draws rarely unroll an integer reduce; an unroll that drops an integer lane went unseen).
+# Programs whose every kernel runs with the largest legal opts of one kind, one per axis: integer reductions unrolled
+# and padded (random draws rarely unroll an integer reduce; an unroll that drops an integer lane went unseen).
 FORCED_OPTS = ("UNROLL", "PADLOOP")
 
 
@@ -504,7 +504,7 @@ class ProgramCase:
   dtypes: tuple[DType, ...] = ()
   opts_seed: int | None = None
   replay: bool = False  # run jitted (refgrad/jit.py) on new inputs: replays must give the plain call's bits
-  forced: str | None = None  # every kernel under its largest legal opt of this kind (FORCED_OPTS), if it has one
+  forced: str | None = None  # every kernel under its largest legal opts of this kind (FORCED_OPTS), one per axis
 
   @property
   def rows(self) -> set[str]:
@@ -521,7 +521,7 @@ class ProgramCase:
       opts = lambda ast: random_kernel_opts(ast, caps, rng)  # noqa: E731
     if self.forced is not None:
       caps = Device[device].caps
-      opts = lambda ast: largest_opt(ast, self.forced, caps)  # noqa: E731
+      opts = lambda ast: largest_opts(ast, self.forced, caps)  # noqa: E731
     chosen: dict[UOp, OptList] = {}
     report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device,
                                                       opts=None if opts is None else recorded(opts, chosen))
@@ -538,11 +538,16 @@ def recorded(opts: Callable[[UOp], OptList], chosen: dict[UOp, OptList]) -> Call
   return choose
 
 
-def largest_opt(ast: UOp, kind: str, caps: Any) -> OptList:
-  """The kernel's legal opt of this kind with the largest amount, as an opt list (empty if it has none)."""
-  sink, _ = lowered_kernel(ast)
-  found = [o for o in legal_opts(sink, heuristic_amounts(caps.upcast_lanes, caps.threads)) if o.kind == kind]
-  return (max(found, key=lambda o: o.amount),) if found else ()
+def largest_opts(ast: UOp, kind: str, caps: Any) -> OptList:
+  """For each axis of the kernel it applies to, the legal opt of this kind with the largest amount (every reduce loop
+  unrolled, for one), each chosen after the ones before it have applied."""
+  sink, shape = lowered_kernel(ast)
+  chosen: list[Opt] = []
+  amounts = heuristic_amounts(caps.upcast_lanes, caps.threads)
+  while found := [o for o in legal_opts(sink, amounts) if o.kind == kind and o.axis not in {c.axis for c in chosen}]:
+    chosen.append(max(found, key=lambda o: o.amount))
+    sink, shape = apply_opts(sink, shape, chosen[-1:])
+  return tuple(chosen)
 
 
 Unit = Batch | ProgramCase
@@ -562,7 +567,7 @@ def all_units(kinds: list[DType] | None = None) -> list[Unit]:
   units += [ProgramCase(f"{name}, jit replay", fn, inputs, replay=True)
             for name, (fn, inputs) in _corpus().items() if name in REPLAYED]
   units += [ProgramCase(name, fn, inputs) for name, (fn, inputs) in _heuristic_corpus().items()]
-  units += [ProgramCase(f"integer reductions, every kernel {kind}", *_integer_reductions(), forced=kind)
+  units += [ProgramCase(f"integer reductions, opts: {kind} of every kernel", *_integer_reductions(), forced=kind)
             for kind in FORCED_OPTS]
   return units
 
