@@ -195,6 +195,15 @@ def test_check_against_reference_names_the_wrong_rule(planted):
   assert expected.tolist() == [72, 100, 127] and "graph evaluator 72" in text
 
 
+def test_undefined_inputs_of_a_kernel_are_no_finding():
+  """0//0 in one kernel, a cast of it in the next: the second kernel's lane is undefined because its input's is, and
+  the graph evaluator knows it too (a fuzz campaign reported this as a rewrite making a lane undefined)."""
+  a, b = np.array([0, 7, 0], np.int32), np.array([0, 2, 5], np.int32)
+  report = check_against_reference(lambda x, y: x.idiv(y).contiguous().cast(dtypes.int16), a, b, device="PYTHON")
+  assert len(report.kernels) == 2 and report.ok
+  assert report.undefined == 2 and report.checked == 4  # lane 0 of each kernel divides by zero (SPEC.md)
+
+
 def test_refgrad_check_reports_a_planted_wrong_rewrite_with_its_rule(planted):
   values = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
   assert np.any(values / np.float32(3) != values * np.float32(1 / 3))  # the planted rule is wrong (numpy)

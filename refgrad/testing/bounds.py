@@ -217,12 +217,15 @@ class _Bounds:
       return np.where((grows <= largest) & (shrinks >= tiny), bound, np.inf)
 
 
-def kernel_error_bounds(ast: UOp, inputs: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def kernel_error_bounds(ast: UOp, inputs: dict[int, np.ndarray], undefined_inputs: dict[int, np.ndarray | None] | None
+                        = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
   """(reference value, error bound, undefined lanes) of a scheduled kernel's output, flat.
 
-  `ast` is SINK(STORE(PARAM 0, value)); `inputs[i]` holds the flat contents of PARAM i."""
+  `ast` is SINK(STORE(PARAM 0, value)); `inputs[i]` holds the flat contents of PARAM i, `undefined_inputs[i]` (if
+  given) its undefined lanes, which the output's inherit."""
   value_node = ast.src[0].src[1]
-  leaves = {u: (inputs[u.arg[0]], None) for u in value_node.toposort if u.op is Ops.PARAM}
+  masks = undefined_inputs or {}
+  leaves = {u: (inputs[u.arg[0]], masks.get(u.arg[0])) for u in value_node.toposort if u.op is Ops.PARAM}
   values = evaluate_nodes(value_node, leaves)
   with np.errstate(all="ignore"):  # inf - inf and 0 * inf are NaN, which every test treats as "no bound" (skipped)
     bound = _Bounds(values).compute(value_node)

@@ -252,6 +252,8 @@ def _interpret_again(item: ScheduleItem, contents: list[np.ndarray]) -> tuple[np
   runner cache, which keys programs by their kernel graph)."""
   python = Device["PYTHON"]
   buffers = [Buffer("PYTHON", b.size, b.dtype).copyin(x) for b, x in zip(item.buffers, contents)]
+  for again, original in zip(buffers[1:], item.buffers[1:]):
+    again.keep_undefined(original.undefined)
   python.interpret(compile_ast(item.ast, python.caps))(*(b.handle for b in buffers))
   return buffers[0].numpy(), buffers[0].undefined
 
@@ -328,7 +330,8 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
     shape, inside = _output_region(item)
     values = dict(item.var_vals)  # a kernel compiled for Variables: its bounds are those of this schedule's values
     graph, bound, undefined = kernel_error_bounds(concrete_graph(item.ast, values) if values else item.ast,
-                                                  dict(enumerate(contents)))
+                                                  dict(enumerate(contents)),
+                                                  {i: b.undefined for i, b in enumerate(item.buffers) if i})
     rewrite_error = check_rewrites(item, index, contents, inside, graph, undefined, bound)
     if rewrite_error and raise_on_mismatch:
       raise RewriteMismatch(rewrite_error)
