@@ -95,14 +95,16 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
   def uop(self) -> UOp:
     """The graph node of this tensor's value. A view's node is made again when its base's changed
     (refgrad/frontend/views.py)."""
-    return self._uop if self._view is None else self._view.sync(self)
+    link = self._view
+    return self._uop if link is None or link.seen == views.CLOCK.ticks else link.sync(self)
 
   @uop.setter
   def uop(self, node: UOp) -> None:
     """Replace the node; this writes nothing through a view (realize and the jit set nodes of the same value)."""
+    views.CLOCK.ticks += 1
     self._uop = node
     if (link := self._view) is not None and (base := link.base()) is not None:
-      link.made_from = base._uop
+      link.synced(base)
 
   def _const(self, value: Scalar, dtype: DType | None = None) -> Tensor:
     """A 0-d constant on this tensor's device, of this tensor's dtype unless given."""
@@ -116,7 +118,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).shape
     (2, 3)
     """
-    return self.uop.shape
+    link = self._view  # the uop getter, inlined: read by every op
+    return (self._uop if link is None or link.seen == views.CLOCK.ticks else link.sync(self)).shape
 
   @property
   def dtype(self) -> DType:
@@ -125,7 +128,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     >>> Tensor([1.5]).dtype
     dtypes.float32
     """
-    return self.uop.dtype
+    link = self._view  # the uop getter, inlined: read by every op
+    return (self._uop if link is None or link.seen == views.CLOCK.ticks else link.sync(self)).dtype
 
   @property
   def device(self) -> str:
@@ -134,7 +138,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     >>> Tensor([1], device="PYTHON").device
     'PYTHON'
     """
-    return self.uop.device
+    link = self._view  # the uop getter, inlined: read by every op
+    return (self._uop if link is None or link.seen == views.CLOCK.ticks else link.sync(self)).device
 
   @property
   def ndim(self) -> int:
@@ -547,10 +552,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     >>> t = Tensor([1, 2, 3])
     >>> t.assign(t * 10).tolist()
     [10, 20, 30]
-    >>> t[:2].assign(Tensor([0, 0])).realize()
-    <Tensor (2,) dtypes.int32 on PYTHON>
-    >>> t.tolist()
-    [0, 0, 30]
+    >>> t[:2].assign(Tensor([0, 0])).tolist(), t.tolist()
+    ([0, 0], [0, 0, 30])
     """
     if not isinstance(x, Tensor):
       x = Tensor(x, device=self.device, dtype=self.dtype)

@@ -6,6 +6,8 @@ writes the base, every other view of the base sees the write, and tensors comput
 values. The hypothesis test draws a base (realized or lazy), a chain of views, which of them are realized before the
 write, a write into one of them (assign, setitem with a scalar or a broadcast value, +=) and what is realized after
 it, and compares the base, every view and a tensor computed before the write with numpy and torch doing the same."""
+import gc
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refgrad import Tensor, TinyJit, dtypes
+from refgrad.schedule import realized_buffer
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
 
@@ -403,3 +406,14 @@ def test_jitted_writes_through_views_of_inputs():
     t = Tensor.full((4,), float(i)).contiguous().realize()
     bump(t)
     check(t, np.array([i + 1, i + 1, i, i], np.float32), dtypes.float32)
+
+
+def test_a_realized_view_does_not_keep_a_dropped_graph_alive():
+  mid = (Tensor(np.arange(4, dtype=np.float32)) * 2).contiguous()
+  view = (mid + 1).reshape(2, 2)
+  view.realize()
+  freed = weakref.ref(realized_buffer(mid.uop))
+  del mid
+  gc.collect()
+  assert freed() is None, "the view holds its dropped base's graph (and its buffers)"
+  check(view, np.arange(4, dtype=np.float32).reshape(2, 2) * 2 + 1, dtypes.float32)

@@ -65,9 +65,13 @@ class ElementwiseMixin(TensorBase):
     return x, y
 
   def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
+    """self broadcast to a shape it broadcasts to: a tensor of its own, not a view of self (views.py), like the
+    results of torch's elementwise ops; every binary op of two shapes comes here, so it makes the nodes directly."""
     if self.shape == shape:
       return self
-    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+    padded = (1,) * (len(shape) - self.ndim) + self.shape
+    node = self.uop if padded == self.shape else UOp(Ops.RESHAPE, self.dtype, (self.uop,), padded)
+    return self._from(node if padded == shape else UOp(Ops.EXPAND, self.dtype, (node,), shape))
 
   def _require(self, kinds: str, what: str) -> None:
     if self.dtype.kind not in kinds:

@@ -395,7 +395,7 @@ def advanced_set(y: Any, plan: AdvancedPlan, value: Any) -> Any:
 # ---- t[index] and t[index] = v
 def basic_view(t: Any, plan: BasicPlan) -> Any:
   """t[ints, slices, None] as a view of t (a write to it writes t; refgrad/frontend/views.py)."""
-  return views.make_view(plan.apply(t), t, views.IndexStep(plan))
+  return views.make_view(plan.apply(t), t, (views.INDEX, plan))
 
 
 def get_index(t: Any, index: Any) -> Any:

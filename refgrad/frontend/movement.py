@@ -55,7 +55,7 @@ class MovementMixin(IndexingMixin):
   def _movement(self, op: Ops, arg: Any) -> Self:
     """The op applied to self; all but PAD make a view of self (refgrad/frontend/views.py)."""
     out = self._from(UOp(op, self.dtype, (self.uop,), arg))
-    return views.make_view(out, self, views.MovementStep(op, arg)) if op in views.VIEW_OPS else out
+    return views.make_view(out, self, (op, arg)) if op in views.VIEW_OPS else out
 
   # ---- the primitives
   def reshape(self, *shape: Any) -> Self:

@@ -29,52 +29,26 @@ from typing import Any
 from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp
 
-
-class Step:
-  """One step from a tensor to a view of it: `forward` makes the view's value from the tensor's, `put_back` gives
-  the tensor's value with the view's region replaced by a new value of the view. `overlaps`: several elements of
-  the view may be one element of the tensor."""
-  __slots__ = ()
-  overlaps = False
-
-  def forward(self, x: Any) -> Any:
-    raise NotImplementedError
-
-  def put_back(self, x: Any, value: Any) -> Any:
-    raise NotImplementedError
+# A step from a tensor to a view of it is a pair (op, arg): a movement primitive or DETACH (which moves nothing) and
+# its arg, or INDEX and the BasicPlan of a basic index (indexing.py). A tuple, because every movement op makes one.
+INDEX = "index"
 
 
-class MovementStep(Step):
-  """One movement primitive (or DETACH, which moves nothing)."""
-  __slots__ = ("op", "arg")
-
-  def __init__(self, op: Ops, arg: Any):
-    self.op, self.arg = op, arg
-
-  @property
-  def overlaps(self) -> bool:
-    return self.op is Ops.EXPAND
-
-  def forward(self, x: Any) -> Any:
-    return x._from(UOp(self.op, x.dtype, (x.uop,), self.arg))
-
-  def put_back(self, x: Any, value: Any) -> Any:
-    return _PUT_BACK[self.op](self.arg, x, value)
+def forward(step: tuple, x: Any) -> Any:
+  """The view's value, made from x's by the step."""
+  op, arg = step
+  return arg.apply(x) if op is INDEX else x._from(UOp(op, x.dtype, (x.uop,), arg))
 
 
-class IndexStep(Step):
-  """Basic indexing (`t[1:5:2, 0, None]`): `plan` is the index's BasicPlan (indexing.py)."""
-  __slots__ = ("plan",)
+def put_back(step: tuple, x: Any, value: Any) -> Any:
+  """x's value with the region the step's view covers replaced by `value`, a new value of the view."""
+  op, arg = step
+  return _PUT_BACK[op](arg, x, value)
 
-  def __init__(self, plan: Any):
-    self.plan = plan
 
-  def forward(self, x: Any) -> Any:
-    return self.plan.apply(x)
-
-  def put_back(self, x: Any, value: Any) -> Any:
-    inside = value._const(True, dtypes.bool)._broadcast_to(value.shape)
-    return self.plan.place(inside, x.shape).where(self.plan.place(value, x.shape), x)
+def _put_index(plan: Any, x: Any, value: Any) -> Any:
+  inside = value._const(True, dtypes.bool)._broadcast_to(value.shape)
+  return plan.place(inside, x.shape).where(plan.place(value, x.shape), x)
 
 
 def _put_shrink(bounds: tuple, x: Any, value: Any) -> Any:
@@ -100,10 +74,11 @@ _PUT_BACK = {
   Ops.PERMUTE: lambda arg, x, value: value.permute(_inverse(arg)),
   Ops.FLIP: lambda arg, x, value: value._movement(Ops.FLIP, arg),
   Ops.SHRINK: _put_shrink,
-  Ops.EXPAND: _put_expand,
+  Ops.EXPAND: _put_expand,  # several elements of the view are one element of x
   Ops.DETACH: lambda arg, x, value: value,
+  INDEX: _put_index,
 }
-VIEW_OPS = frozenset(_PUT_BACK)
+VIEW_OPS = frozenset(_PUT_BACK) - {INDEX}
 
 
 class _Held:
@@ -117,43 +92,61 @@ class _Held:
     return self.obj
 
 
-class ViewLink:
-  """A view's base (held weakly, unless a step overlaps), the steps from it, and the base's node the view's node was
-  made from."""
-  __slots__ = ("base", "steps", "made_from")
+class Clock:
+  """Counts the times any tensor's node was set. A view that was in sync at the current count is in sync without
+  looking at its base: reading a view's node costs about what reading a base's does."""
+  __slots__ = ("ticks",)
 
-  def __init__(self, base: Any, steps: tuple[Step, ...], made_from: UOp):
-    self.base = _Held(base) if any(step.overlaps for step in steps) else weakref.ref(base)
-    self.steps, self.made_from = steps, made_from
+  def __init__(self) -> None:
+    self.ticks = 0
+
+
+CLOCK = Clock()
+
+
+class ViewLink:
+  """A view's base (held weakly, unless a step overlaps), the steps from it, the base's node the view's node was
+  made from (weakly too: a realized view must not keep its base's old graph alive), and the clock count at which the
+  two were last seen to agree."""
+  __slots__ = ("base", "steps", "made_from", "seen")
+
+  def __init__(self, base: Any, steps: tuple[tuple, ...], made_from: weakref.ref, overlaps: bool):
+    self.base = _Held(base) if overlaps else weakref.ref(base)
+    self.steps, self.made_from, self.seen = steps, made_from, CLOCK.ticks
 
   def sync(self, view: Any) -> UOp:
     """The view's node, made again from its base's if that changed; a view whose base is gone becomes a base."""
     base = self.base()
     if base is None:
       view._view = None
-    elif base._uop is not self.made_from:
+    elif base._uop is not self.made_from():
       view._uop = self.values(base)[-1].uop
-      self.made_from = base._uop
+      self.made_from = weakref.ref(base._uop)
+    self.seen = CLOCK.ticks
     return view._uop
+
+  def synced(self, base: Any) -> None:
+    """The view now holds a node of the base's current value."""
+    self.made_from, self.seen = weakref.ref(base._uop), CLOCK.ticks
 
   def values(self, base: Any) -> list[Any]:
     """The base's value and the value after each step."""
     out = [base._from(base._uop)]
     for step in self.steps:
-      out.append(step.forward(out[-1]))
+      out.append(forward(step, out[-1]))
     return out
 
 
-def make_view(view: Any, of: Any, step: Step) -> Any:
+def make_view(view: Any, of: Any, step: tuple) -> Any:
   """Make `view`, computed from `of` by `step`, a view of of's base; returns it. A method that returned its input
   made no new tensor."""
   if view is of:
     return view
-  link = of._view
+  link, overlaps = of._view, step[0] is Ops.EXPAND
   if link is not None and (base := link.base()) is not None:
-    view._view = ViewLink(base, link.steps + (step,), link.made_from)
+    view._view = ViewLink(base, link.steps + (step,), link.made_from, overlaps or isinstance(link.base, _Held))
   else:
-    view._view = ViewLink(of, (step,), of._uop)
+    view._view = ViewLink(of, (step,), weakref.ref(of._uop), overlaps)
   return view
 
 
@@ -167,10 +160,11 @@ def write(t: Any, node: UOp) -> None:
     return
   values, new = link.values(base), t._from(node)
   for step, x in zip(reversed(link.steps), reversed(values[:-1])):
-    new = step.put_back(x, new)
+    new = put_back(step, x, new)
   base.uop = new.uop
   _WRITTEN[id(base)] = base
-  t._uop, link.made_from = node, base._uop
+  t._uop = node
+  link.synced(base)
 
 
 # bases written through a view since they were last realized, by id (Tensor's == is elementwise, so no WeakSet)
