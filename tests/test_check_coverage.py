@@ -209,3 +209,16 @@ def test_a_sum_judged_exact_in_every_order_is(dtype):
   assert bounds.exact_in_every_order(products, (1,), dtype).all()
   unrounded = a.astype(np.float64) * b.astype(np.float64)  # exact for these operands in float64
   assert (unrounded.sum(1) != products.sum(1)).all()
+
+
+@pytest.mark.skipif("OPENCL" not in Device.available(), reason="the grouped path is OPENCL's")
+def test_every_reduce_row_reaches_every_reduction_path_of_the_device(tmp_path):
+  """Each REDUCE row of a float and an int dtype reports, in the JSON, the paths its kernels took: serial loops,
+  split reductions with their remainder, and OPENCL's grouped reduction for the long rows."""
+  report = tmp_path / "report.json"
+  assert main(["check", "--device", "OPENCL", "--only", "REDUCE ADD", "--json", str(report)]) == 0
+  cases = {(c["row"], c["column"]): set(c["paths"]) for c in json.loads(report.read_text())["cases"]}
+  for dtype in ("float32", "int32"):
+    paths = cases[("REDUCE ADD", dtype)]
+    assert {"serial reduction loop", "split reduction (8 accumulators)",
+            "grouped reduction (local memory and barriers)"} <= paths

@@ -162,19 +162,23 @@ def test_random_opt_lists_draw_every_amount_the_heuristic_chooses():
 @pytest.mark.parametrize("device", sorted(broken_devices.GPU_BUGS))
 def test_check_catches_each_planted_grouped_reduction_bug(device, tmp_path):
   """A work-group reduction without its barrier, or counting the clamped last element again: the check's full
-  reductions (long rows, few outputs: what a work-group shares) fail on both; the real OPENCL passes them. Each
-  check runs in a fresh process: PoCL reuses a work-group's local memory between launches, so a missing barrier
-  reads the partial sums an identical earlier launch (in this process, by the real OPENCL) left there, and passes."""
-  def check(name: str) -> tuple[int, list]:
+  reductions (long rows, few outputs: what a work-group shares) and its REDUCE rows (the long rows have a kernel of
+  their own, which OPENCL reduces in work-groups: early in the check) fail on both; the real OPENCL passes them.
+  Each check runs in a fresh process: PoCL reuses a work-group's local memory between launches, so a missing
+  barrier reads the partial sums an identical earlier launch (in this process, by the real OPENCL) left there."""
+  def check(name: str, only: str) -> tuple[int, list]:
     report = tmp_path / f"{name}.json"
-    args = ["check", "--device", name, "--only", "full reductions", "--json", str(report), "--plugin", BROKEN_FILE]
+    args = ["check", "--device", name, "--only", only, "--json", str(report), "--plugin", BROKEN_FILE]
     code = subprocess.run([sys.executable, "-c", f"from refgrad.cli import main; raise SystemExit(main({args!r}))"],
                           capture_output=True, text=True, timeout=600).returncode
     return code, json.loads(report.read_text())["cases"]
-  code, cases = check(device)
-  failed = [c for c in cases if c["status"] == "fail"]
-  assert code == 1 and failed and all(c["row"].startswith("full reductions") for c in failed)
-  assert check("OPENCL")[0] == 0
+  for only in ("full reductions", "REDUCE"):
+    code, cases = check(device, only)
+    failed = [c for c in cases if c["status"] == "fail"]
+    assert code == 1 and any(only in c["row"] for c in failed)
+    if only == "REDUCE":  # a batch reports the paths of its kernels, failed or not
+      assert any("grouped reduction (local memory and barriers)" in c["paths"] for c in failed)
+    assert check("OPENCL", only)[0] == 0
 
 
 @pytest.mark.skipif("CLANG" not in Device.available(), reason="the threading bug is planted in CLANG")

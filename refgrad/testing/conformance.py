@@ -56,6 +56,7 @@ class CaseResult:
   skipped: int = 0
   detail: str = ""
   ulp_histogram: dict[int, int] = field(default_factory=dict)  # transcendental cells: ULP bucket -> lanes
+  paths: list[str] = field(default_factory=list)  # the device's code paths its kernels took (as its renderer says)
 
 
 @dataclass
@@ -238,20 +239,30 @@ def _reduce_rows(dtype: DType, length: int, rng: np.random.Generator) -> np.ndar
   return np.concatenate([same, mixed.astype(dtype.np)])
 
 
-def reduce_batch(dtype: DType) -> Batch:
-  """ADD, MUL and MAX (and min() through the Tensor API) over rows of every length in REDUCE_LENGTHS."""
+def reduce_batches(dtype: DType) -> list[Batch]:
+  """ADD, MUL and MAX (and min() through the Tensor API) over rows of every length in REDUCE_LENGTHS: the short ones
+  in one kernel, the long ones in another of their own, so that a device's heuristic may choose its path for long
+  rows (a GPU's grouped reduction) as it would for a real one."""
   rng = np.random.default_rng(7)
-  inputs = [_reduce_rows(dtype, n, rng) for n in REDUCE_LENGTHS]
-  segments = []
-  for op in (Ops.ADD, Ops.MUL, Ops.MAX):
-    segments += [Segment(f"REDUCE {op.name}", dtype.name, lambda t, i=i, op=op: reduce(t[i], op),
-                         lambda x, i=i: [x[i][:, 0] if x[i].shape[1] else np.zeros(len(x[i]), x[i].dtype)])
-                 for i in range(len(REDUCE_LENGTHS))]
-  segments += [Segment("min() over rows", dtype.name, lambda t, i=i: t[i].min(1) if t[i].shape[1] else
-                       reduce(t[i], Ops.MAX), lambda x, i=i: [x[i][:, 0] if x[i].shape[1] else
-                                                           np.zeros(len(x[i]), x[i].dtype)])
-               for i in range(1, len(REDUCE_LENGTHS))]
-  return Batch(f"reductions {dtype.name}", inputs, segments, (dtype,))
+  rows = {n: _reduce_rows(dtype, n, rng) for n in REDUCE_LENGTHS}
+  short = [n for n in REDUCE_LENGTHS if n < LONG_ROWS]
+  return [_reduce_batch(dtype, lengths, rows, label) for lengths, label in
+          ((short, f"reductions {dtype.name}"), ([n for n in REDUCE_LENGTHS if n not in short],
+                                                 f"long reductions {dtype.name}"))]
+
+
+LONG_ROWS = 1024  # rows this long or longer reduce in a kernel of their own (longer than a work-group)
+
+
+def _reduce_batch(dtype: DType, lengths: list[int], rows: dict[int, np.ndarray], label: str) -> Batch:
+  inputs = [rows[n] for n in lengths]
+  first_value = lambda x, i: [x[i][:, 0] if x[i].shape[1] else np.zeros(len(x[i]), x[i].dtype)]  # noqa: E731
+  segments = [Segment(f"REDUCE {op.name}", dtype.name, lambda t, i=i, op=op: reduce(t[i], op),
+                      lambda x, i=i: first_value(x, i)) for op in (Ops.ADD, Ops.MUL, Ops.MAX)
+              for i in range(len(lengths))]
+  segments += [Segment("min() over rows", dtype.name, lambda t, i=i: t[i].min(1), lambda x, i=i: first_value(x, i))
+               for i, n in enumerate(lengths) if n > 0]
+  return Batch(label, inputs, segments, (dtype,))
 
 
 def exact_sum_rows(dtype: DType) -> tuple[np.ndarray, np.ndarray]:
@@ -559,7 +570,7 @@ def all_units(kinds: list[DType] | None = None) -> list[Unit]:
   units: list[Unit] = [batch for d in kinds for batch in op_batches(d)]
   units += [chain_batch(d) for d in kinds if d != dtypes.bool]
   units += [batch for d in kinds for batch in cast_batches(d, kinds)]
-  units += [reduce_batch(d) for d in kinds if d != dtypes.bool]
+  units += [batch for d in kinds if d != dtypes.bool for batch in reduce_batches(d)]
   units += [exact_sum_batch(d) for d in kinds if dtypes.is_float(d)]
   units += [ProgramCase(name, fn, inputs) for name, (fn, inputs) in _corpus().items()]
   units += [ProgramCase(f"{name}, opts draw {draw}", fn, inputs, opts_seed=draw)
@@ -584,13 +595,18 @@ def run_unit(unit: Unit, device: str) -> UnitOutcome:
     detail = f"{', '.join(undeclared)} not in Capabilities.dtypes"
     return UnitOutcome([CaseResult(row, column, UNSUPPORTED, detail=detail) for row, column in _cells(unit)])
   try:
-    return unit.run(device)
+    outcome = unit.run(device)
   except ReferenceMismatch as e:
     status, detail = FAIL, str(e)
   except NotImplementedError as e:
     status, detail = UNSUPPORTED, str(e)
   except Exception as e:  # a crash of the device under test is a failure with its message
     status, detail = FAIL, f"{type(e).__name__}: {e}"
+  else:
+    paths = sorted(code_paths(device, outcome.kernels))
+    for result in outcome.results:
+      result.paths = paths
+    return outcome
   return UnitOutcome([CaseResult(row, column, status, detail=detail) for row, column in _cells(unit)])
 
 
@@ -606,6 +622,7 @@ def merge(results: list[CaseResult]) -> list[CaseResult]:
     seen.worst_ulp, seen.checked, seen.skipped = max(seen.worst_ulp, r.worst_ulp), seen.checked + r.checked, \
       seen.skipped + r.skipped
     seen.detail = "\n\n".join(d for d in (seen.detail, r.detail) if d)
+    seen.paths = sorted(set(seen.paths) | set(r.paths))
     add_histogram(seen.ulp_histogram, r.ulp_histogram)
   return list(cells.values())
 
