@@ -19,7 +19,7 @@ from helpers import NP_DTYPE, TORCH_DTYPE, check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refgrad import Tensor, TinyJit, dtypes
+from refgrad import Tensor, TinyJit, Variable, dtypes
 from refgrad.schedule import realized_buffer
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
@@ -417,3 +417,17 @@ def test_a_realized_view_does_not_keep_a_dropped_graph_alive():
   gc.collect()
   assert freed() is None, "the view holds its dropped base's graph (and its buffers)"
   check(view, np.arange(4, dtype=np.float32).reshape(2, 2) * 2 + 1, dtypes.float32)
+
+
+def test_writes_through_symbolic_slices():  # tinygrad's KV cache: cache[:, start:start+n] with a bound Variable
+  start = Variable("start", 0, 6)
+  cache, want = Tensor.zeros(2, 8).contiguous().realize(), np.zeros((2, 8), np.float32)
+  for pos in (0, 3, 6):
+    s = start.bind(pos)
+    cache[:, s:s + 2].assign(Tensor.full((2, 2), pos + 1.0)).realize()
+    want[:, pos:pos + 2] = pos + 1
+    check(cache, want, dtypes.float32)
+  n = Variable("n", 1, 8).bind(3)
+  t = Tensor(np.arange(8, dtype=np.float32)).realize()
+  t[:n] = -1
+  check(t, np.array([-1, -1, -1, 3, 4, 5, 6, 7], np.float32), dtypes.float32)
