@@ -1,5 +1,6 @@
 """`refgrad selftest`: every planted bug applies (no silent no-op) and is live (it computes its witness program wrong),
-the check catches a handful of different kinds in processes of their own, and the unmutated CLANG has no false alarm."""
+the check catches a handful of different kinds in processes of their own, and the unmutated CLANG, LLVM and OPENCL
+have no false alarm."""
 import argparse
 import dataclasses
 import multiprocessing
@@ -8,10 +9,17 @@ import pytest
 
 from refgrad import Device
 from refgrad.testing import mutants, selftest
+from refgrad.testing.mutants.base import planted_flags
 from refgrad.testing.selftest import CHECK, CRASH, ERROR, ESCAPED, FUZZ, HANG
 
 needs_clang = pytest.mark.skipif("CLANG" not in Device.available(),
                                  reason="CLANG is unavailable here (refgrad-clang or a C compiler is missing)")
+FAMILIES = {"CLANG": "CLANG", "optimizer": "CLANG", "LLVM": "LLVM", "OPENCL": "OPENCL"}  # family -> its base device
+
+
+def _needs(device: str) -> None:
+  if device not in Device.available():
+    pytest.skip(f"{device} is unavailable here ({mutants.BACKENDS[device].probe()})")
 # fast mutants of different kinds (a replaced rule, a prelude edit, a replaced method, a flag), each caught by the
 # check's steps for these rows (a batched step may report the failure in another cell of its kernel)
 CAUGHT_BY_ROWS = {"IDIV", "MAX", "CMPLT"}
@@ -21,17 +29,22 @@ HANDFUL = ["cmplt_le", "max_drops_nan", "idiv_floors", "bool_store_mask", "ffini
 def test_the_table_is_large_and_varied():
   names = [m.name for m in mutants.MUTANTS]
   assert len(names) >= 25 and len(set(names)) == len(names)
-  assert {m.kind for m in mutants.MUTANTS} == {"source", "flags", "source+flags"}
+  assert {m.kind for m in mutants.MUTANTS} == {"source", "flags", "source+flags", "opt"}
   assert len({m.bug_class for m in mutants.MUTANTS}) >= 10
   assert len({m.device for m in mutants.MUTANTS}) == len(names)
+  by_family = {f: [m for m in mutants.MUTANTS if m.family == f and not m.equivalent] for f in FAMILIES}
+  assert all(len(run) >= 2 for run in by_family.values()), by_family
+  assert {m.base for m in mutants.MUTANTS} == set(mutants.BACKENDS) == set(FAMILIES.values())
 
 
 @pytest.mark.parametrize("name", [m.name for m in mutants.MUTANTS])
 def test_every_mutant_plants(name):
   mutant = mutants.BY_NAME[name]
+  if mutant.base != "CLANG" or mutant.add_flags or mutant.remove_flags or mutant.opt_rules:
+    _needs(mutant.base)  # the device's own renderer, flags or capabilities are needed to plant it
   if mutant.add_flags or mutant.remove_flags:
-    pytest.importorskip("refgrad_clang")
-    assert mutants.clang_flags(mutant) != mutants.clang_flags()
+    real = mutants.BACKENDS[mutant.base].flags()
+    assert planted_flags(real, mutant) != real
   mutants.check_planted(mutant)
   if mutant.in_source:
     assert any(real != mutated for real, mutated in mutants.rendered_witness(mutant))
@@ -52,7 +65,7 @@ def test_an_edit_that_does_not_apply_fails_loudly(edit):
 
 def _witness_verdicts(names: list[str]) -> dict[str, str]:
   """In a fresh process: 'live' if the mutant computes its witness differently from the reference while the real
-  CLANG does not, else what went wrong."""
+  base device does not, else what went wrong."""
   from refgrad import plugins
   plugins.register(mutants, name="refgrad.testing.mutants")
   verdicts = {}
@@ -62,17 +75,19 @@ def _witness_verdicts(names: list[str]) -> dict[str, str]:
       verdicts[name] = "inert" if mutants.witness_deviation(mutant) is None else "live"
     except Exception as e:  # e.g. the mutant's C does not compile: a broken mutant, not a caught one
       verdicts[name] = f"{type(e).__name__}: {str(e)[:2000]}"
-    real, expected = mutants.run_witness(mutant, "CLANG"), mutants.run_witness(mutant, "PYTHON")
+    real, expected = mutants.run_witness(mutant, mutant.base), mutants.run_witness(mutant, "PYTHON")
     if not mutants.same_bits(real, expected):
-      verdicts[name] = f"the real CLANG gets the witness wrong too: {real!r}, not {expected!r}"
+      verdicts[name] = f"the real {mutant.base} gets the witness wrong too: {real!r}, not {expected!r}"
   return verdicts
 
 
-@needs_clang
-def test_every_mutant_is_live():
-  """Each mutant really changes what the compiled kernels compute. Run away from this process: a -ffast-math
-  library turns on flush-to-zero for the process that loads it, so those mutants get a process of their own."""
-  runnable = [m for m in mutants.MUTANTS if mutants.probe(m) is None]
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_mutant_is_live(family):
+  """Each mutant really changes what the compiled kernels compute (an equivalent one, documented, is not run). Run
+  away from this process: a -ffast-math library turns on flush-to-zero for the process that loads it, so those
+  mutants get a process of their own."""
+  _needs(FAMILIES[family])
+  runnable = [m for m in mutants.MUTANTS if m.family == family and mutants.probe(m) is None and not m.equivalent]
   groups = [[m.name for m in runnable if not m.sets_process_fp_mode]] + \
     [[m.name] for m in runnable if m.sets_process_fp_mode]
   verdicts = {}
@@ -80,7 +95,7 @@ def test_every_mutant_is_live():
     for group in groups:
       verdicts.update(pool.apply_async(_witness_verdicts, (group,)).get(timeout=300))
   assert {name: v for name, v in verdicts.items() if v != "live"} == {}
-  assert len(verdicts) == len(runnable)
+  assert len(verdicts) == len(runnable) > 0
 
 
 @needs_clang
@@ -126,7 +141,7 @@ def test_list_prints_every_mutant(capsys):
 
 def test_the_command_prints_the_score(capsys, monkeypatch):
   """The CLI prints the report run_selftest returns and exits with its code (the measuring is tested above)."""
-  outcome = selftest.Outcome("cmplt_le", "source", CHECK, 1.0, where="CMPLT / bool")
+  outcome = selftest.Outcome("cmplt_le", "source", CHECK, 1.0, where="CMPLT / bool", family="CLANG")
   report = selftest.SelftestReport("CLANG", 0.0, selftest.Outcome(selftest.BASELINE, ""), [outcome], 2.0)
   monkeypatch.setattr(selftest, "run_selftest", lambda *args, **kwargs: report)
   parser = argparse.ArgumentParser()
@@ -135,6 +150,7 @@ def test_the_command_prints_the_score(capsys, monkeypatch):
   assert args.fn(args) == 0
   out = capsys.readouterr().out
   assert "cmplt_le" in out and "score: 1/1 caught (100%)" in out and "false alarms on the unmutated CLANG: 0" in out
+  assert "by family: CLANG 1/1" in out
 
 
 def test_unknown_mutants_and_devices_are_refused():
@@ -144,10 +160,13 @@ def test_unknown_mutants_and_devices_are_refused():
     selftest.run_selftest("PYTHON", mutants=["cmplt_le"])
 
 
-@needs_clang
-def test_mutant_binaries_never_share_the_compile_cache():
-  keys = {Device["CLANG"].compiler.cache_key}
-  keys |= {mutants.make_device(mutants.BY_NAME[name]).compiler.cache_key for name in ("cmplt_le", "ffast_math")}
+@pytest.mark.parametrize("device, names", [("CLANG", ("cmplt_le", "ffast_math")),
+                                           ("LLVM", ("llvm_mul_nsw", "llvm_fcmp_ult")),
+                                           ("OPENCL", ("cl_finite_math_only", "cl_no_barrier"))])
+def test_mutant_binaries_never_share_the_compile_cache(device, names):
+  _needs(device)
+  keys = {Device[device].compiler.cache_key}
+  keys |= {mutants.make_device(mutants.BY_NAME[name]).compiler.cache_key for name in names}
   assert len(keys) == 3
 
 

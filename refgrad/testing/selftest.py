@@ -1,12 +1,14 @@
-"""`refgrad selftest`: the oracle kit's mutation score, measured on a CLANG backend with one planted bug at a time.
+"""`refgrad selftest`: the oracle kit's mutation score, measured on a compiled backend (CLANG, LLVM or OPENCL) with one
+planted bug at a time.
 
 Why: the kit's job is to catch wrong backends, and nobody can say how well it does without trying. First the kit runs
-on the unmutated CLANG (any finding there is a false alarm, which counts against the score). Then, for each mutant of
-refgrad/testing/mutants.py, in a process of its own (a mutant may crash or hang, and a -ffast-math library changes
-the floating-point mode of the process that loads it), `refgrad check`'s cases run in their usual order until the
-first failure; if none fails, a short `refgrad fuzz` campaign follows. A crash of the device counts as detected, and
-so does a hang past the timeout (the table says which). An escape is then confirmed live by its witness program.
-Mutant binaries go to a compile cache of the run's own, deleted at the end: detection times are cold-compile times.
+on the unmutated device (any finding there is a false alarm, which counts against the score). Then, for each mutant
+planted in that device (refgrad/testing/mutants/: its own family, and on CLANG the optimizer's), in a process of its
+own (a mutant may crash or hang, and a -ffast-math library changes the floating-point mode of the process that loads
+it), `refgrad check`'s cases run in their usual order until the first failure; if none fails, a short `refgrad fuzz`
+campaign follows. A crash of the device counts as detected, and so does a hang past the timeout (the table says
+which). An escape is then confirmed live by its witness program. Mutant binaries go to a compile cache of the run's
+own, deleted at the end: detection times are cold-compile times.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ class Outcome:
   detail: str = ""        # the first lines of the explanation
   cases: int = 0          # check steps run (cases, or batches of cases)
   failures: list[str] = field(default_factory=list)  # baseline only: every failing case and fuzz finding
+  family: str = ""        # the mutant's family (its device's, or optimizer): the score is reported per family
 
   @property
   def detected(self) -> bool:
@@ -82,6 +85,12 @@ class SelftestReport:
   def exit_code(self) -> int:
     return 0 if len(self.caught) == len(self.outcomes) and not self.baseline.failures else 1
 
+  def family_scores(self) -> str:
+    """'LLVM 14/14, optimizer 2/2': caught over run, per family in the order they ran."""
+    families = list(dict.fromkeys(o.family for o in self.outcomes))
+    scores = [(f, [o for o in self.outcomes if o.family == f]) for f in families]
+    return ", ".join(f"{f} {sum(o.detected for o in run)}/{len(run)}" for f, run in scores) or "none"
+
   def text(self) -> str:
     width = max([len(o.mutant) for o in self.outcomes] + [len(BASELINE)])
     lines = [f"{'mutant':{width}s}  {'kind':12s}  {'caught by':52s}  time to detection"]
@@ -90,6 +99,7 @@ class SelftestReport:
     percent = f" ({100 * len(self.caught) / total:.0f}%)" if total else ""
     lines += ["", f"score: {len(self.caught)}/{total} caught{percent} on {self.device}, check then "
               f"{self.fuzz_seconds:g} s of fuzz per escape; {self.seconds:.0f} s in all",
+              f"by family: {self.family_scores()}",
               f"false alarms on the unmutated {self.device}: {len(self.baseline.failures)} "
               f"({self.baseline.cases} check steps, {self.fuzz_seconds:g} s of fuzz)"]
     lines += [f"  {failure}" for failure in self.baseline.failures]
@@ -288,21 +298,25 @@ def run_selftest(device: str = "CLANG", fuzz_seconds: float = 30.0, mutants: lis
                  progress: Callable[[Outcome, int, int], None] | None = None, rows: Collection[str] | None = None,
                  case_timeout: float = 120.0,
                  findings_dir: str | None = None) -> SelftestReport:
-  """The mutation score of the kit on `device` (only CLANG has mutants). `rows` restricts the check to the steps
+  """The mutation score of the kit on `device` (CLANG, LLVM or OPENCL): the mutants planted in it, equivalent ones
+  left out (listed as not run, with the reason). `rows` restricts the check to the steps
   that check one of those rows (tests use that to stay fast); `progress(outcome, index, total)` is called as each
   job finishes, the baseline first (index -1)."""
   from refgrad import Device
   from refgrad.testing import mutants as table
-  if Device.canonicalize(device) != table.BASE_DEVICE:
-    raise ValueError(f"the mutants are planted in {table.BASE_DEVICE}; there are none for {device}")
-  Device[table.BASE_DEVICE]  # fail early, with the reason, if CLANG cannot run here
-  chosen = [m for m in table.select(mutants) if table.probe(m) is None]
-  skipped = [(m.name, table.probe(m)) for m in table.select(mutants) if table.probe(m) is not None]
+  base = Device.canonicalize(device)
+  if base not in table.BACKENDS:
+    raise ValueError(f"the mutants are planted in {', '.join(table.BACKENDS)}; there are none for {device}")
+  Device[base]  # fail early, with the reason, if the device cannot run here
+  why_not = {m.name: table.probe(m) or (m.equivalent and f"equivalent here: {m.equivalent}")
+             for m in table.select(mutants, base)}
+  chosen = [m for m in table.select(mutants, base) if not why_not[m.name]]
+  skipped = [(name, why) for name, why in why_not.items() if why]
   started = time.perf_counter()
   scratch = tempfile.mkdtemp(prefix="refgrad-selftest-")
   try:
     def job(mutant: Any) -> Job:
-      return Job(mutant.name if mutant else None, mutant.device if mutant else table.BASE_DEVICE, fuzz_seconds,
+      return Job(mutant.name if mutant else None, mutant.device if mutant else base, fuzz_seconds,
                  None if rows is None else frozenset(rows),
                  os.path.join(scratch, "cache") if mutant else None, findings_dir or os.path.join(scratch, "findings"))
     baseline = baseline_of(_watch(job(None), case_timeout))
@@ -315,7 +329,7 @@ def run_selftest(device: str = "CLANG", fuzz_seconds: float = 30.0, mutants: lis
         progress(outcomes[-1], i, len(chosen))
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
-  return SelftestReport(table.BASE_DEVICE, fuzz_seconds, baseline, outcomes, time.perf_counter() - started, skipped)
+  return SelftestReport(base, fuzz_seconds, baseline, outcomes, time.perf_counter() - started, skipped)
 
 
 def _measure(mutant: Any, job: Job, case_timeout: float) -> Outcome:
@@ -324,18 +338,20 @@ def _measure(mutant: Any, job: Job, case_timeout: float) -> Outcome:
   try:
     check_planted(mutant)
   except Exception as e:
-    return Outcome(mutant.name, mutant.kind, ERROR, where="not planted", detail=str(e))
-  return outcome_of(mutant.name, mutant.kind, _watch(job, case_timeout))
+    return Outcome(mutant.name, mutant.kind, ERROR, where="not planted", detail=str(e), family=mutant.family)
+  outcome = outcome_of(mutant.name, mutant.kind, _watch(job, case_timeout))
+  outcome.family = mutant.family
+  return outcome
 
 
-def progress_printer(stream: Any = None) -> Callable[[Outcome, int, int], None]:
+def progress_printer(device: str, stream: Any = None) -> Callable[[Outcome, int, int], None]:
   """One line per finished mutant (and one for the baseline)."""
   stream = stream or sys.stderr
 
   def show(outcome: Outcome, index: int, total: int) -> None:
     if index < 0:
       alarms = len(outcome.failures)
-      stream.write(f"[baseline] unmutated CLANG: {outcome.cases} check steps, {alarms} false alarm(s), "
+      stream.write(f"[baseline] unmutated {device}: {outcome.cases} check steps, {alarms} false alarm(s), "
                    f"{outcome.seconds:.1f} s\n")
     else:
       stream.write(f"[{index + 1:3d}/{total}] {outcome.mutant:28s} {outcome.kind:12s} {outcome.caught_by()[:60]:60s} "
@@ -347,11 +363,12 @@ def progress_printer(stream: Any = None) -> Callable[[Outcome, int, int], None]:
 # ---- the command line
 def add_selftest_parser(subparsers: Any) -> argparse.ArgumentParser:
   """Add `refgrad selftest` to the CLI's subcommands."""
-  p = subparsers.add_parser("selftest", help="mutation score of the oracle kit: planted bugs in a copy of CLANG")
-  p.add_argument("--device", default="CLANG", help="the backend the mutants are planted in (only CLANG)")
+  p = subparsers.add_parser("selftest", help="mutation score of the oracle kit: planted bugs in a copy of a backend")
+  p.add_argument("--device", default=None,
+                 help="the backend the mutants are planted in: CLANG (the default), LLVM or OPENCL")
   p.add_argument("--fuzz-seconds", type=float, default=30.0, help="fuzz campaign for a mutant the check missed")
   p.add_argument("--only", nargs="+", action="extend", metavar="NAME", help="run only these mutants")
-  p.add_argument("--list", action="store_true", help="print the mutants and exit")
+  p.add_argument("--list", action="store_true", help="print the mutants (of --device, else of every device) and exit")
   p.add_argument("--rows", nargs="+", action="extend", metavar="ROW",
                  help="run only the check's steps for these rows (e.g. CMPLT 'REDUCE MAX'): quicker, not the score")
   p.add_argument("--case-timeout", type=float, default=120.0, help="seconds before a silent mutant counts as a hang")
@@ -362,14 +379,17 @@ def add_selftest_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
   """Print the mutant table (--list), or measure: 0 if every mutant was caught with no false alarm, else 1."""
+  from refgrad import Device
   from refgrad.testing import mutants
-  chosen = mutants.select(args.only)
+  base = args.device and Device.canonicalize(args.device)
+  chosen = mutants.select(args.only, base)
   if args.list:
     print(mutants.table_text(chosen))
     return 0
-  print(f"refgrad selftest: {len(chosen)} mutant(s) of {mutants.BASE_DEVICE}, check then {args.fuzz_seconds:g} s "
-        "of fuzz for each escape", file=sys.stderr)
-  report = run_selftest(args.device, args.fuzz_seconds, args.only, progress_printer(), args.rows, args.case_timeout,
+  base = base or "CLANG"
+  print(f"refgrad selftest: the mutants of {base}, check then {args.fuzz_seconds:g} s of fuzz for each escape",
+        file=sys.stderr)
+  report = run_selftest(base, args.fuzz_seconds, args.only, progress_printer(base), args.rows, args.case_timeout,
                         args.findings)
   print(report.text())
   return report.exit_code

@@ -58,20 +58,23 @@ class CLAllocator:
 
 
 class CLCompiler:
-  """OpenCL C -> the device's program binary, which CLRuntime reloads without building the source again."""
+  """OpenCL C -> the device's program binary, which CLRuntime reloads without building the source again.
 
-  def __init__(self, context: cl.Context, device: cl.Device):
-    self.context, self.device = context, device
+  `options` are the build options (BUILD_OPTIONS unless given: refgrad selftest plants wrong ones); they are part
+  of the cache key."""
+
+  def __init__(self, context: cl.Context, device: cl.Device, options: tuple[str, ...] = BUILD_OPTIONS):
+    self.context, self.device, self.options = context, device, options
     # the binary is the driver's: which platform and device built it (PoCL's CPU device names the CPU it targets),
     # with which driver, and how
     identity = "|".join([device.platform.name, device.platform.version, device.name, device.version,
                          device.driver_version])
-    self.cache_key = f"opencl|{identity}|pyopencl {cl.VERSION_TEXT}|{' '.join(BUILD_OPTIONS)}"
+    self.cache_key = f"opencl|{identity}|pyopencl {cl.VERSION_TEXT}|{' '.join(options)}"
 
   def compile(self, source: str) -> bytes:
     program = cl.Program(self.context, source)
     try:
-      program.build(options=list(BUILD_OPTIONS), devices=[self.device])
+      program.build(options=list(self.options), devices=[self.device])
     except cl.RuntimeError as e:
       log = program.get_build_info(self.device, cl.program_build_info.LOG).strip() or str(e)
       raise CompileError(f"OpenCL ({describe(self.device)}) failed to build this program:\n"
@@ -81,17 +84,19 @@ class CLCompiler:
 
 
 class CLRuntime:
-  """Loads program binaries and launches them with the program's global and local shapes."""
+  """Loads program binaries (built with `options`, as CLCompiler's) and launches them with the program's global and
+  local shapes."""
 
-  def __init__(self, context: cl.Context, queue: cl.CommandQueue, device: cl.Device, limits: DeviceLimits):
-    self.context, self.queue, self.device, self.limits = context, queue, device, limits
+  def __init__(self, context: cl.Context, queue: cl.CommandQueue, device: cl.Device, limits: DeviceLimits,
+               options: tuple[str, ...] = BUILD_OPTIONS):
+    self.context, self.queue, self.device, self.limits, self.options = context, queue, device, limits, options
 
   def synchronize(self) -> None:
     """Launches are asynchronous (reads wait for them anyway); this waits for all of them, e.g. for timing."""
     self.queue.finish()
 
   def load(self, binary: bytes, program: Program) -> Callable[..., None]:
-    built = cl.Program(self.context, [self.device], [binary]).build(options=list(BUILD_OPTIONS))
+    built = cl.Program(self.context, [self.device], [binary]).build(options=list(self.options))
     kernel = cl.Kernel(built, program.name)
     global_size, local_size = self.launch_sizes(program, kernel)
 
