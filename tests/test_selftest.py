@@ -110,6 +110,24 @@ def test_the_check_catches_a_handful_and_the_real_clang_passes():
   assert f"score: {len(HANDFUL)}/{len(HANDFUL)} caught" in text and "false alarms on the unmutated CLANG: 0" in text
 
 
+# per device: a sample of its mutants of different kinds, and the check's rows that catch each (quick, not the score)
+SAMPLES = {
+  "LLVM": (["llvm_fcmp_ult", "llvm_exp2_flushes"], {"CMPLT", "EXP2"}),
+  "OPENCL": (["cl_finite_math_only", "cl_no_barrier"], {"MAX", "REDUCE ADD"}),
+}
+
+
+@pytest.mark.parametrize("device", SAMPLES)
+def test_a_sample_is_caught_and_the_real_device_passes(device):
+  _needs(device)
+  names, rows = SAMPLES[device]
+  report = selftest.run_selftest(device, fuzz_seconds=0, mutants=names, rows=rows)
+  assert report.baseline.failures == [] and report.baseline.cases > 0
+  assert {o.mutant: o.verdict for o in report.outcomes} == dict.fromkeys(names, CHECK)
+  text = report.text()
+  assert f"by family: {device} {len(names)}/{len(names)}" in text and f"unmutated {device}: 0" in text
+
+
 @pytest.mark.parametrize("events, verdict, where", [
   ([("started",), ("case", "CMPLT / float32"), ("fail", "CMPLT / float32", 1.5, "mismatch"),
     ("fail", "MAX / float32", 1.6, "mismatch"), ("checked", 3, 1.6), ("done", 1.7)], CHECK, "CMPLT / float32"),

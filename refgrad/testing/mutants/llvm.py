@@ -58,6 +58,9 @@ def _float32_precision(match: re.Match) -> str:
 
 UNSAFE_FP_ATTRIBUTES = ('"unsafe-fp-math"="true" "no-nans-fp-math"="true" "no-infs-fp-math"="true" '
                         '"no-signed-zeros-fp-math"="true"')
+# a 16-long dot product whose lane 0 computes -1 * 1 + x * x: x * x rounds down (a tie to even) unless fused
+X = 1 + 2.0 ** -12
+DOT = tuple(np.array([[first] + [0.0] * 7 + [X] + [0.0] * 7], np.float32) for first in (-1.0, 1.0))
 WIDE = 2 ** 53 + 2 ** 29 + 1  # just above a float32 tie: through double it rounds to the tie, then to even
 
 
@@ -85,6 +88,9 @@ LLVM_MUTANTS: tuple[Mutant, ...] = (
   Mutant("llvm_contract", "fast-math", "float arithmetic printed with `contract`: a * b + c fused into one rounding",
          witness(lambda a, b, c: a * b + c, arr(F32, 1 + 2.0 ** -12), arr(F32, 1 + 2.0 ** -12), arr(F32, -1.0)),
          base=BASE, source=_all_float_ops("contract")),
+  Mutant("llvm_reduce_contract", "fast-math", "`contract` on the float ops of a split reduction's body: a dot "
+         "product's a * b + acc fused into one rounding", witness(lambda a, b: (a * b).sum(1), *DOT), base=BASE,
+         source=regex(r"^(  %v\d+\.(?:l\d+|rest)\.\d+) = (fadd|fmul) (?=float |double )", r"\1 = \2 contract ")),
   Mutant("llvm_arcp", "fast-math", "fdiv printed with `arcp`: x / 3 becomes x * (1 / 3)",
          witness(lambda t: t / 3, np.arange(1, 65, dtype=np.float32) * np.float32(1.1)),
          base=BASE, source=_flag("fdiv", "arcp")),

@@ -47,6 +47,8 @@ OPENCL_MUTANTS: tuple[Mutant, ...] = (
   _build_option("cl_unsafe_math", "-cl-unsafe-math-optimizations", "fast-math",
                 "-cl-unsafe-math-optimizations: reassociation, reciprocals", lambda t: (t + 1) + 2,
                 arr(F32, 2.0 ** 24)),
+  _build_option("cl_no_signed_zeros", "-cl-no-signed-zeros", "fast-math", "-cl-no-signed-zeros: x + 0.0 folds to x",
+                lambda t: t + 0.0, arr(F32, -0.0)),
   _build_option("cl_mad_enable", "-cl-mad-enable", "fast-math", "-cl-mad-enable: a * b + c may become a mad",
                 lambda a, b, c: a * b + c, arr(F32, 1 + 2.0 ** -12), arr(F32, 1 + 2.0 ** -12), arr(F32, -1.0),
                 equivalent="PoCL keeps the source's FP_CONTRACT OFF under -cl-mad-enable: no mad is formed"),
@@ -60,6 +62,11 @@ OPENCL_MUTANTS: tuple[Mutant, ...] = (
   Mutant("cl_f16_truncates", "conversion rounding", "float -> half truncates (normal range)",
          witness(cast(F16), arr(F32, 1 + 0.75 * 2.0 ** -10)), base=BASE,
          prelude=(("((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13)", "((ax + 0xc8000000u) >> 13)"),)),
+  Mutant("cl_group_combine_short", "grouped reduction", "a grouped reduction combines the work-items' partial sums "
+         "one vector short: the last 8 items' sums are left out", witness(reduce(Ops.ADD), LONG_ROW), base=BASE,
+         source=regex(r"(for \(long (ridx\d+)_base = 0; \2_base < )(\d+)(?=; \2_base \+= 8\) \{\n"
+                      r"    const long \2_0 = \2_base \+ 0;\n    const \w+ v\d+_0 = local)",
+                      lambda m: f"{m[1]}{int(m[3]) - 8}")),
   Mutant("cl_no_barrier", "grouped reduction", "a grouped reduction reads the other work-items' partial sums "
          "from local memory without waiting for them (the barrier left out)",
          witness(reduce(Ops.ADD), LONG_ROW), base=BASE, source=regex(r"^[ ]*barrier\(CLK_LOCAL_MEM_FENCE\);\n", "")),
