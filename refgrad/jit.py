@@ -90,7 +90,7 @@ def point(t: Tensor, part: int, buf: Buffer, shape: tuple | None = None) -> None
   t.uop = multi(parts, *t.uop.arg)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a field holds a weakref to a Tensor, whose == is elementwise
 class Holding:
   """A tensor's part and the node (a whole buffer) it had when a capture began."""
   tensor: weakref.ref
@@ -251,22 +251,44 @@ def substitute(value: Any, swap: dict[int, Tensor]) -> Any:
   return value
 
 
-def call_signature(tensors: list[Tensor], buffers: list[list[Buffer]]) -> tuple[tuple, dict[UOp, int]]:
+def argument_tensor(t: Tensor) -> tuple[Tensor, tuple]:
+  """The tensor an argument stands for, and the view steps from it: a view of another tensor (`cache[:, i:j]`)
+  stands for the tensor it views, so the captured kernels read that tensor's buffer and a write through the view
+  lands in the tensor viewed on each call (refgrad/frontend/views.py)."""
+  link = t._view
+  base = link.base() if link is not None else None
+  return (t, ()) if base is None else (base, link.steps)
+
+
+def call_signature(tensors: list[Tensor], buffers: list[list[Buffer]],
+                   views: tuple[tuple, ...]) -> tuple[tuple, dict[UOp, int]]:
   """What a replay must match: each input's shape (with its Variables, not their values), dtype, device(s) and
-  layout over them, and which inputs are one tensor (a capture of f(x, x) reads one buffer for both); and the
-  values of the Variables."""
+  layout over them, the view steps an argument took from it, and which inputs are one tensor (a capture of f(x, x)
+  reads one buffer for both); and the values of the Variables."""
   first: dict[Buffer, int] = {}
   values: dict[UOp, int] = {}
   signature = tuple((unbind_arg(t.shape, values), t.dtype, t.device, t.uop.arg if t.uop.op is Ops.MULTI else None,
-                     first.setdefault(b[0], i)) for i, (t, b) in enumerate(zip(tensors, buffers)))
+                     first.setdefault(b[0], i), tuple((op, _unbound(arg, values)) for op, arg in steps))
+                    for i, (t, b, steps) in enumerate(zip(tensors, buffers, views)))
   return signature, values
+
+
+def _unbound(arg: Any, values: dict[UOp, int]) -> Any:
+  """A view step's arg with its bound Variables unbound (a BasicPlan of plain ints is left as it is)."""
+  return unbind_arg(arg, values) if isinstance(arg, tuple) else arg
 
 
 def describe(signature: tuple) -> str:
   parts = [f"{list(shape)} {dtype.name} on {device}" + (f" split {layout}" if layout else "") +
-           (f" (the same tensor as input {same})" if same != i else "")
-           for i, (shape, dtype, device, layout, same) in enumerate(signature)]
+           (f" (the same tensor as input {same})" if same != i else "") +
+           (f" viewed by {' '.join(_step_text(op, arg) for op, arg in steps)}" if steps else "")
+           for i, (shape, dtype, device, layout, same, steps) in enumerate(signature)]
   return "(" + ", ".join(parts) + ")"
+
+
+def _step_text(op: Any, arg: Any) -> str:
+  name = op.name.lower() if isinstance(op, Ops) else str(op)
+  return f"{name}{list(getattr(arg, 'bounds', arg))}" if isinstance(arg, tuple) or hasattr(arg, "bounds") else name
 
 
 def parameters_of(fn: Callable[..., Any]) -> inspect.Signature | None:
@@ -326,9 +348,10 @@ class TinyJit(Generic[ReturnType]):
     if realize.CAPTURE is not None and (self.calls or self.captured is not None):
       raise RuntimeError("TinyJit: having TinyJit inside another TinyJit is not supported (a jitted function was "
                          "called again while another was being captured)")
-    tensors = tensors_in(in_parameter_order(self.parameters, args, kwargs))
+    pairs = [argument_tensor(t) for t in tensors_in(in_parameter_order(self.parameters, args, kwargs))]
+    tensors, views = [t for t, _ in pairs], tuple(steps for _, steps in pairs)
     per_tensor = [input_buffers(t) for t in tensors]
-    signature, values = call_signature(tensors, per_tensor)
+    signature, values = call_signature(tensors, per_tensor, views)
     inputs = [b for bufs in per_tensor for b in bufs]
     if self.captured is not None:
       return self.captured.replay(tensors, inputs, signature, values)
@@ -360,7 +383,8 @@ class TinyJit(Generic[ReturnType]):
       raise JitError("TinyJit: the function launched no kernel and updated no tensor, so there is nothing to replay "
                      "(return the tensors it computes, or realize them inside it)")
     if self.prune:  # what changes between calls: the arguments, random draws, and the state the call updates
-      state = {buf for buf, holdings in held.items() if any(h in (c for c, _ in changes) for h in holdings)}
+      changed = {id(h) for h, _ in changes}
+      state = {buf for buf, holdings in held.items() if any(id(h) in changed for h in holdings)}
       launches = pruned(launches, set(inputs) | state | {b for d in draws for b in d.buffers})
     position = {id(t): i for i, t in reversed(list(enumerate(tensors)))}
     reads = reads_of(launches, held, set(inputs))

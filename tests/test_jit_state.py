@@ -354,3 +354,31 @@ def test_a_learning_rate_schedule_works_under_a_jit_without_a_recapture(refgrad_
   for plain, jitted in zip(*weights):
     np.testing.assert_array_equal(jitted, plain)
   assert np.array_equal(weights[1][3], weights[1][2])  # the step at rate 0 left the weights alone
+
+
+def test_a_write_through_a_view_argument_lands_in_the_tensor_it_views(refgrad_device):
+  """f(cache[:, 1:3], x) writing its first argument: every call, replays too, writes that call's cache, as the plain
+  function does; a view of another cache the same way lands there; another view is refused, not replayed."""
+  cache = Tensor.zeros(2, 6, device=refgrad_device).contiguous().realize()
+  f = TinyJit(lambda view, x: view.assign(view + x).realize())
+  for i in range(4):
+    f(cache[:, 1:3], on(refgrad_device, [[1.0, 2.0], [3.0, 4.0]]))
+    expected = np.zeros((2, 6), np.float32)
+    expected[:, 1:3] = (i + 1) * np.array([[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(cache.numpy(), expected)
+  other = Tensor.zeros(2, 6, device=refgrad_device).contiguous().realize()
+  f(other[:, 1:3], on(refgrad_device, [[5.0, 5.0], [5.0, 5.0]]))
+  assert other.numpy()[:, 1:3].tolist() == [[5.0, 5.0], [5.0, 5.0]] and cache.numpy()[0, 1] == 4.0
+  with pytest.raises(JitError, match="viewed by"):
+    f(cache[:, 2:4], on(refgrad_device, [[1.0, 1.0], [1.0, 1.0]]))
+
+
+def test_a_kv_cache_at_a_symbolic_position_fills_under_a_jit():
+  from refgrad import Variable
+  start = Variable("start", 0, 6)
+  cache = Tensor.zeros(2, 8).contiguous().realize()
+  write = TinyJit(lambda view, kv: view.assign(kv * 1).realize())
+  for i in range(6):
+    write(cache[:, start.bind(i):start.bind(i) + 1], Tensor.full((2, 1), float(i + 1)))
+  assert cache.numpy()[0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0, 0.0]
+  assert write.captured is not None and write.captured.replays == 4
