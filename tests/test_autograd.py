@@ -240,3 +240,25 @@ def test_finite_differences_in_float64(name, fn):
     lo[index] -= 1e-6
     numeric[index] = (fn(Tensor(hi), Tensor(b)).item() - fn(Tensor(lo), Tensor(b)).item()) / 2e-6
   np.testing.assert_allclose(ta.grad.numpy(), numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_requires_grad_passes_to_computed_tensors_but_not_through_a_detach():
+  """As in tinygrad (and torch): a tensor computed from one that requires grad requires grad itself."""
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  assert (x * 2).requires_grad is True and x.sum().requires_grad is True
+  assert x.detach().requires_grad is None and (x.detach() * 2).requires_grad is None
+  assert Tensor([1.0]).requires_grad is None and Tensor([1.0], requires_grad=False).requires_grad is False
+
+
+def test_backward_sets_grad_on_a_non_leaf_that_requires_grad():
+  """y = x * 3 with y.requires_grad set: backward fills y.grad and x.grad (torch's retain_grad values)."""
+  x = Tensor([1.0, -2.0, 0.5], requires_grad=True)
+  y = x * 3
+  y.requires_grad = True
+  (y * y).sum().backward()
+  tx = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
+  ty = tx * 3
+  ty.retain_grad()
+  (ty * ty).sum().backward()
+  np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy())
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())

@@ -58,8 +58,12 @@ class AutogradMixin(TensorBase):
   # ---- which tensors want gradients
   @property
   def requires_grad(self) -> bool | None:
-    """None: not decided (an optimizer makes it True); True: gradients flow to it; False: they never do."""
-    return self._requires_grad
+    """True: gradients flow to it (set so, or, as in tinygrad, computed not through a detach from a tensor that is);
+    False: they never do; None: not decided (an optimizer makes it True)."""
+    if self._requires_grad is not None or not _WANT_GRAD:
+      return self._requires_grad
+    wanted = {t.uop for t in list(_WANT_GRAD) if t._requires_grad and t is not self}
+    return True if wanted and not wanted.isdisjoint(reachable_without_detach(self.uop)) else None
 
   @requires_grad.setter
   def requires_grad(self, value: bool | None) -> None:

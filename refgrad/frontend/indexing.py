@@ -15,10 +15,8 @@ import numpy as np
 
 from refgrad.dtype import dtypes
 from refgrad.frontend import views
-from refgrad.frontend.autograd import _WANT_GRAD as WANT_GRAD  # the tensors that have requires_grad=True
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.shapes import ShapeError, broadcast_shape, normalize_dim
-from refgrad.gradient import reachable_without_detach
 from refgrad.uop import Ops, UOp, prod
 
 Shape = tuple[int, ...]
@@ -408,7 +406,7 @@ def set_index(t: Any, index: Any, value: Any) -> None:
   """t[index] = value, lazily: a write through the view t[basic part of index], whose new value is value at the
   advanced indices (if any) and its old value elsewhere."""
   for x, what in ((t, "the tensor written"), (value, "the value")):
-    if isinstance(x, TensorBase) and requires_grad(x):
+    if isinstance(x, TensorBase) and x.requires_grad:
       raise NotImplementedError(f"setitem: {what} (shape {x.shape}) requires grad, and setitem is not "
                                 "differentiable (as in tinygrad); write a detached tensor, or build the new value "
                                 "with where/pad/cat")
@@ -420,15 +418,6 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     adv = advanced_plan(y, parsed) if parsed.advanced else None
   v = _value_tensor(t, value, adv.result_shape(y) if adv else y.shape)
   y.assign(advanced_set(y, adv, v) if adv else v._broadcast_to(y.shape))
-
-
-def requires_grad(t: Any) -> bool:
-  """Whether gradients would flow into t: it has requires_grad=True, or its value is computed (not through a
-  detach) from a tensor that has."""
-  if t.requires_grad:
-    return True
-  wanted = {w.uop for w in list(WANT_GRAD) if w.requires_grad}
-  return bool(wanted) and not wanted.isdisjoint(reachable_without_detach(t.uop))
 
 
 def _value_tensor(t: Any, value: Any, shape: Shape) -> Any:
