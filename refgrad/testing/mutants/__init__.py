@@ -55,7 +55,9 @@ def select(names: list[str] | None, base: str | None = None) -> list[Mutant]:
 
 def table_text(mutants: list[Mutant] | None = None) -> str:
   """What `refgrad selftest --list` prints: one line per mutant."""
-  rows = [(m.name, m.family, m.kind, m.bug_class, m.description) for m in (mutants or MUTANTS)]
+  def described(m: Mutant) -> str:
+    return f"{m.description} (not scored: {m.equivalent})" if m.equivalent else m.description
+  rows = [(m.name, m.family, m.kind, m.bug_class, described(m)) for m in (mutants or MUTANTS)]
   width = max(len(r[0]) for r in rows)
   lines = [f"{'mutant':{width}s}  {'family':9s}  {'kind':12s}  {'class':20s}  description"]
   lines += [f"{name:{width}s}  {family:9s}  {kind:12s}  {bug:20s}  {text}" for name, family, kind, bug, text in rows]
