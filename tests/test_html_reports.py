@@ -19,7 +19,7 @@ from refgrad.cli import main
 from refgrad.dtype import DTYPES_BY_PRIORITY, dtypes
 from refgrad.testing.compare import ulp_bucket, ulp_histogram
 from refgrad.testing.conformance import run_conformance
-from refgrad.testing.edges import dtype_edges
+from refgrad.testing.edges import dtype_edges, result_class_inputs
 from refgrad.testing.fuzz import coverage_universe, kernel_pairs
 from refgrad.testing.fuzz_report import CampaignSummary, FindingSummary, campaign_html, write_campaign_html
 from refgrad.uop import Ops
@@ -91,9 +91,9 @@ def svgs_of(text: str, css_class: str) -> list[str]:
 
 # ---- refgrad check --html
 def sin_histogram(dtype) -> dict[int, int]:
-  """SIN's lanes in `refgrad check` (every edge value of `dtype`) by ULP distance of PYTHON from the ALU, computed
-  here without the conformance machinery: NaN lanes hold no distance."""
-  edges = dtype_edges(dtype)
+  """SIN's lanes in `refgrad check` (every edge value of `dtype`, and the inputs of every class of result) by ULP
+  distance of PYTHON from the ALU, computed here without the conformance machinery: NaN lanes hold no distance."""
+  edges = np.concatenate([dtype_edges(dtype), result_class_inputs(Ops.SIN, dtype)])
   t = Tensor(edges, device="PYTHON")
   actual, expected = t._from(t.uop.alu(Ops.SIN)).numpy(), exec_alu(Ops.SIN, dtype, edges)
   with np.errstate(invalid="ignore"):
