@@ -45,6 +45,7 @@ class Mutant:
   # why the base device computes the same as the mutant (an equivalent mutant there, not scored): a bug on other
   # implementations of the device (a GPU's OpenCL), not on the one measured here (PoCL)
   equivalent: str = ""
+  racy: bool = False  # a data race: its witness goes wrong on some runs only, so liveness tries it several times
 
   @property
   def in_source(self) -> bool:

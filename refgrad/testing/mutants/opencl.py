@@ -69,7 +69,8 @@ OPENCL_MUTANTS: tuple[Mutant, ...] = (
                       lambda m: f"{m[1]}{int(m[3]) - 8}")),
   Mutant("cl_no_barrier", "grouped reduction", "a grouped reduction reads the other work-items' partial sums "
          "from local memory without waiting for them (the barrier left out)",
-         witness(reduce(Ops.ADD), LONG_ROW), base=BASE, source=regex(r"^[ ]*barrier\(CLK_LOCAL_MEM_FENCE\);\n", "")),
+         witness(reduce(Ops.ADD), LONG_ROW), base=BASE, source=regex(r"^[ ]*barrier\(CLK_LOCAL_MEM_FENCE\);\n", ""),
+         racy=True),
 )
 
 
