@@ -440,6 +440,7 @@ def _heuristic_corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]
   return {
     "heuristic: column sums (a tile of twice the lanes)": (lambda t: t.sum(0), [square]),
     "heuristic: integer column sums and maxima": (lambda t: t.sum(0) + t.max(0), [ints]),
+    "heuristic: float64 column sums (a tile of float64 lanes)": (lambda t: t.sum(0), [square.astype(np.float64)]),
     "heuristic: row sums (a split reduction, no tile)": (lambda t: t.sum(1), [square]),
     "heuristic: matmul (two tiles and threads)": (lambda x, w: x @ w, [a, b]),
     "heuristic: a 3-row matmul (a small axis tiled whole)": (lambda x, w: x @ w, [thin, wide]),
