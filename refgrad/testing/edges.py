@@ -97,13 +97,21 @@ def result_class_inputs(op: Ops, dtype: DType) -> np.ndarray:
 # ---- rounding boundaries of conversions
 def _ulp(value: Fraction, dtype: DType) -> Fraction:
   """The spacing of a float dtype's values at a positive `value` (the subnormal spacing below the normal range)."""
+  if value <= 0:
+    raise ValueError(f"the spacing of {dtype.name} is asked at {value}, which is not positive")
   info = ml_dtypes.finfo(dtype.np)
-  exponent = max(value.numerator.bit_length() - value.denominator.bit_length(), int(info.minexp))
-  while Fraction(2) ** exponent > value:
+  exponent = value.numerator.bit_length() - value.denominator.bit_length()  # floor(log2(value)), or one more
+  if Fraction(2) ** exponent > value:
     exponent -= 1
-  while Fraction(2) ** (exponent + 1) <= value:
-    exponent += 1
   return Fraction(2) ** (max(exponent, int(info.minexp)) - int(info.nmant))
+
+
+def _limits(dtype: DType) -> tuple[Fraction, Fraction, Fraction]:
+  """A float dtype's largest finite value, smallest normal and smallest subnormal, exactly, from its exponent range
+  and digits (not computed in floating point: under flush-to-zero, ml_dtypes' first finfo of a dtype gives 0)."""
+  info = ml_dtypes.finfo(dtype.np)
+  low, high, digits = int(info.minexp), int(info.maxexp), int(info.nmant)
+  return (2 - Fraction(2) ** -digits) * Fraction(2) ** (high - 1), Fraction(2) ** low, Fraction(2) ** (low - digits)
 
 
 def float_boundaries(dtype: DType) -> list[Fraction]:
@@ -112,7 +120,7 @@ def float_boundaries(dtype: DType) -> list[Fraction]:
   and 2^63 for wide integers, at the top of the subnormal range and its bottom), and the overflow threshold
   max + ulp/2. Both signs."""
   info = ml_dtypes.finfo(dtype.np)
-  largest, tiny, smallest = (Fraction(float(v)) for v in (info.max, info.tiny, info.smallest_subnormal))
+  largest, tiny, smallest = _limits(dtype)
   one_up = 1 + _ulp(Fraction(1), dtype)
   spacing_one = Fraction(2) ** info.nmant
   points = [Fraction(1), one_up, Fraction(3), spacing_one, spacing_one + 1, 2 * spacing_one, 2 * spacing_one + 2,
@@ -141,8 +149,7 @@ def double_rounding_boundaries(src: DType, dst: DType) -> list[Fraction]:
   if not dtypes.is_float(dst) or src == dtypes.bool:
     return []
   d_info = ml_dtypes.finfo(dst.np)
-  top = min(Fraction(dtypes.max(src)) if dtypes.is_int(src) else Fraction(float(ml_dtypes.finfo(src.np).max)),
-            Fraction(float(d_info.max)))
+  top = min(Fraction(dtypes.max(src)) if dtypes.is_int(src) else _limits(src)[0], _limits(dst)[0])
   ties = []
   for middle in INTERMEDIATE_FLOATS:
     m_info = ml_dtypes.finfo(middle.np)
