@@ -32,7 +32,7 @@ from refgrad.alu import OP_KINDS, TRANSCENDENTAL, result_dtype, ulp_distance
 from refgrad.codegen.linearize import compile_ast, lowered_kernel, random_kernel_opts
 from refgrad.codegen.opt import Opt, OptList, apply_opts, heuristic_amounts, legal_opts
 from refgrad.device import Device
-from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
+from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes, from_numpy
 from refgrad.sizes import Variable
 from refgrad.testing.compare import Comparison, add_histogram, compare, ulp_histogram
 from refgrad.testing.edges import cast_values, dtype_edges, result_class_inputs
@@ -578,7 +578,8 @@ def all_units(kinds: list[DType] | None = None) -> list[Unit]:
             for name, (fn, inputs) in _corpus().items() for draw in range(1, OPT_DRAWS + 1)]
   units += [ProgramCase(f"{name}, jit replay", fn, inputs, replay=True)
             for name, (fn, inputs) in _corpus().items() if name in REPLAYED]
-  units += [ProgramCase(name, fn, inputs) for name, (fn, inputs) in _heuristic_corpus().items()]
+  units += [ProgramCase(name, fn, inputs, tuple(dict.fromkeys(from_numpy(x.dtype) for x in inputs)))
+            for name, (fn, inputs) in _heuristic_corpus().items()]
   units += [ProgramCase(f"integer reductions, opts: {kind} of every kernel", *_integer_reductions(), forced=kind)
             for kind in FORCED_OPTS]
   return units
