@@ -7,6 +7,7 @@ safetensors: 8 bytes little-endian header length N, then N bytes of JSON mapping
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,19 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     own[name].replace(value)
 
 
+# The safetensors library's own limits: a header over 100 MB is refused before it is parsed, and every integer in
+# it (shape entries, offsets) is a u64.
+MAX_HEADER_BYTES = 100_000_000
+U64_LIMIT = 2**64
+
+
 def safe_save(tensors: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
-  header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+  """Write a safetensors file the safetensors library reads back; names and metadata it would refuse raise
+  ValueError before anything is written."""
+  header: dict[str, Any] = {"__metadata__": _checked_metadata(metadata, path)} if metadata else {}
   blobs, offset = [], 0
   for name, t in tensors.items():
-    data = np.ascontiguousarray(t.numpy()).tobytes()
+    data = np.ascontiguousarray(_checked_tensor(name, t, path).numpy()).tobytes()
     header[name] = {"dtype": CODE_OF[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
     blobs.append(data)
     offset += len(data)
@@ -83,37 +92,127 @@ def safe_save(tensors: dict[str, Tensor], path: str | Path, metadata: dict[str, 
       f.write(blob)
 
 
+def _checked_metadata(metadata: Any, path: str | Path) -> dict[str, str]:
+  if not isinstance(metadata, dict):
+    raise ValueError(f"safe_save {path}: metadata must be a dict of strings to strings, not {type(metadata).__name__}")
+  for key, value in metadata.items():
+    if not isinstance(key, str) or not isinstance(value, str):
+      raise ValueError(f"safe_save {path}: metadata {key!r}: {value!r} is not a string to a string (the safetensors "
+                       "format stores only strings there)")
+  return dict(metadata)
+
+
+def _checked_tensor(name: Any, t: Any, path: str | Path) -> Tensor:
+  if not isinstance(name, str) or name == "__metadata__":
+    raise ValueError(f"safe_save {path}: {name!r} cannot name a tensor (names are strings, and '__metadata__' is the "
+                     "header's metadata entry)")
+  if not isinstance(t, Tensor):
+    raise TypeError(f"safe_save {path}: {name!r} is a {type(t).__name__}, not a Tensor")
+  if t.dtype not in CODE_OF:
+    raise ValueError(f"safe_save {path}: tensor {name!r} has dtype {t.dtype.name}, which safetensors cannot store")
+  return t
+
+
+class _DuplicateKey(Exception):
+  pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  """A JSON object's dict; a key given twice raises (json.loads would keep the last silently)."""
+  seen: dict[str, Any] = {}
+  for key, value in pairs:
+    if key in seen:
+      raise _DuplicateKey(key)
+    seen[key] = value
+  return seen
+
+
 def _read_header(raw: bytes, path: str | Path) -> tuple[dict[str, Any], int]:
   if len(raw) < 8:
     raise ValueError(f"{path}: not a safetensors file (only {len(raw)} bytes)")
   (size,) = struct.unpack("<Q", raw[:8])
+  if size > MAX_HEADER_BYTES:
+    raise ValueError(f"{path}: corrupt safetensors header: it claims {size} bytes, over the format's limit of "
+                     f"{MAX_HEADER_BYTES}")
   if size > len(raw) - 8:
     raise ValueError(f"{path}: truncated safetensors file: header says {size} bytes, file has {len(raw) - 8}")
   try:
-    header = json.loads(raw[8:8 + size])
+    header = json.loads(raw[8:8 + size].decode("utf-8"), object_pairs_hook=_no_duplicates)
+  except _DuplicateKey as e:
+    raise ValueError(f"{path}: corrupt safetensors header: key {e.args[0]!r} appears twice") from None
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
     raise ValueError(f"{path}: corrupt safetensors header: {e}") from None
+  except RecursionError:
+    raise ValueError(f"{path}: corrupt safetensors header: nested too deeply") from None
   if not isinstance(header, dict):
-    raise ValueError(f"{path}: corrupt safetensors header: expected a JSON object")
+    raise ValueError(f"{path}: corrupt safetensors header: expected a JSON object, got {type(header).__name__}")
   return header, 8 + size
 
 
-def safe_load(path: str | Path, device: str | None = None) -> dict[str, Tensor]:
-  """Read a safetensors file; a truncated or corrupt file raises ValueError naming the tensor at fault."""
-  raw = Path(path).read_bytes()
-  header, start = _read_header(raw, path)
-  data_size = len(raw) - start
-  out: dict[str, Tensor] = {}
-  for name, info in header.items():
-    if name == "__metadata__":
-      continue
-    try:
-      dtype, shape, (begin, end) = SAFETENSORS_DTYPES[info["dtype"]], tuple(info["shape"]), info["data_offsets"]
-    except (KeyError, TypeError, ValueError):
-      raise ValueError(f"{path}: tensor {name!r} has a corrupt entry {info!r}") from None
-    if end > data_size or begin > end or end - begin != int(np.prod(shape)) * dtype.itemsize:
+def _is_u64(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < U64_LIMIT
+
+
+def _check_metadata(value: Any, path: str | Path) -> None:
+  """`__metadata__` is absent, null, or an object of strings, as the safetensors library requires."""
+  if value is None:
+    return
+  if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+    raise ValueError(f"{path}: corrupt safetensors header: '__metadata__' must map strings to strings, got "
+                     f"{value!r:.200}")
+
+
+def _parse_entry(name: str, info: Any, path: str | Path) -> tuple[DType, tuple[int, ...], int, int]:
+  """(dtype, shape, begin, end) of one tensor's header entry, each field checked as the safetensors library does."""
+  def bad(why: str) -> ValueError:
+    return ValueError(f"{path}: tensor {name!r} has a corrupt entry: {why} (entry {info!r:.200})")
+  if not isinstance(info, dict):
+    raise bad("not a JSON object")
+  if (missing := [k for k in ("dtype", "shape", "data_offsets") if k not in info]):
+    raise bad(f"missing {', '.join(missing)}")
+  code, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+  if code not in SAFETENSORS_DTYPES:
+    raise bad(f"dtype {code!r} is not one refgrad reads ({', '.join(SAFETENSORS_DTYPES)})")
+  if not isinstance(shape, list) or not all(_is_u64(n) for n in shape):
+    raise bad(f"shape {shape!r} is not a list of non-negative integers")
+  if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_u64(n) for n in offsets):
+    raise bad(f"data_offsets {offsets!r} is not [begin, end] of non-negative integers")
+  dtype, (begin, end) = SAFETENSORS_DTYPES[code], offsets
+  if end - begin != math.prod(shape) * dtype.itemsize:
+    raise bad(f"bytes [{begin}, {end}) do not hold shape {tuple(shape)} of {code} ({dtype.itemsize} bytes each)")
+  return dtype, tuple(shape), begin, end
+
+
+def _check_layout(entries: dict[str, tuple[DType, tuple[int, ...], int, int]], data_size: int,
+                  path: str | Path) -> None:
+  """The tensors tile the data exactly, as the safetensors library requires: no overlap, no gap, nothing after."""
+  covered, last = 0, None
+  for name, (_, _, begin, end) in sorted(entries.items(), key=lambda e: (e[1][2], e[1][3])):
+    if begin < covered:
+      raise ValueError(f"{path}: tensor {name!r}: bytes [{begin}, {end}) overlap tensor {last!r}, which ends at "
+                       f"{covered}")
+    if begin > covered:
+      raise ValueError(f"{path}: tensor {name!r} starts at byte {begin}, leaving bytes [{covered}, {begin}) to no "
+                       "tensor")
+    if end > data_size:
       raise ValueError(f"{path}: tensor {name!r} needs bytes [{begin}, {end}) of {data_size}: file truncated or "
                        "corrupt")
-    array = np.frombuffer(raw, dtype=dtype.np, count=int(np.prod(shape)), offset=start + begin).reshape(shape)
+    covered, last = end, name
+  if covered != data_size:
+    raise ValueError(f"{path}: bytes [{covered}, {data_size}) after tensor {last!r} belong to no tensor (the "
+                     "safetensors format refuses trailing data)")
+
+
+def safe_load(path: str | Path, device: str | None = None) -> dict[str, Tensor]:
+  """Read a safetensors file, refusing (ValueError naming the file and the tensor) every file the safetensors
+  library refuses; stricter only in refusing a key given twice even when both entries agree."""
+  raw = Path(path).read_bytes()
+  header, start = _read_header(raw, path)
+  _check_metadata(header.pop("__metadata__", None), path)
+  entries = {name: _parse_entry(name, info, path) for name, info in header.items()}
+  _check_layout(entries, len(raw) - start, path)
+  out: dict[str, Tensor] = {}
+  for name, (dtype, shape, begin, _) in entries.items():
+    array = np.frombuffer(raw, dtype=dtype.np, count=math.prod(shape), offset=start + begin).reshape(shape)
     out[name] = Tensor(array.copy(), device=device)
   return out

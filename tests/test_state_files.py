@@ -1,0 +1,178 @@
+"""safe_load and safe_save against the safetensors package, the format's own implementation: every malformed file
+one refuses, the other refuses too (ValueError naming the file and the tensor), and valid files of every shared dtype
+cross between the two with their exact bytes."""
+import json
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy as st_numpy
+from safetensors import SafetensorError, safe_open
+
+from refgrad import Tensor
+from refgrad.nn.state import safe_load, safe_save
+
+RNG = np.random.default_rng(27)
+
+
+def st_file(header, data: bytes = b"", raw: bytes | None = None) -> bytes:
+  """A safetensors file from a header (a JSON value, or its raw bytes) and the data after it."""
+  text = json.dumps(header).encode() if raw is None else raw
+  text += b" " * (-len(text) % 8)
+  return struct.pack("<Q", len(text)) + text + data
+
+
+def f32(shape, offsets) -> dict:
+  return {"dtype": "F32", "shape": shape, "data_offsets": offsets}
+
+
+EIGHT = bytes(range(8))
+DEEP = b'{"w":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+# (case, file bytes, the tensor the message must name, or None for a file-level fault)
+MALFORMED = [
+  ("negative offset: the header's own bytes as weights", st_file({"w": f32([4], [-16, 0])}, EIGHT * 2), "w"),
+  ("offset past the end", st_file({"w": f32([2], [8, 16])}, EIGHT), "w"),
+  ("end before begin", st_file({"w": f32([0], [8, 0])}, EIGHT), "w"),
+  ("float offsets", st_file({"w": f32([2], [0.0, 8.0])}, EIGHT), "w"),
+  ("string offsets", st_file({"w": f32([2], ["0", "8"])}, EIGHT), "w"),
+  ("three offsets", st_file({"w": f32([2], [0, 8, 8])}, EIGHT), "w"),
+  ("offsets not a list", st_file({"w": f32([2], None)}, EIGHT), "w"),
+  ("offset beyond u64", st_file({"w": f32([2], [0, 2**70])}, EIGHT), "w"),
+  ("length not shape*itemsize", st_file({"w": f32([3], [0, 8])}, EIGHT), "w"),
+  ("shape product overflows u64", st_file({"w": f32([2**62, 2**62], [0, 8])}, EIGHT), "w"),
+  ("overlapping ranges", st_file({"w": f32([2], [0, 8]), "v": f32([1], [4, 8])}, EIGHT), "v"),
+  ("two tensors on one range", st_file({"w": f32([2], [0, 8]), "v": f32([2], [0, 8])}, EIGHT), "w"),
+  ("a gap before a tensor", st_file({"w": f32([1], [4, 8])}, EIGHT), "w"),
+  ("trailing bytes after the last tensor", st_file({"w": f32([1], [0, 4])}, EIGHT), "w"),
+  ("duplicate key, different entries",
+   st_file(None, EIGHT, b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+                        b'"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'), "w"),
+  ("duplicate field inside an entry",
+   st_file(None, EIGHT, b'{"w":{"dtype":"F32","dtype":"I32","shape":[2],"data_offsets":[0,8]}}'), "dtype"),
+  ("duplicate __metadata__", st_file(None, b"", b'{"__metadata__":{},"__metadata__":{"a":"b"}}'), "__metadata__"),
+  ("header length larger than the file", struct.pack("<Q", 1000) + b"{}", None),
+  ("header length over the format's 100 MB limit", struct.pack("<Q", 2**40) + b"{}", None),
+  ("shorter than the length field", b"abc", None),
+  ("non-JSON header", st_file(None, EIGHT, b"{not json}"), None),
+  ("header not UTF-8", st_file(None, b"", b'{"\xff":1}'), None),
+  ("JSON then garbage", st_file(None, EIGHT, b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}xx'), None),
+  ("empty header", struct.pack("<Q", 0), None),
+  ("header a list", st_file([1, 2]), None),
+  ("header a string", st_file("w"), None),
+  ("entry not an object", st_file({"w": [1]}, EIGHT), "w"),
+  ("entry missing its shape", st_file({"w": {"dtype": "F32", "data_offsets": [0, 8]}}, EIGHT), "w"),
+  ("unknown dtype", st_file({"w": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}}, EIGHT), "w"),
+  ("dtype spelled in lower case", st_file({"w": {"dtype": "f32", "shape": [2], "data_offsets": [0, 8]}}, EIGHT), "w"),
+  ("dtype not a string", st_file({"w": {"dtype": 1, "shape": [2], "data_offsets": [0, 8]}}, EIGHT), "w"),
+  ("negative shape entry", st_file({"w": f32([-2], [0, 8])}, EIGHT), "w"),
+  ("float shape entry", st_file({"w": f32([2.0], [0, 8])}, EIGHT), "w"),
+  ("boolean shape entry", st_file({"w": f32([True], [0, 4])}, EIGHT[:4]), "w"),
+  ("shape not a list", st_file({"w": f32(2, [0, 8])}, EIGHT), "w"),
+  ("deeply nested header", st_file(None, b"", DEEP), None),
+  ("__metadata__ with an int value", st_file({"__metadata__": {"epoch": 1}}), "__metadata__"),
+  ("__metadata__ a list", st_file({"__metadata__": ["a"]}), "__metadata__"),
+  ("__metadata__ shaped like a tensor", st_file({"__metadata__": f32([2], [0, 8])}, EIGHT), "__metadata__"),
+]
+
+
+@pytest.mark.parametrize("case, data, tensor", MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_a_malformed_file_is_refused_by_refgrad_and_by_safetensors(tmp_path, case, data, tensor):
+  path = tmp_path / "model.safetensors"
+  path.write_bytes(data)
+  with pytest.raises(SafetensorError):
+    st_numpy.load_file(str(path))
+  with pytest.raises(SafetensorError):
+    safe_open(str(path), "np")
+  with pytest.raises(ValueError) as info:
+    safe_load(path)
+  assert str(path) in str(info.value)
+  if tensor is not None:
+    assert repr(tensor) in str(info.value)
+
+
+def test_a_key_given_twice_is_refused_even_when_both_entries_agree(tmp_path):
+  # stricter than the safetensors package, which keeps the last: which of two entries was meant is not knowable
+  path = tmp_path / "twice.safetensors"
+  entry = b'{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
+  path.write_bytes(st_file(None, EIGHT, b'{"w":' + entry + b',"w":' + entry + b"}"))
+  with pytest.raises(ValueError, match="key 'w' appears twice"):
+    safe_load(path)
+
+
+# every dtype both refgrad and the safetensors package read, with values spanning each dtype's bit patterns
+SHARED_DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+                 np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+SHAPES = [(2, 3), (), (0,), (3, 0, 2), (7,)]
+
+
+def random_arrays() -> dict[str, np.ndarray]:
+  """One array per (dtype, shape): random bytes (NaN payloads and infinities included), bools 0 or 1."""
+  arrays = {}
+  for dt in SHARED_DTYPES:
+    for shape in SHAPES:
+      count, itemsize = int(np.prod(shape)), np.dtype(dt).itemsize
+      if dt is np.bool_:
+        raw = RNG.integers(0, 2, count, dtype=np.uint8).tobytes()
+      else:
+        raw = RNG.integers(0, 256, count * itemsize, dtype=np.uint8).tobytes()
+      arrays[f"{np.dtype(dt).name}.{'x'.join(map(str, shape)) or 'scalar'}"] = np.frombuffer(raw, dt).reshape(shape)
+  return arrays
+
+
+def assert_same_bits(got: np.ndarray, want: np.ndarray, name: str) -> None:
+  assert got.dtype == want.dtype, f"{name}: dtype {got.dtype}, not {want.dtype}"
+  assert got.shape == want.shape, f"{name}: shape {got.shape}, not {want.shape}"
+  assert got.tobytes() == want.tobytes(), f"{name}: values differ"
+
+
+def test_a_file_written_by_safetensors_loads_with_the_same_values(tmp_path, refgrad_device):
+  arrays = random_arrays()
+  path = tmp_path / "theirs.safetensors"
+  st_numpy.save_file(arrays, str(path), metadata={"format": "np"})
+  loaded = safe_load(path, device=refgrad_device)
+  assert loaded.keys() == arrays.keys()
+  for name, want in arrays.items():
+    assert loaded[name].device.split(":")[0] == refgrad_device.split(":")[0]
+    assert_same_bits(loaded[name].numpy(), want, name)
+
+
+def test_a_file_written_by_refgrad_loads_in_safetensors_with_the_same_values(tmp_path, refgrad_device):
+  arrays = random_arrays()
+  path = tmp_path / "ours.safetensors"
+  safe_save({name: Tensor(a, device=refgrad_device) for name, a in arrays.items()}, path, metadata={"step": "12"})
+  loaded = st_numpy.load_file(str(path))
+  assert loaded.keys() == arrays.keys()
+  for name, want in arrays.items():
+    assert_same_bits(loaded[name], want, name)
+  with safe_open(str(path), "np") as f:
+    assert f.metadata() == {"step": "12"}
+
+
+@pytest.mark.parametrize("metadata", [{"epoch": 3}, {"lr": 0.1}, {"tags": ["a"]}, {1: "a"}, {"none": None}])
+def test_safe_save_refuses_metadata_that_is_not_strings(tmp_path, metadata):
+  path = tmp_path / "m.safetensors"
+  with pytest.raises(TypeError):  # the safetensors package refuses the same metadata
+    st_numpy.save_file({"w": np.zeros(2, np.float32)}, str(tmp_path / "theirs.safetensors"), metadata=metadata)
+  with pytest.raises(ValueError, match="metadata .* is not a string to a string"):
+    safe_save({"w": Tensor.zeros(2)}, path, metadata=metadata)
+  assert not path.exists()
+
+
+def test_safe_save_refuses_a_tensor_named_like_the_metadata_entry(tmp_path):
+  path = tmp_path / "m.safetensors"
+  with pytest.raises(ValueError, match="'__metadata__' cannot name a tensor"):
+    safe_save({"__metadata__": Tensor.zeros(2)}, path)
+  with pytest.raises(ValueError, match="1 cannot name a tensor"):
+    safe_save({1: Tensor.zeros(2)}, path)
+  with pytest.raises(TypeError, match="'w' is a ndarray, not a Tensor"):
+    safe_save({"w": np.zeros(2)}, path)
+  assert not path.exists()
+
+
+def test_metadata_null_and_extra_entry_fields_are_accepted_as_safetensors_does(tmp_path):
+  path = tmp_path / "loose.safetensors"
+  data = np.array([1.5, -2.0], np.float32)
+  path.write_bytes(st_file({"__metadata__": None, "w": {**f32([2], [0, 8]), "note": 1}}, data.tobytes()))
+  np.testing.assert_array_equal(st_numpy.load_file(str(path))["w"], data)
+  np.testing.assert_array_equal(safe_load(path)["w"].numpy(), data)
