@@ -233,19 +233,50 @@ def _dtype_of_python_value(x: Any) -> DType:
   if isinstance(x, (bool, np.bool_)):
     return dtypes.bool
   if isinstance(x, (int, np.integer)):
-    return dtypes.default_int
+    return int_dtype_holding(int(x), int(x))
   if isinstance(x, (float, np.floating)):
     return dtypes.default_float
+  if isinstance(x, (list, tuple)):
+    return least_upper_dtype(*map(_dtype_of_python_value, x)) if len(x) else dtypes.default_float
   raise TypeError(f"cannot infer a dtype for {type(x).__name__} value {x!r}")
+
+
+# A Python int must fit some 64-bit integer: inside this range a value given an integer dtype wraps modulo 2**bits,
+# as C, tinygrad and torch's scalar operands do; outside it no dtype can hold it and it is refused (docs/SPEC.md).
+PYTHON_INT_RANGE = (-2**63, 2**64)
+
+
+def check_python_int(x: int, where: str = "") -> int:
+  """x itself, or OverflowError when no 64-bit integer holds it."""
+  if not PYTHON_INT_RANGE[0] <= x < PYTHON_INT_RANGE[1]:
+    raise OverflowError(f"{where + ': ' if where else ''}Python int {short_int(x)} does not fit any integer dtype "
+                        f"(int64 holds [-2**63, 2**63), uint64 [0, 2**64)); use a float dtype for it")
+  return x
+
+
+def short_int(x: int) -> str:
+  """An int for a message: in full up to 30 digits, else its sign, leading digits and length."""
+  digits = str(abs(x))
+  return str(x) if len(digits) <= 30 else f"{'-' if x < 0 else ''}{digits[:6]}...({len(digits)} digits)"
+
+
+def int_dtype_holding(lo: int, hi: int) -> DType:
+  """The dtype Python ints from lo to hi get without a dtype given: default_int when it holds them, else int64,
+  else uint64 (torch would refuse 2**63 .. 2**64-1; holding them is never wrong); OverflowError beyond."""
+  check_python_int(lo), check_python_int(hi)
+  for dt in (dtypes.default_int, dtypes.int64, dtypes.uint64):
+    if dtypes.min(dt) <= lo and hi <= dtypes.max(dt):
+      return dt
+  raise OverflowError(f"Python ints from {short_int(lo)} to {short_int(hi)} have no common integer dtype (int64 "
+                      f"holds [-2**63, 2**63), uint64 [0, 2**64)); give dtype= to wrap them, or use a float dtype")
 
 
 def scalar_dtype_with(tensor_dtype: DType, scalar: Any) -> DType:
   """The dtype a Python scalar takes next to a tensor: the tensor's, when the scalar fits its kind."""
-  scalar_dt = _dtype_of_python_value(scalar)
-  if scalar_dt == dtypes.bool or (scalar_dt.kind == "i" and tensor_dtype.kind in "iuf") or \
-     (scalar_dt.kind == "f" and tensor_dtype.kind == "f"):
+  if isinstance(scalar, (bool, np.bool_)) or (isinstance(scalar, (int, np.integer)) and tensor_dtype.kind in "iuf") \
+     or (isinstance(scalar, (float, np.floating)) and tensor_dtype.kind == "f"):
     return tensor_dtype
-  return scalar_dt
+  return _dtype_of_python_value(scalar)
 
 
 def as_python_scalar(dt: DType, x: Any) -> Any:

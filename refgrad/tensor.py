@@ -7,13 +7,24 @@ implements those gets the whole API.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
 
 from refgrad import multi
 from refgrad.device import Buffer, Device
-from refgrad.dtype import DType, dtypes, from_numpy, least_upper_dtype, to_dtype
+from refgrad.dtype import (
+  PYTHON_INT_RANGE,
+  DType,
+  check_python_int,
+  dtypes,
+  from_numpy,
+  int_dtype_holding,
+  least_upper_dtype,
+  short_int,
+  to_dtype,
+)
 from refgrad.frontend import views
 from refgrad.frontend.autograd import AutogradMixin
 from refgrad.frontend.elementwise import ElementwiseMixin
@@ -63,26 +74,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
-    self.requires_grad, self.grad = requires_grad, None  # the setter registers tensors that want gradients
+    self._requires_grad, self.grad = None, None
     self._view: views.ViewLink | None = None
-    dtype = to_dtype(dtype) if dtype is not None else None
-    device = Device.canonicalize(device)
-    if isinstance(data, UOp):
-      self.uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
-      return
-    if isinstance(data, Tensor):
-      self.uop = data.uop if dtype is None else data.cast(dtype).uop
-      return
-    if isinstance(data, (bool, int, float, np.bool_, np.integer, np.floating)) and not isinstance(data, np.ndarray):
-      dt = dtype or (from_numpy(type(data)) if isinstance(data, np.generic) else dtypes.from_py(data))
-      self.uop = _const_uop(data, dt, device)
-      return
-    array = _to_numpy(data, dtype)
-    if isinstance(device, tuple):  # on several devices: a copy on each
-      self.uop = Tensor(array, device=device[0]).shard(device).uop
-      return
-    buf = Buffer(device, array.size, from_numpy(array.dtype)).copyin(array)
-    self.uop = buffer_node(buf, array.shape)
+    self.uop = _node_of(data, Device.canonicalize(device), to_dtype(dtype) if dtype is not None else None)
+    if requires_grad is not None:  # after the node: only float tensors may want gradients
+      self.requires_grad = requires_grad
 
   @classmethod
   def _from(cls, uop: UOp) -> Tensor:
@@ -264,11 +260,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
       start, stop = 0, start
     if step == 0:
       raise ValueError("arange: step must be nonzero")
-    default = dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int
-    dt = to_dtype(dtype) if dtype is not None else default
     count = max(0, math.ceil((stop - start) / step))
-    values = start + step * np.arange(count, dtype=np.float64 if dt.kind == "f" else np.int64)
-    return Tensor(values.astype(dt.np), device=device, **kwargs)
+    if any(isinstance(v, float) for v in (start, stop, step)) or (dtype is not None and to_dtype(dtype).kind == "f"):
+      dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+      return Tensor((start + step * np.arange(count, dtype=np.float64)).astype(dt.np), device=device, **kwargs)
+    last = start + step * (count - 1) if count else start  # ints: exact in Python, then held or wrapped
+    dt = to_dtype(dtype) if dtype is not None else int_dtype_holding(min(start, last), max(start, last))
+    if count and PYTHON_INT_RANGE[0] <= min(start, last) and max(start, last) < 2**63:
+      return Tensor((start + step * np.arange(count, dtype=np.int64)).astype(dt.np), device=device, **kwargs)
+    return Tensor([start + step * i for i in range(count)], dtype=dt, device=device, **kwargs)
 
   @staticmethod
   def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
@@ -590,7 +590,30 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
 
+def _node_of(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> UOp:
+  """The graph node of a Tensor made from data: a node, a tensor, a Python or numpy scalar, a nested list, an array
+  or bytes."""
+  if isinstance(data, UOp):
+    return data if dtype is None or data.dtype == dtype else data.cast(dtype)
+  if isinstance(data, Tensor):
+    return data.uop if dtype is None else data.cast(dtype).uop
+  if isinstance(data, (bool, int, float, np.bool_, np.integer, np.floating)):
+    dt = dtype or (from_numpy(type(data)) if isinstance(data, np.generic) else dtypes.from_py(data))
+    return _const_uop(data, dt, device)
+  array = _to_numpy(data, dtype)
+  if isinstance(device, tuple):  # on several devices: a copy on each
+    return Tensor(array, device=device[0]).shard(device).uop
+  return buffer_node(Buffer(device, array.size, from_numpy(array.dtype)).copyin(array), array.shape)
+
+
 def _const_uop(value: Scalar, dtype: DType, device: str | tuple[str, ...]) -> UOp:
+  """Every Python number a Tensor method takes ends here: an int wraps into an integer dtype but must fit 64 bits,
+  and one too large for a float is refused rather than made inf by Python's float()."""
+  if isinstance(value, int) and not isinstance(value, bool):
+    if dtype.kind in "iu":
+      check_python_int(value)
+    elif dtype.kind == "f" and abs(value) > sys.float_info.max:
+      raise OverflowError(f"Python int {short_int(value)} is too large for {dtype.name} (or any float dtype)")
   return multi.const_on(dtype, value, device)
 
 
@@ -605,6 +628,8 @@ def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
     return data.astype(dtype.np)
   if isinstance(data, (list, tuple)):
     shape, kind = _nested_shape_and_kind(data)
+    if kind.kind in "iu" and (dtype is None or dtype.kind in "iu"):
+      return _python_ints(data, dtype).reshape(shape)
     dt = dtype or kind
     if dt.kind in "iu" and kind.kind == "f":
       return np.array(data, dtype=np.float64).reshape(shape).astype(dt.np)
@@ -612,3 +637,22 @@ def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
   raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
 
 
+
+
+def _python_ints(data: Any, dtype: DType | None) -> np.ndarray:
+  """A nested list of Python ints (and bools) as an array: of the given integer dtype, values wrapping modulo
+  2**bits, or of the dtype that holds them all; OverflowError for a value no 64-bit integer holds."""
+  for wide in (np.int64, np.uint64):  # numpy refuses values these do not hold
+    try:
+      values = np.array(data, dtype=wide)
+      break
+    except OverflowError:
+      continue
+  else:  # ints on both sides of int64's range, or past 64 bits: one at a time
+    flat = np.array(data, dtype=object).reshape(-1)
+    lo, hi = min(flat, default=0), max(flat, default=0)
+    dt = dtype or int_dtype_holding(lo, hi)
+    return np.array([dtypes.as_const(check_python_int(int(v)), dt) for v in flat], dtype=dt.np)
+  if dtype is None:
+    dtype = int_dtype_holding(int(values.min(initial=0)), int(values.max(initial=0)))
+  return values.astype(dtype.np)

@@ -67,6 +67,9 @@ class AutogradMixin(TensorBase):
 
   @requires_grad.setter
   def requires_grad(self, value: bool | None) -> None:
+    if value and self.dtype.kind != "f":  # as torch: a gradient of an integer or bool tensor would be rounded away
+      raise RuntimeError(f"only tensors of a floating point dtype can require gradients, got {self.dtype.name} "
+                         f"(cast it first: t.float())")
     self._requires_grad = value
     if value:
       _WANT_GRAD.add(self)

@@ -16,6 +16,7 @@ from refgrad.dtype import (
   least_upper_dtype,
   least_upper_float,
   scalar_dtype_with,
+  short_int,
   to_dtype,
 )
 from refgrad.frontend import special
@@ -34,6 +35,24 @@ class BitwiseDTypeError(TypeError, NotImplementedError):
   error a NotImplementedError, so a RuntimeError too."""
 
 
+class IntOverflowError(OverflowError, RuntimeError):
+  """A Python int an op would have to wrap to use (a RuntimeError, as torch's "cannot be converted ... without
+  overflow", and an OverflowError)."""
+
+
+# what a comparison of an integer tensor with an int outside its dtype's range gives, for every element
+COMPARED_OUTSIDE: dict[str, dict[str, bool]] = {
+  "lt": {"below": False, "above": True}, "le": {"below": False, "above": True},
+  "gt": {"below": True, "above": False}, "ge": {"below": True, "above": False},
+  "eq": {"below": False, "above": False}, "ne": {"below": True, "above": True}}
+
+
+def _outside(value: Any, dt: DType) -> bool:
+  """A Python int the integer dtype dt does not hold."""
+  return isinstance(value, int) and not isinstance(value, bool) and dt.kind in "iu" and \
+    not dtypes.min(dt) <= value <= dtypes.max(dt)
+
+
 class ElementwiseMixin(TensorBase):
   __slots__ = ()
 
@@ -41,16 +60,24 @@ class ElementwiseMixin(TensorBase):
   def _alu(self, op: Ops, *others: Any) -> Self:
     return self._from(self.uop.alu(op, *(o.uop for o in others)))
 
-  def _to_tensor(self, y: Any, dtype: DType | None = None) -> Self:
+  def _to_tensor(self, y: Any, dtype: DType | None = None, wraps: bool = False) -> Self:
+    """y as a tensor next to self: a Python scalar takes self's dtype when it fits its kind. An int the integer dtype
+    does not hold wraps modulo 2**bits where it is stored (a where branch) or where wrapping is exact (+, -, *, &, |,
+    ^): `wraps`; other ops (division, modulo, pow, shifts, max and min) refuse it (docs/SPEC.md)."""
     if isinstance(y, type(self)):
       return y
     if isinstance(y, (bool, int, float)):
-      return self._const(y, dtype or scalar_dtype_with(self.dtype, y))
+      dt = dtype or scalar_dtype_with(self.dtype, y)
+      if not wraps and _outside(y, dt):
+        raise IntOverflowError(f"value {short_int(y)} cannot be converted to {dt.name} without overflow (only +, -, "
+                               f"*, &, |, ^ and stores wrap it modulo 2**{dt.bits}; cast the tensor to a wider dtype)")
+      return self._const(y, dt)
     return type(self)(y, device=self.device)
 
-  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Self, Self]:
+  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True,
+                   wraps: bool = False) -> tuple[Self, Self]:
     """self and y with one shape and (if match_dtype) one dtype; reverse swaps them for r-ops."""
-    x, y = self, self._to_tensor(y)
+    x, y = self, self._to_tensor(y, wraps=wraps)
     if reverse:
       x, y = y, x
     if x.device != y.device:  # as torch: no implicit copies between devices
@@ -73,23 +100,29 @@ class ElementwiseMixin(TensorBase):
     node = self.uop if padded == self.shape else UOp(Ops.RESHAPE, self.dtype, (self.uop,), padded)
     return self._from(node if padded == shape else UOp(Ops.EXPAND, self.dtype, (node,), shape))
 
+  def _int_side(self, y: Any) -> str | None:
+    """"below" or "above" when y is a Python int outside the range of this tensor's integer dtype, else None."""
+    if not isinstance(y, int) or isinstance(y, bool) or self.dtype.kind not in "iu":
+      return None
+    return "below" if y < dtypes.min(self.dtype) else "above" if y > dtypes.max(self.dtype) else None
+
   def _require(self, kinds: str, what: str) -> None:
     if self.dtype.kind not in kinds:
       raise TypeError(f"{what} is not supported for dtype {self.dtype.name}")
 
   # ---- arithmetic
   def add(self, y: Any, reverse: bool = False) -> Self:
-    x, y = self._broadcasted(y, reverse)
+    x, y = self._broadcasted(y, reverse, wraps=True)
     return x._alu(Ops.OR, y) if x.dtype == dtypes.bool else x._alu(Ops.ADD, y)
 
   def sub(self, y: Any, reverse: bool = False) -> Self:
-    x, y = self._broadcasted(y, reverse)
+    x, y = self._broadcasted(y, reverse, wraps=True)
     if x.dtype == dtypes.bool:
       raise TypeError("subtraction of bool tensors is not supported; use logical_xor or ^")
     return x._alu(Ops.ADD, y.neg())
 
   def mul(self, y: Any, reverse: bool = False) -> Self:
-    x, y = self._broadcasted(y, reverse)
+    x, y = self._broadcasted(y, reverse, wraps=True)
     return x._alu(Ops.AND, y) if x.dtype == dtypes.bool else x._alu(Ops.MUL, y)
 
   def div(self, y: Any, reverse: bool = False, rounding_mode: str | None = None) -> Self:
@@ -167,10 +200,14 @@ class ElementwiseMixin(TensorBase):
     return result
 
   def maximum(self, y: Any) -> Self:
+    if self._int_side(y) == "below":  # every element is larger: exact without the value
+      return self
     x, y = self._broadcasted(y)
     return x._alu(Ops.MAX, y) if x.dtype != dtypes.bool else x._alu(Ops.OR, y)
 
   def minimum(self, y: Any) -> Self:
+    if self._int_side(y) == "above":
+      return self
     x, y = self._broadcasted(y)
     if dtypes.is_float(x.dtype):
       return x.neg()._alu(Ops.MAX, y.neg()).neg()  # exact, NaN-propagating, min(-0, +0) = -0
@@ -430,26 +467,38 @@ class ElementwiseMixin(TensorBase):
 
   # ---- comparisons (NaN-correct: only CMPLT and CMPNE are primitive)
   def lt(self, y: Any) -> Self:
+    if (side := self._int_side(y)) is not None:
+      return self._const(COMPARED_OUTSIDE["lt"][side], dtypes.bool)._broadcast_to(self.shape)
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPLT, y)
 
   def gt(self, y: Any) -> Self:
+    if (side := self._int_side(y)) is not None:
+      return self._const(COMPARED_OUTSIDE["gt"][side], dtypes.bool)._broadcast_to(self.shape)
     x, y = self._broadcasted(y)
     return y._alu(Ops.CMPLT, x)
 
   def eq(self, y: Any) -> Self:
+    if (side := self._int_side(y)) is not None:
+      return self._const(COMPARED_OUTSIDE["eq"][side], dtypes.bool)._broadcast_to(self.shape)
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPNE, y).logical_not()
 
   def ne(self, y: Any) -> Self:
+    if (side := self._int_side(y)) is not None:
+      return self._const(COMPARED_OUTSIDE["ne"][side], dtypes.bool)._broadcast_to(self.shape)
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPNE, y)
 
   def le(self, y: Any) -> Self:
+    if (side := self._int_side(y)) is not None:
+      return self._const(COMPARED_OUTSIDE["le"][side], dtypes.bool)._broadcast_to(self.shape)
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPLT, y) | x.eq(y)
 
   def ge(self, y: Any) -> Self:
+    if (side := self._int_side(y)) is not None:
+      return self._const(COMPARED_OUTSIDE["ge"][side], dtypes.bool)._broadcast_to(self.shape)
     x, y = self._broadcasted(y)
     return y._alu(Ops.CMPLT, x) | x.eq(y)
 
@@ -457,8 +506,8 @@ class ElementwiseMixin(TensorBase):
     """self ? x : y, lanewise; self is the condition."""
     cond = self.cast(dtypes.bool) if self.dtype != dtypes.bool else self
     if not isinstance(x, type(self)):  # a Python scalar takes the other branch's dtype when it fits its kind
-      x = y._to_tensor(x) if isinstance(y, type(self)) else self._const(x, dtypes.from_py(x))
-    x, y = x._broadcasted(y)
+      x = y._to_tensor(x, wraps=True) if isinstance(y, type(self)) else self._const(x, dtypes.from_py(x))
+    x, y = x._broadcasted(y, wraps=True)  # a branch value is stored, as by masked_fill: an int wraps into the dtype
     shape = broadcast_shape(cond.shape, x.shape)
     cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
     return cond._alu(Ops.WHERE, x, y)
@@ -513,7 +562,7 @@ class ElementwiseMixin(TensorBase):
 
   # ---- bitwise
   def _bitwise(self, op: Ops, y: Any, reverse: bool = False) -> Self:
-    x, y = self._broadcasted(y, reverse)
+    x, y = self._broadcasted(y, reverse, wraps=True)
     if dtypes.is_float(x.dtype):
       raise BitwiseDTypeError(f"bitwise {op.name.lower()} is not supported for float dtype {x.dtype.name}")
     return x._alu(op, y)
