@@ -28,7 +28,17 @@ def f32(shape, offsets) -> dict:
 
 
 EIGHT = bytes(range(8))
+ONE_TENSOR = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'  # of EIGHT
 DEEP = b'{"w":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+def with_extra_field(value: bytes) -> bytes:
+  """A valid one-tensor file whose entry has an extra field (ignored by both readers) holding `value`."""
+  return st_file(None, EIGHT, b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":' + value + b"}}")
+
+
+def nested(levels: int) -> bytes:
+  return b"[" * levels + b"]" * levels
 # (case, file bytes, the tensor the message must name, or None for a file-level fault)
 MALFORMED = [
   ("negative offset: the header's own bytes as weights", st_file({"w": f32([4], [-16, 0])}, EIGHT * 2), "w"),
@@ -56,7 +66,7 @@ MALFORMED = [
   ("shorter than the length field", b"abc", None),
   ("non-JSON header", st_file(None, EIGHT, b"{not json}"), None),
   ("header not UTF-8", st_file(None, b"", b'{"\xff":1}'), None),
-  ("JSON then garbage", st_file(None, EIGHT, b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}xx'), None),
+  ("JSON then garbage", st_file(None, EIGHT, ONE_TENSOR + b"xx"), None),
   ("empty header", struct.pack("<Q", 0), None),
   ("header a list", st_file([1, 2]), None),
   ("header a string", st_file("w"), None),
@@ -65,11 +75,15 @@ MALFORMED = [
   ("unknown dtype", st_file({"w": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}}, EIGHT), "w"),
   ("dtype spelled in lower case", st_file({"w": {"dtype": "f32", "shape": [2], "data_offsets": [0, 8]}}, EIGHT), "w"),
   ("dtype not a string", st_file({"w": {"dtype": 1, "shape": [2], "data_offsets": [0, 8]}}, EIGHT), "w"),
+  ("dtype a list", st_file({"w": {"dtype": ["F32"], "shape": [2], "data_offsets": [0, 8]}}, EIGHT), "w"),
   ("negative shape entry", st_file({"w": f32([-2], [0, 8])}, EIGHT), "w"),
   ("float shape entry", st_file({"w": f32([2.0], [0, 8])}, EIGHT), "w"),
   ("boolean shape entry", st_file({"w": f32([True], [0, 4])}, EIGHT[:4]), "w"),
   ("shape not a list", st_file({"w": f32(2, [0, 8])}, EIGHT), "w"),
   ("deeply nested header", st_file(None, b"", DEEP), None),
+  ("128 levels deep, in an ignored field", with_extra_field(nested(126)), None),  # 2 objects + 126 arrays
+  ("NaN in an ignored field", with_extra_field(b"NaN"), None),
+  ("Infinity in an ignored field", with_extra_field(b"-Infinity"), None),
   ("__metadata__ with an int value", st_file({"__metadata__": {"epoch": 1}}), "__metadata__"),
   ("__metadata__ a list", st_file({"__metadata__": ["a"]}), "__metadata__"),
   ("__metadata__ shaped like a tensor", st_file({"__metadata__": f32([2], [0, 8])}, EIGHT), "__metadata__"),
@@ -170,9 +184,19 @@ def test_safe_save_refuses_a_tensor_named_like_the_metadata_entry(tmp_path):
   assert not path.exists()
 
 
-def test_metadata_null_and_extra_entry_fields_are_accepted_as_safetensors_does(tmp_path):
-  path = tmp_path / "loose.safetensors"
-  data = np.array([1.5, -2.0], np.float32)
-  path.write_bytes(st_file({"__metadata__": None, "w": {**f32([2], [0, 8]), "note": 1}}, data.tobytes()))
-  np.testing.assert_array_equal(st_numpy.load_file(str(path))["w"], data)
-  np.testing.assert_array_equal(safe_load(path)["w"].numpy(), data)
+ACCEPTED = [
+  ("null __metadata__, an extra field", st_file({"__metadata__": None, "w": {**f32([2], [0, 8]), "note": 1}}, EIGHT)),
+  ("127 levels deep, in an ignored field", with_extra_field(nested(125))),
+  ("whitespace before the header", st_file(None, EIGHT, b" " + ONE_TENSOR)),
+  ("data not 8-byte aligned", struct.pack("<Q", len(ONE_TENSOR)) + ONE_TENSOR + EIGHT),
+]
+
+
+@pytest.mark.parametrize("case, data", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_what_safetensors_accepts_at_the_edges_refgrad_accepts_with_the_same_values(tmp_path, case, data):
+  path = tmp_path / "edge.safetensors"
+  path.write_bytes(data)
+  want = st_numpy.load_file(str(path))["w"]
+  np.testing.assert_array_equal(want.view(np.uint8), np.frombuffer(EIGHT, np.uint8))
+  got = safe_load(path)["w"].numpy()
+  assert got.tobytes() == want.tobytes()

@@ -68,9 +68,10 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     own[name].replace(value)
 
 
-# The safetensors library's own limits: a header over 100 MB is refused before it is parsed, and every integer in
-# it (shape entries, offsets) is a u64.
+# The safetensors library's own limits: a header over 100 MB is refused before it is parsed, JSON nested 128
+# levels deep (serde_json's recursion limit) is refused, and every integer in it (shape entries, offsets) is a u64.
 MAX_HEADER_BYTES = 100_000_000
+MAX_JSON_DEPTH = 127
 U64_LIMIT = 2**64
 
 
@@ -113,8 +114,8 @@ def _checked_tensor(name: Any, t: Any, path: str | Path) -> Tensor:
   return t
 
 
-class _DuplicateKey(Exception):
-  pass
+class _HeaderFault(Exception):
+  """What json.loads' hooks find wrong, turned into the ValueError naming the file by _read_header."""
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -122,9 +123,22 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
   seen: dict[str, Any] = {}
   for key, value in pairs:
     if key in seen:
-      raise _DuplicateKey(key)
+      raise _HeaderFault(f"key {key!r} appears twice")
     seen[key] = value
   return seen
+
+
+def _no_constants(name: str) -> Any:
+  raise _HeaderFault(f"{name} is not JSON")  # Python's json reads NaN and Infinity; the format's parser does not
+
+
+def _depth(value: Any) -> int:
+  """How deeply a parsed JSON value nests objects and arrays (iteratively: no recursion limit of its own)."""
+  depth, level = 0, [value] if isinstance(value, (dict, list)) else []
+  while level:
+    depth += 1
+    level = [c for v in level for c in (v.values() if isinstance(v, dict) else v) if isinstance(c, (dict, list))]
+  return depth
 
 
 def _read_header(raw: bytes, path: str | Path) -> tuple[dict[str, Any], int]:
@@ -137,13 +151,14 @@ def _read_header(raw: bytes, path: str | Path) -> tuple[dict[str, Any], int]:
   if size > len(raw) - 8:
     raise ValueError(f"{path}: truncated safetensors file: header says {size} bytes, file has {len(raw) - 8}")
   try:
-    header = json.loads(raw[8:8 + size].decode("utf-8"), object_pairs_hook=_no_duplicates)
-  except _DuplicateKey as e:
-    raise ValueError(f"{path}: corrupt safetensors header: key {e.args[0]!r} appears twice") from None
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    header = json.loads(raw[8:8 + size].decode("utf-8"), object_pairs_hook=_no_duplicates,
+                        parse_constant=_no_constants)
+  except (_HeaderFault, UnicodeDecodeError, json.JSONDecodeError) as e:
     raise ValueError(f"{path}: corrupt safetensors header: {e}") from None
   except RecursionError:
     raise ValueError(f"{path}: corrupt safetensors header: nested too deeply") from None
+  if _depth(header) > MAX_JSON_DEPTH:
+    raise ValueError(f"{path}: corrupt safetensors header: nested more than {MAX_JSON_DEPTH} levels deep")
   if not isinstance(header, dict):
     raise ValueError(f"{path}: corrupt safetensors header: expected a JSON object, got {type(header).__name__}")
   return header, 8 + size
@@ -171,7 +186,7 @@ def _parse_entry(name: str, info: Any, path: str | Path) -> tuple[DType, tuple[i
   if (missing := [k for k in ("dtype", "shape", "data_offsets") if k not in info]):
     raise bad(f"missing {', '.join(missing)}")
   code, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-  if code not in SAFETENSORS_DTYPES:
+  if not isinstance(code, str) or code not in SAFETENSORS_DTYPES:
     raise bad(f"dtype {code!r} is not one refgrad reads ({', '.join(SAFETENSORS_DTYPES)})")
   if not isinstance(shape, list) or not all(_is_u64(n) for n in shape):
     raise bad(f"shape {shape!r} is not a list of non-negative integers")
