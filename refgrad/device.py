@@ -477,7 +477,7 @@ def cache_limit() -> int:
     limit = math.nan
   if not math.isfinite(limit) or int(limit) <= 0:
     raise ValueError(f"REFGRAD_CACHE_MAX_MB={text!r}: the compile cache's size limit must be a positive number of "
-                     f"megabytes (unset, it is {CACHE_MAX_MB})")
+                     f"megabytes, at least one byte (unset, it is {CACHE_MAX_MB})")
   return int(limit)
 
 
