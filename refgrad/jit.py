@@ -19,15 +19,26 @@ stands for decides which buffer a replay uses in its place:
 Values the function reads from Python (a `Tensor(numpy_array)` made inside it, a float turned into a constant, a
 non-tensor argument) are those of the captured call. The tensors a replay returns are the captured call's: a later
 replay writes them again, as in tinygrad (`.clone()` or `.numpy()` keeps a result).
+
+Threads (docs/architecture.md says what is not covered): each jitted function has a lock, held through a call, so
+calls from several threads take turns and state such as weights moves one call at a time; calls before the capture
+also hold CAPTURE_LOCK, so one capture runs at a time in the process. Each thread's launches and draws go to its own
+capture (`ThreadCapture`), so another thread's plain realizes or jitted calls are never recorded. The result tensors
+are per thread: the capturing thread gets the captured ones, each other thread its own tensors and buffers at its
+first replay, written again by its own later replays only; a result is this call's until the same thread calls the
+function again.
 """
 from __future__ import annotations
 
 import functools
 import gc
 import inspect
+import sys
+import threading
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -42,6 +53,46 @@ from refgrad.tensor import Tensor
 from refgrad.uop import Ops, UOp, prod
 
 ReturnType = TypeVar("ReturnType")
+
+
+class ThreadCapture:
+  """What `realize.CAPTURE` and `random.DRAWS` hold once a capture has begun: a stand-in for their list that appends
+  to the calling thread's capture and drops what a thread that is not capturing launches or draws. It stays in
+  place after the capture, not set back to None: a thread that has just read `CAPTURE is not None` must not find
+  it gone when it appends."""
+
+  def __init__(self) -> None:
+    self.local = threading.local()
+
+  @property
+  def records(self) -> list | None:
+    """This thread's capture (None: it is not capturing)."""
+    return getattr(self.local, "records", None)
+
+  def append(self, entry: Any) -> None:
+    if (records := self.records) is not None:
+      records.append(entry)
+
+  @contextmanager
+  def recording(self) -> Iterator[list]:
+    self.local.records = records = []
+    try:
+      yield records
+    finally:
+      self.local.records = None
+
+
+LAUNCHES, DRAWS = ThreadCapture(), ThreadCapture()
+# One capture at a time: a capture takes the live tensors that change while it runs for the call's updates (and
+# realizes those left lazy inside it), so two at once would take each other's. Every call before a function's capture
+# holds it (its first run too), so that locks are always taken in one order; reentrant, as a function's first run may
+# call another jitted function.
+CAPTURE_LOCK = threading.RLock()
+
+
+def capturing() -> bool:
+  """Whether this thread is capturing a call."""
+  return LAUNCHES.records is not None
 
 
 class JitError(ValueError, AssertionError):
@@ -98,15 +149,28 @@ class Holding:
   node: UOp
 
 
+def live_tensors() -> list[Tensor]:
+  """Every live tensor another thread is not still making. While gc.get_objects()'s list exists it holds a reference
+  to every object, and a thread building a tuple then finds it shared (CPython's SystemError "bad argument to internal
+  function"), so the walk keeps the GIL: no other thread runs until the list is gone."""
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(60.0)
+  try:  # type(), not isinstance: that would ask objects for a __class__ (torch's warn)
+    tensors = [obj for obj in gc.get_objects() if issubclass(type(obj), Tensor)]
+  finally:
+    sys.setswitchinterval(interval)
+  return [t for t in tensors if hasattr(t, "_uop") and hasattr(t, "_view")]  # not one still being made
+
+
 def live_holdings(skip: set[int]) -> dict[Buffer, list[Holding]]:
   """Every live tensor's whole buffers but those of the tensors in `skip` (by id), by buffer: the state a captured
   call may read and replace."""
   held: dict[Buffer, list[Holding]] = {}
-  for obj in gc.get_objects():  # type(), not isinstance: that would ask objects for a __class__ (torch's warn)
-    if issubclass(type(obj), Tensor) and id(obj) not in skip:
-      for part, node in enumerate(parts_of(obj.uop)):
+  for t in live_tensors():
+    if id(t) not in skip:
+      for part, node in enumerate(parts_of(t.uop)):
         if (buf := whole_buffer(node)) is not None:
-          held.setdefault(buf, []).append(Holding(weakref.ref(obj), part, node))
+          held.setdefault(buf, []).append(Holding(weakref.ref(t), part, node))
   return held
 
 
@@ -177,6 +241,14 @@ class Write:
 
 
 @dataclass
+class ThreadResults:
+  """One thread's result tensors of a captured call: each result tensor that is not an argument (its id) -> this
+  thread's tensor, and the buffers the launches write for them -> this thread's buffers."""
+  tensors: dict[int, Tensor] = field(default_factory=dict)
+  buffers: dict[Buffer, Buffer] = field(default_factory=dict)
+
+
+@dataclass
 class Draw:
   """A random draw: the buffer holding its key and counter offset, and how many counters it takes."""
   buffers: list[Buffer]
@@ -199,6 +271,19 @@ class CapturedCall:
     self.returned_arguments = [(id(t), position[id(t)]) for t in returned if id(t) in position]
     self.results = [(t, part, realized_buffer(node)) for t in returned if id(t) not in position
                     for part, node in enumerate(parts_of(t.uop))]
+    # the result buffers every replay writes again (not those pruned, nor those mapped anyway): one set per thread
+    mapped = set(inputs) | {read.captured for read in reads} | set(self.fresh)
+    self.rewritten = list(dict.fromkeys(b for _, _, b in self.results if b in written and b not in mapped))
+    self.local = threading.local()
+    self.local.own = ThreadResults()  # the capturing thread: the captured tensors and buffers
+
+  def thread_results(self) -> ThreadResults:
+    """This thread's result tensors and buffers, made on its first replay."""
+    own = getattr(self.local, "own", None)
+    if own is None:
+      tensors = {id(t): Tensor._from(t.uop) for t, _, _ in self.results}
+      own = self.local.own = ThreadResults(tensors, {b: Buffer(b.device, b.size, b.dtype) for b in self.rewritten})
+    return own
 
   def buffer_map(self, inputs: list[Buffer]) -> dict[Buffer, Buffer]:
     """Captured buffer -> this replay's buffer, for every captured buffer that is not used again as it is."""
@@ -211,7 +296,8 @@ class CapturedCall:
     if signature != self.signature:
       raise JitError(f"TinyJit: this call's inputs {describe(signature)} differ from the captured call's "
                      f"{describe(self.signature)}; call jit.reset() to capture again")
-    mapping = self.buffer_map(inputs)
+    own = self.thread_results()
+    mapping = self.buffer_map(inputs) | own.buffers
     for draw in self.draws:
       words = rng_state.draw_parameters(draw.count)
       for buf in draw.buffers:
@@ -229,14 +315,17 @@ class CapturedCall:
       if t is not None:
         write.land(t, mapping.get(write.buffer, write.buffer))
     self.replays += 1
-    return self._result(tensors, mapping, values)
+    return self._result(tensors, mapping, values, own)
 
-  def _result(self, tensors: list[Tensor], mapping: dict[Buffer, Buffer], values: dict[UOp, int]) -> Any:
-    """The captured result, its tensors reading this replay's buffers; an argument returned is this call's one."""
-    for t, part, buf in self.results:
+  def _result(self, tensors: list[Tensor], mapping: dict[Buffer, Buffer], values: dict[UOp, int],
+              own: ThreadResults) -> Any:
+    """The captured result, its tensors (this thread's) reading this replay's buffers; an argument returned is this
+    call's one."""
+    for captured, part, buf in self.results:
+      t = own.tensors.get(id(captured), captured)
       if buf in mapping or values:  # symbolic results: the same buffers, viewed with this call's values
         point(t, part, mapping.get(buf, buf), rebind(parts_of(t.uop)[part].shape, values) if values else None)
-    swap = {old: tensors[i] for old, i in self.returned_arguments}
+    swap = own.tensors | {old: tensors[i] for old, i in self.returned_arguments}
     return substitute(self.result, swap) if swap else self.result
 
 
@@ -331,10 +420,12 @@ class TinyJit(Generic[ReturnType]):
     self.parameters = parameters_of(fn)
     self.calls = 0
     self.captured: CapturedCall | None = None
+    self.lock = threading.RLock()  # held through a call: calls from several threads take turns
     functools.update_wrapper(self, fn)
 
   def reset(self) -> None:
-    self.calls, self.captured = 0, None
+    with self.lock:
+      self.calls, self.captured = 0, None
 
   @property
   def jit_cache(self) -> list[Launch]:
@@ -345,7 +436,7 @@ class TinyJit(Generic[ReturnType]):
     return self if obj is None else functools.partial(self.__call__, obj)  # a decorated method binds its instance
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-    if realize.CAPTURE is not None and (self.calls or self.captured is not None):
+    if capturing() and (self.calls or self.captured is not None):
       raise RuntimeError("TinyJit: having TinyJit inside another TinyJit is not supported (a jitted function was "
                          "called again while another was being captured)")
     pairs = [argument_tensor(t) for t in tensors_in(in_parameter_order(self.parameters, args, kwargs))]
@@ -353,12 +444,15 @@ class TinyJit(Generic[ReturnType]):
     per_tensor = [input_buffers(t) for t in tensors]
     signature, values = call_signature(tensors, per_tensor, views)
     inputs = [b for bufs in per_tensor for b in bufs]
-    if self.captured is not None:
-      return self.captured.replay(tensors, inputs, signature, values)
-    self.calls += 1
-    if self.calls == 1:
-      return self._run(args, kwargs)
-    return self._capture(args, kwargs, tensors, inputs, signature)
+    while True:  # until the capture, a call takes CAPTURE_LOCK and then this function's lock: always in that order
+      uncaptured = self.captured is None
+      with CAPTURE_LOCK if uncaptured else nullcontext(), self.lock:
+        if self.captured is not None:
+          return self.captured.replay(tensors, inputs, signature, values)
+        if uncaptured:
+          self.calls += 1
+          return self._run(args, kwargs) if self.calls == 1 else self._capture(args, kwargs, tensors, inputs, signature)
+      # reset() ran in between: call again, holding CAPTURE_LOCK this time
 
   def _run(self, args: tuple, kwargs: dict) -> ReturnType:
     result = self.fn(*args, **kwargs)
@@ -370,15 +464,14 @@ class TinyJit(Generic[ReturnType]):
                signature: tuple) -> ReturnType:
     arguments = [Holding(weakref.ref(t), part, node) for t in tensors for part, node in enumerate(parts_of(t.uop))]
     held = live_holdings({id(t) for t in tensors})
-    realize.CAPTURE, rng_state.DRAWS = [], []
-    try:
+    realize.CAPTURE, rng_state.DRAWS = LAUNCHES, DRAWS  # again each time: bench/multi.py sets CAPTURE itself
+    with LAUNCHES.recording() as launched, DRAWS.recording() as drawn:
       result = self._run(args, kwargs)
       settle_updates(arguments + [h for hs in held.values() for h in hs])
-      launches = [Launch(runner, item.buffers, item.ast, item.var_vals) for runner, item in realize.CAPTURE]
-      draws = [Draw([u.arg for u in params.uop.toposort if u.op is Ops.BUFFER], n) for params, n in rng_state.DRAWS]
-    finally:
-      realize.CAPTURE, rng_state.DRAWS = None, None
-    changes = updated(arguments, held)
+    launches = [Launch(runner, item.buffers, item.ast, item.var_vals) for runner, item in launched]
+    draws = [Draw([u.arg for u in params.uop.toposort if u.op is Ops.BUFFER], n) for params, n in drawn]
+    known = set(inputs) | set(held) | {launch.buffers[0] for launch in launches}
+    changes = updated(arguments, held, known)
     if not launches and not changes:
       raise JitError("TinyJit: the function launched no kernel and updated no tensor, so there is nothing to replay "
                      "(return the tensors it computes, or realize them inside it)")
@@ -403,9 +496,14 @@ def settle_updates(holdings: list[Holding]) -> None:
     input_buffers(t)
 
 
-def updated(arguments: list[Holding], held: dict[Buffer, list[Holding]]) -> list[tuple[Holding, UOp]]:
-  """The holdings whose tensors hold another node after the call, with that node."""
-  return [(h, node) for h in arguments + [h for hs in held.values() for h in hs] if (node := changed_part(h))]
+def updated(arguments: list[Holding], held: dict[Buffer, list[Holding]],
+            known: set[Buffer]) -> list[tuple[Holding, UOp]]:
+  """The holdings whose tensors hold another node after the call, with that node. A tensor other than an argument
+  counts only if it now holds a buffer the call knows (one its launches wrote, an input, a buffer a tensor held
+  before): one that holds another buffer was changed by another thread meanwhile (its own realize or replay)."""
+  changes = [(h, node) for h in arguments if (node := changed_part(h))]
+  return changes + [(h, node) for hs in held.values() for h in hs
+                    if (node := changed_part(h)) and ((buf := whole_buffer(node)) is None or buf in known)]
 
 
 def reads_of(launches: list[Launch], held: dict[Buffer, list[Holding]], inputs: set[Buffer]) -> list[Read]:
