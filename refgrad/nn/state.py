@@ -193,6 +193,8 @@ def _parse_entry(name: str, info: Any, path: str | Path) -> tuple[DType, tuple[i
   if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_u64(n) for n in offsets):
     raise bad(f"data_offsets {offsets!r} is not [begin, end] of non-negative integers")
   dtype, (begin, end) = SAFETENSORS_DTYPES[code], offsets
+  if end < begin:
+    raise bad(f"data_offsets {offsets!r} end before they begin")
   if end - begin != math.prod(shape) * dtype.itemsize:
     raise bad(f"bytes [{begin}, {end}) do not hold shape {tuple(shape)} of {code} ({dtype.itemsize} bytes each)")
   return dtype, tuple(shape), begin, end
@@ -203,15 +205,15 @@ def _check_layout(entries: dict[str, tuple[DType, tuple[int, ...], int, int]], d
   """The tensors tile the data exactly, as the safetensors library requires: no overlap, no gap, nothing after."""
   covered, last = 0, None
   for name, (_, _, begin, end) in sorted(entries.items(), key=lambda e: (e[1][2], e[1][3])):
+    if end > data_size:
+      raise ValueError(f"{path}: tensor {name!r} needs bytes [{begin}, {end}) of {data_size}: file truncated or "
+                       "corrupt")
     if begin < covered:
       raise ValueError(f"{path}: tensor {name!r}: bytes [{begin}, {end}) overlap tensor {last!r}, which ends at "
                        f"{covered}")
     if begin > covered:
       raise ValueError(f"{path}: tensor {name!r} starts at byte {begin}, leaving bytes [{covered}, {begin}) to no "
                        "tensor")
-    if end > data_size:
-      raise ValueError(f"{path}: tensor {name!r} needs bytes [{begin}, {end}) of {data_size}: file truncated or "
-                       "corrupt")
     covered, last = end, name
   if covered != data_size:
     raise ValueError(f"{path}: bytes [{covered}, {data_size}) after tensor {last!r} belong to no tensor (the "
