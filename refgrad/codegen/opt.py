@@ -32,13 +32,16 @@ checker's bounds hold for every order.
 
 A tuple of opts is an opt list: it prints (`UPCAST(1,4) UNROLL(0,4)`), hashes and replays (`parse_opts`).
 `default_opts` is the heuristic a device gets from its `Capabilities`; `REFGRAD_OPTS` overrides it for every kernel
-of such a device (the reference, PYTHON, always runs kernels as lowered).
+of such a device that the list fits (the others keep the heuristic's, with one warning per list; a string that is
+not an opt list is a ValueError). The reference, PYTHON, always runs kernels as lowered.
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -376,8 +379,8 @@ def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: 
   where its outputs share work (`tile_opts`), and the outermost axis split over `threads` CPU threads when there is
   enough work (`kernel_work`)."""
   env = os.environ.get("REFGRAD_OPTS")
-  if env is not None:
-    return parse_opts(env)
+  if env is not None and (forced := env_opts_for(sink, shape, env)) is not None:
+    return forced
   work = kernel_work(sink, shape)
   opts: OptList = ()
   if upcast_lanes >= 2 and work >= WORK_THRESHOLD:
@@ -385,6 +388,42 @@ def default_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int, threads: 
   outer = next((i for i, s in enumerate(shape) if s > 1), None)
   if threads > 1 and work >= THREAD_THRESHOLD and outer is not None and shape[outer] >= threads:
     opts += (Opt("THREAD", outer, threads),)
+  return opts
+
+
+# The opt lists from REFGRAD_OPTS already warned about: one warning per list in a process, not one per kernel
+_WARNED_ENV_OPTS: set[OptList] = set()
+
+
+def _checked_later(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+  """A work-group opt, checked where a device that launches work-groups plans its grid (codegen/gpu.py)."""
+  return sink, shape
+
+
+_UNCHECKED = tuple((name, _checked_later) for name in ("GROUP", "LOCAL", "LOCALTILE"))
+
+
+@functools.lru_cache(maxsize=16)
+def parse_env_opts(text: str) -> OptList:
+  """REFGRAD_OPTS's opt list; a ValueError naming the variable if it cannot be read."""
+  try:
+    return parse_opts(text)
+  except OptError as error:
+    raise ValueError(f"REFGRAD_OPTS={text!r} is not an opt list: {error}") from None
+
+
+def env_opts_for(sink: UOp, shape: tuple[int, ...], text: str) -> OptList | None:
+  """REFGRAD_OPTS's opt list for this kernel, or None if it does not apply to it (the kernel then gets the
+  heuristic's opts; the first such kernel of each list is named in a warning)."""
+  opts = parse_env_opts(text)
+  try:
+    apply_opts(sink, shape, opts, _UNCHECKED)
+  except OptError as error:
+    if opts not in _WARNED_ENV_OPTS:
+      _WARNED_ENV_OPTS.add(opts)
+      warnings.warn(f"REFGRAD_OPTS={text!r} does not fit the kernel of output shape {shape} ({error}): it and "
+                    "any other kernel the list does not fit run with the default opts", stacklevel=2)
+    return None
   return opts
 
 
