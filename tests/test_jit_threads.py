@@ -136,3 +136,18 @@ def test_two_jitted_functions_in_two_threads(refgrad_device):
   for got, want in results["max"]:
     np.testing.assert_allclose(got, want, rtol=1e-5)
   assert f_sum.captured.replays == f_max.captured.replays == calls - 2
+
+
+def test_state_a_jitted_function_updates_from_several_threads_loses_no_call(refgrad_device):
+  """4 threads x 50 calls add their inputs into one accumulator: the calls take turns, so the sum has every input
+  (whole numbers, exact in float32, so any order of the calls gives the same total)."""
+  dev, n_threads, calls = refgrad_device, 4, 50
+  total = Tensor(np.zeros(2, np.float32), device=dev).realize()
+  add = TinyJit(lambda x: total.assign(total + x).realize())
+
+  def worker(k: int):
+    for i in range(calls):
+      add(Tensor(np.array([k + 1, i], np.float32), device=dev))
+  run_threads(*(lambda k=k: worker(k) for k in range(n_threads)))
+  want = [calls * sum(range(1, n_threads + 1)), n_threads * sum(range(calls))]
+  np.testing.assert_array_equal(total.numpy(), np.array(want, np.float32))
