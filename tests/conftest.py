@@ -4,6 +4,7 @@ import ctypes
 import hashlib
 import math
 import os
+from types import SimpleNamespace
 
 import pytest
 from helpers import declared_unsupported
@@ -16,7 +17,7 @@ from helpers import declared_unsupported
 # kernel costs on the device, measured in a cold run of the suite (2026-12-01): about 0.45 s on OPENCL (PoCL builds
 # and then generates each kernel's work-group function), 0.12 s on CLANG (a clang process), 0.03 s on LLVM (in
 # process). REFGRAD_TEST_ALL=1 runs every case everywhere; REFGRAD_SAMPLE_SEED picks another sample. Deselected
-# cases are counted in pytest's summary.
+# cases are counted in pytest's summary ("N deselected"), under xdist too (pytest_testnodedown below).
 SAMPLE_SIZES: dict[str, tuple[int, float]] = {"LLVM": (8, 0.1), "CLANG": (4, 0.05), "OPENCL": (2, 0.05)}
 DEFAULT_SAMPLE = (4, 0.05)  # any other compiled device (a third-party backend under --refgrad-device)
 
@@ -44,6 +45,19 @@ def pytest_collection_modifyitems(config, items):
   if dropped:
     config.hook.pytest_deselected(items=[item for item in items if item in dropped])
     items[:] = [item for item in items if item not in dropped]
+  if hasattr(config, "workeroutput"):  # an xdist worker: its summary is not printed, the controller's is
+    config.workeroutput["refgrad_deselected"] = sorted(item.nodeid for item in dropped)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+  """On the xdist controller, which collects nothing: the sample's deselections, counted once in its summary (every
+  worker collects, and samples, the same tests)."""
+  dropped = getattr(node, "workeroutput", {}).get("refgrad_deselected")
+  if dropped and not getattr(node.config, "_refgrad_deselected_counted", False):
+    node.config._refgrad_deselected_counted = True
+    # stand-ins with the node ids: the summary counts them, and hypothesis's reads each one's __dict__
+    node.config.hook.pytest_deselected(items=[SimpleNamespace(nodeid=nodeid) for nodeid in dropped])
 
 
 # A worker runs thousands of tests; what they free (arrays of finished tests, kernels evicted from the LRU caches)
