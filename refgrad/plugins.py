@@ -1,7 +1,13 @@
-"""Plugin discovery with pluggy: entry points in the group `refgrad`, plus in-process registration."""
+"""Plugin discovery with pluggy: entry points in the group `refgrad`, in-process registration, and plugin files
+(`--plugin FILE`: a backend that is not installed)."""
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import sys
+import traceback
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -90,3 +96,46 @@ def load_entry_points() -> None:
   Device.before_lookup = _register_deferred
   for ep in entry_points(group="refgrad"):
     _load(ep)
+
+
+class PluginFileError(Exception):
+  """A plugin file that could not be loaded; the message names the file and what stopped it."""
+
+
+def why_not_loaded(path: str, error: BaseException) -> str:
+  """'FILE: what stopped it (line N)', the line in the plugin file (refgrad's loader is not what failed)."""
+  if isinstance(error, SystemExit):
+    return f"{path}: it called sys.exit({error.code!r}) while being imported"
+  if isinstance(error, SyntaxError):
+    return f"{path}: SyntaxError: {error.msg} (line {error.lineno})"
+  resolved = Path(path).resolve()
+  lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if Path(frame.filename) == resolved]
+  return f"{path}: {type(error).__name__}: {error}" + (f" (line {lines[-1]})" if lines else "")
+
+
+def load_plugin_file(path: str) -> Any:
+  """Import a plugin from a .py file and register it, once per file. What stops it (no such file, a syntax error, an
+  exception at import, a hook that raises) is a PluginFileError naming the file; a sys.exit() is left to end the
+  process with its status (a fuzz worker's parent reports it), and the command line reports it (why_not_loaded)."""
+  resolved = Path(path).resolve()
+  name = f"refgrad_plugin_file_{hashlib.sha256(str(resolved).encode()).hexdigest()[:8]}"
+  if (loaded := manager.get_plugin(name)) is not None:
+    return loaded
+  if not resolved.is_file():
+    raise PluginFileError(f"{path}: no such file")
+  spec = importlib.util.spec_from_file_location(name, resolved)
+  if spec is None:
+    raise PluginFileError(f"{path}: not a Python file (.py)")
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module  # as an import would: dataclasses and pickling look modules up there
+  try:
+    spec.loader.exec_module(module)
+    register(module, name=name)
+  except BaseException as e:
+    sys.modules.pop(name, None)
+    if manager.is_registered(module):
+      manager.unregister(module)
+    if isinstance(e, Exception):
+      raise PluginFileError(why_not_loaded(path, e)) from e
+    raise
+  return module

@@ -14,12 +14,14 @@ propagates (`refgrad fuzz` prints its traceback and exits with status 3), never 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import multiprocessing
+import os
 import random
+import re
 import signal
 import sys
+import tempfile
 import textwrap
 import time
 import traceback
@@ -37,6 +39,7 @@ from refgrad.codegen.linearize import random_kernel_opts
 from refgrad.codegen.opt import OptList
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
+from refgrad.plugins import load_plugin_file  # findings files and the pytest plugin import it from here
 from refgrad.testing.compare import add_histogram, ulp_histogram
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
 from refgrad.uop import GroupOp, Ops, UOp
@@ -47,20 +50,6 @@ MISSING_SHOWN = 30  # unreached (op, dtype) pairs named at the end of a campaign
 
 class HarnessError(Exception):
   """refgrad's own fuzzing harness failed in a worker (not the device under test); the message is its traceback."""
-
-
-def load_plugin_file(path: str) -> Any:
-  """Import a plugin from a .py file and register it, once per file (for backends that are not installed)."""
-  from refgrad import plugins
-  name = f"refgrad_plugin_file_{hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:8]}"
-  if (loaded := plugins.manager.get_plugin(name)) is not None:
-    return loaded
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[name] = module  # as an import would: dataclasses and pickling look modules up there
-  spec.loader.exec_module(module)
-  plugins.register(module, name=name)
-  return module
 
 
 # ---- coverage: which primitive op x dtype pairs the campaign's kernels executed
@@ -291,14 +280,70 @@ def only_findings(error: BaseException) -> bool:
 
 
 # ---- the shared example database
+REDIS_CONNECT_SECONDS = 5.0  # for a database server to answer before a campaign starts
+
+
+def url_scheme(url: str) -> str | None:
+  """The scheme of a database given as a URL ('redis' for redis://host:port), or None for a directory path."""
+  match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", url)
+  return match.group(1).lower() if match else None
+
+
 def open_database(url: str) -> Any:
-  """A hypothesis example database: `redis://host:port[/db]` (hypothesis.extra.redis) or a directory path."""
+  """A hypothesis example database: `redis://host:port[/db]` (hypothesis.extra.redis) or a directory path. Any
+  other URL is refused (as a path it would become a local folder named after the URL)."""
   from hypothesis.database import DirectoryBasedExampleDatabase
-  if url.startswith("redis://"):
+  scheme = url_scheme(url)
+  if scheme == "redis":
     import redis
     from hypothesis.extra.redis import RedisExampleDatabase
     return RedisExampleDatabase(redis.Redis.from_url(url))
+  if scheme is not None:
+    raise ValueError(_not_redis(url, scheme))
   return DirectoryBasedExampleDatabase(url)
+
+
+def _not_redis(url: str, scheme: str) -> str:
+  return f"{url!r}: a database server is given as redis://HOST:PORT, not {scheme}:// (or give a directory)"
+
+
+def database_problem(url: str, write: bool = True) -> str:
+  """Why `url` cannot serve as an example database now, or "": its server must answer, its directory be writable
+  (one only read must exist). hypothesis ignores a database it cannot write, so a campaign would lose its examples
+  without a word; a server that does not answer would stop it after start-up."""
+  scheme = url_scheme(url)
+  if scheme is None:
+    if write:
+      return unwritable_directory(url)
+    return "" if Path(url).is_dir() else f"no directory {url!r} to replay examples from"
+  if scheme != "redis":
+    return _not_redis(url, scheme)
+  try:
+    import redis
+  except ImportError:
+    return f"{url!r} needs the redis package: pip install 'refgrad[ray]'"
+  try:
+    redis.Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_SECONDS).ping()
+  except (redis.RedisError, ValueError) as e:
+    return f"cannot reach {url!r}: {e}"
+  return ""
+
+
+def unwritable_directory(path: str) -> str:
+  """Why a directory cannot be written at `path` (made with its parents if need be), or "". Probed by making and
+  removing a directory where the first one would be made, so nothing is left behind."""
+  existing = target = Path(path)
+  while not os.path.lexists(existing):
+    existing = existing.parent
+  if not existing.is_dir():
+    return f"{path!r} is a file, not a directory" if existing == target else \
+      f"cannot make directory {path!r}: {str(existing)!r} is a file"
+  try:
+    os.rmdir(tempfile.mkdtemp(prefix=".refgrad-probe-", dir=existing))
+  except OSError as e:
+    return f"cannot write in {path!r}: {e.strerror}" if existing == target else \
+      f"cannot make directory {path!r}: {str(existing)!r} takes no new entry ({e.strerror})"
+  return ""
 
 
 def example_database(database: str | None, shared: tuple[str, ...] = ()) -> Any:
@@ -327,7 +372,7 @@ class Chunk:
   seconds: float = 0.0
   batches: int = 0
   replayed: int = 0
-  done: bool = False  # the campaign reached its max_findings
+  done: bool = False  # the campaign reached its max_findings, or the command's time is up
   findings: list[Finding] = field(default_factory=list)
   coverage: Counter = field(default_factory=Counter)  # (op, dtype) -> programs that executed it
   ulp: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
@@ -367,6 +412,8 @@ class CampaignConfig:
   max_findings: int | None = None
   database: str | None = None  # the example database read and written (directory or redis://)
   shared: tuple[str, ...] = ()  # example databases only read
+  ends_at: float | None = None  # time.time() when the command's time is up, start-up included (None: no limit);
+  # wall-clock time, so it means the same in every process and on every machine of a Ray cluster
 
 
 def batch_seed(start_seed: int, batch: int, index: int, workers: int) -> int:
@@ -393,22 +440,28 @@ class Campaign:
     self.started, self.found, self.harness_failure = time.monotonic(), 0, ""
 
   def run_for(self, seconds: float) -> Chunk:
-    """Batches until `seconds` have passed (the first call of worker 0 only replays the database, so a stored
-    failure is reported at once)."""
+    """Batches until `seconds` have passed, or the command's time is up (the first call of worker 0 only replays
+    the database, so a stored failure is reported at once)."""
     chunk, began = Chunk(), time.monotonic()
     if self.replay_pending:
       self.replay_pending = False
       self._replay(chunk)
     else:
-      deadline = began + seconds
+      deadline = began + min(seconds, self.seconds_left)
       while time.monotonic() < deadline and not self.done:
         self._batch(chunk, deadline)
     chunk.seconds, chunk.done = time.monotonic() - began, self.done
     return chunk
 
   @property
+  def seconds_left(self) -> float:
+    return float("inf") if self.config.ends_at is None else self.config.ends_at - time.time()
+
+  @property
   def done(self) -> bool:
-    return self.config.max_findings is not None and self.found >= self.config.max_findings
+    """The campaign reached its max_findings, or the command's time is up (once the database is replayed)."""
+    time_up = self.seconds_left <= 0 and not self.replay_pending
+    return time_up or (self.config.max_findings is not None and self.found >= self.config.max_findings)
 
   def close(self) -> None:
     self.worker.stop()
@@ -658,9 +711,11 @@ class FindingsDir:
 def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findings_dir: str = "refgrad-findings",
          plugin_files: list[str] | None = None, timeout: float = 30.0, max_findings: int | None = None,
          opts: bool = False, *, database: str | None = None, shared: tuple[str, ...] = (), ray: str | None = None,
-         workers: int | None = None, html: str | None = None, quiet: bool = True, stream: Any = None) -> FuzzReport:
-  """Campaigns for `seconds` on `device`: `jobs` local processes, or with `ray` (an address or "auto") `workers`
-  Ray actors; each stops early after `max_findings` findings. Each distinct finding (by signature) is written to
+         workers: int | None = None, html: str | None = None, quiet: bool = True, stream: Any = None,
+         started: float | None = None) -> FuzzReport:
+  """Campaigns on `device` until `seconds` after `started` (a time.time(), default now: the command's start, so
+  its start-up counts): `jobs` local processes, or with `ray` (an address or "auto") `workers` Ray actors; each stops
+  early after `max_findings` findings. Each distinct finding (by signature) is written to
   `findings_dir` as soon as it arrives. With `opts`, every kernel runs under a random legal opt list; with
   `database` (a directory or redis://host:port) failing examples are saved there and replayed first, `shared`
   databases are only read. `html`: the campaign report. Unless `quiet`, a live dashboard goes to `stream`
@@ -670,16 +725,23 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
   plugin_files = [str(Path(p).resolve()) for p in (plugin_files or [])]
   for path in plugin_files:
     load_plugin_file(path)
-  config = CampaignConfig(device, tuple(plugin_files), timeout, opts, 40, max_findings, database, tuple(shared))
+  origin = time.time() if started is None else started
+  ends_at = origin + seconds
+  config = CampaignConfig(device, tuple(plugin_files), timeout, opts, 40, max_findings, database, tuple(shared),
+                          ends_at)
   engine = engine_for(config, start_seed, jobs, ray, workers)
   report = FuzzReport(device, claimed=claimed_dtypes(device), workers=engine.names)
   out = FindingsDir(findings_dir, device, plugin_files, opts)
-  started, found_by = time.monotonic(), Counter()
-  with Dashboard(f"refgrad fuzz on {device}", seconds, engine.names, stream=stream or sys.stderr,
-                 quiet=quiet) as board:
+  began, found_by = time.monotonic(), Counter()
+  left = round(max(0.0, ends_at - time.time()), 1)
+  with Dashboard(f"refgrad fuzz on {device}", left, engine.names, stream=stream or sys.stderr, quiet=quiet) as board:
+    board.note(f"starting {len(engine.names)} worker(s) at {time.time() - origin:.1f} s of {seconds:g} s "
+               "(their start-up counts against the time)")
     try:
-      for worker, chunk in engine.chunks(seconds):
-        for finding in report.add(worker, chunk, time.monotonic() - started):
+      for worker, chunk in engine.chunks(left):
+        if worker not in found_by:
+          board.note(f"{worker}: first report at {time.time() - origin:.1f} s, {chunk.programs} program(s)")
+        for finding in report.add(worker, chunk, time.monotonic() - began):
           finding.path = str(out.write(finding))
           report.findings.append((finding.kind, Path(finding.path)))
         for finding in chunk.findings:
@@ -694,7 +756,7 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
       report.interrupted = True
     finally:
       engine.stop()
-  report.seconds = time.monotonic() - started
+  report.seconds = time.monotonic() - began
   out.save_index(report)
   if html:
     from refgrad.testing.fuzz_report import write_campaign_html
