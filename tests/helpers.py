@@ -4,7 +4,13 @@ and one value check used by every test file.
 The oracle is torch (CPU) wherever torch implements the op for the dtype, numpy otherwise (torch has only
 storage-level support for uint16, uint32 and uint64).
 """
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
 import traceback
+from collections.abc import Iterator
 
 import ml_dtypes
 import numpy as np
@@ -124,3 +130,38 @@ def training_step(model, optimizer):
     optimizer.step()
     return loss
   return step
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def local_redis() -> Iterator[str | None]:
+  """A redis-server of the caller's own on 127.0.0.1 (nothing saved to disk), stopped at the end; its URL, or None
+  when redis-server or the redis client is not installed (.ci/run installs both)."""
+  server = shutil.which("redis-server")
+  try:
+    import redis
+  except ImportError:
+    server = None
+  if server is None:
+    yield None
+    return
+  port = free_port()
+  process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                             stdout=subprocess.DEVNULL)
+  client = redis.Redis(port=port)
+  for _ in range(100):
+    try:
+      client.ping()
+      break
+    except redis.ConnectionError:
+      time.sleep(0.05)
+  try:
+    yield f"redis://127.0.0.1:{port}"
+  finally:
+    process.kill()
+    process.wait()

@@ -8,7 +8,6 @@ import json
 import os
 import runpy
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,17 +17,12 @@ from pathlib import Path
 
 import broken_devices  # tests/ is on sys.path (pytest prepends it)
 import pytest
+from helpers import free_port, local_redis
 
 from refgrad.testing.fuzz import FINDING_KINDS, batch_seed, fuzz, replay_database
 
 BROKEN_FILE = str(Path(__file__).with_name("broken_devices.py"))
 RAY = Path(sys.executable).with_name("ray")
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 # One xdist worker runs every test of this module (pyproject: --dist loadgroup), so one Ray cluster serves them all.
@@ -83,27 +77,12 @@ def port_open(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def redis_url():
-  """A redis-server of this module's own on 127.0.0.1 (nothing saved to disk); its URL."""
-  server = shutil.which("redis-server")
-  if server is None:
-    pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
-  pytest.importorskip("redis", reason="the redis client is not installed (pip install -e '.[ray]')")
-  port = free_port()
-  process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                             stdout=subprocess.DEVNULL)
-  import redis
-  client = redis.Redis(port=port)
-  for _ in range(100):
-    try:
-      client.ping()
-      break
-    except redis.ConnectionError:
-      time.sleep(0.05)
-  try:
-    yield f"redis://127.0.0.1:{port}"
-  finally:
-    process.kill()
-    process.wait()
+  """A redis-server of this module's own on 127.0.0.1; its URL."""
+  with local_redis() as url:
+    if url is None:
+      pytest.skip("redis-server or the redis client is not installed (Debian package redis-server, pip install -e "
+                  "'.[ray]'; .ci/run installs both)")
+    yield url
 
 
 @pytest.fixture(scope="module", autouse=True)
