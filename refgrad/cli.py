@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
+import socket
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
@@ -15,14 +21,118 @@ from refgrad.testing.selftest import add_selftest_parser
 if TYPE_CHECKING:
   from refgrad.testing.conformance import CaseResult
 
+USAGE = 2  # the exit status of a command line refgrad cannot act on (as argparse's)
 HARNESS_FAILED = 3  # `refgrad fuzz`'s exit status when refgrad itself failed (0: no finding, 1: findings, 2: usage)
 INTERRUPTED = 130  # Ctrl-C: the campaign stopped early (its findings and report are written), as a shell reports it
+MIN_TIMEOUT = 1.0  # seconds: a correct program can take a good part of one (a compile on a busy machine), and a
+# shorter timeout would report it as a hang
+
+
+class UsageError(Exception):
+  """A command line refgrad cannot act on, found before any work: main() prints it as argparse prints its own
+  errors (`refgrad fuzz: error: argument --seconds: ...`) and returns USAGE."""
+
+  def __init__(self, message: str, parser: argparse.ArgumentParser | None = None):
+    super().__init__(message)
+    self.parser = parser  # set for argparse's own errors, whose usage line is printed too
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse, raising its errors for main() to report, so `main([...])` returns USAGE rather than exiting."""
+
+  def error(self, message: str) -> NoReturn:
+    raise UsageError(message, self)
+
+
+def _option(dest: str) -> str:
+  return "--" + dest.replace("_", "-")
+
+
+# What each numeric option (by argparse dest, in any subcommand) must be: outside it a command would test nothing
+# (`--seconds 0`), report a false finding (`--timeout 0`: every program a hang) or fail deep inside numpy.
+NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
+  "seconds": (lambda v: 0 < v < math.inf, "a positive, finite number of seconds"),
+  "fuzz_seconds": (lambda v: 0 <= v < math.inf, "a finite number of seconds, 0 or more (0: no fuzzing)"),
+  "timeout": (lambda v: MIN_TIMEOUT <= v < math.inf, f"a finite number of seconds, at least {MIN_TIMEOUT:g}"),
+  "case_timeout": (lambda v: MIN_TIMEOUT <= v < math.inf, f"a finite number of seconds, at least {MIN_TIMEOUT:g}"),
+  "jobs": (lambda v: v >= 1, "at least one worker"),
+  "workers": (lambda v: v >= 1, "at least one worker"),
+  "max_findings": (lambda v: v >= 1, "at least 1 finding to stop at"),
+  "seed": (lambda v: v >= 0, "a non-negative integer"),
+}
+PATHS = ("html", "json", "findings", "database", "shared_database")  # outputs and databases, checked before work
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+  for dest, (allowed, need) in NUMBERS.items():
+    value = getattr(args, dest, None)
+    if value is not None and not allowed(value):
+      raise UsageError(f"argument {_option(dest)}: need {need}, got {value}")
+
+
+def _unwritable_file(path: str) -> str:
+  """Why a report cannot be written at `path`, or "". Opened for appending, so nothing it holds is lost, and removed
+  again if this made it."""
+  parent = Path(path).absolute().parent
+  if not parent.is_dir():
+    return f"cannot write {path!r}: no directory {str(parent)!r}"
+  existed = os.path.lexists(path)
+  try:
+    with open(path, "a"):
+      pass
+  except OSError as e:
+    return f"cannot write {path!r}: {e.strerror}"
+  if not existed:
+    os.remove(path)
+  return ""
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+  """Every output file and directory can be written, every database answers: else the work would be lost at its
+  end (a report) or silently (hypothesis drops examples it cannot save)."""
+  given = [(dest, value) for dest in PATHS for value in _as_list(getattr(args, dest, None))]
+  if not given:
+    return
+  from refgrad.testing.fuzz import database_problem, unwritable_directory
+  checks: dict[str, Callable[[str], str]] = {
+    "html": _unwritable_file, "json": _unwritable_file, "findings": unwritable_directory,
+    "database": database_problem, "shared_database": lambda url: database_problem(url, write=False)}
+  for dest, value in given:
+    if problem := checks[dest](value):
+      raise UsageError(f"argument {_option(dest)}: {problem}")
+
+
+def _as_list(value: str | list[str] | None) -> list[str]:
+  return [] if value is None else value if isinstance(value, list) else [value]
 
 
 def _load_plugins(args: argparse.Namespace) -> None:
-  from refgrad.testing.fuzz import load_plugin_file
-  for path in getattr(args, "plugin", None) or []:
-    load_plugin_file(path)
+  """Each --plugin file once; one that fails to load is a usage error naming it, one that adds no device a warning
+  (it may only patch refgrad or add aliases)."""
+  from refgrad import Device
+  from refgrad.plugins import PluginFileError, load_plugin_file, why_not_loaded
+  for path in dict.fromkeys(getattr(args, "plugin", None) or []):
+    before = {spec.name for spec in Device.specs()}
+    try:
+      load_plugin_file(path)
+    except PluginFileError as e:
+      raise UsageError(f"argument --plugin: cannot load {e}") from None
+    except SystemExit as e:  # the plugin's, not the command's: it must not end it silently
+      raise UsageError(f"argument --plugin: cannot load {why_not_loaded(path, e)}") from None
+    if not {spec.name for spec in Device.specs()} - before:
+      print(f"refgrad: warning: --plugin {path} registered no device (no refgrad_devices hook marked with "
+            "@refgrad.hookspecs.hookimpl?)", file=sys.stderr)
+
+
+def _device(name: str | None, source: str = "argument --device") -> str:
+  """The canonical name of a device that can run here; else a usage error naming the known devices, or why not."""
+  from refgrad import Device
+  try:
+    device = Device.canonicalize(name)
+    Device[device]
+  except (ValueError, RuntimeError) as e:
+    raise UsageError(f"{source}: {e}") from None
+  return device
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -90,12 +200,21 @@ def _demo_device(device: str, programs: dict[str, tuple]) -> int:
   return failures
 
 
+def _demo_devices(args: argparse.Namespace) -> list[str]:
+  """--device, else REFGRAD_DEVICE, else every available device (the reference first)."""
+  from refgrad import Device
+  if args.device:
+    return [_device(args.device)]
+  if os.environ.get("REFGRAD_DEVICE"):
+    return [_device(os.environ["REFGRAD_DEVICE"], "REFGRAD_DEVICE")]
+  return ["PYTHON"] + [d for d in Device.available() if d != "PYTHON"]
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
   """Show the product: the reference checking itself, then every other available device checked against it."""
   from refgrad import Device
+  devices = _demo_devices(args)
   programs = _demo_programs(args.seed)
-  devices = [Device.canonicalize(args.device)] if args.device else ["PYTHON"] + [
-    d for d in Device.available() if d != "PYTHON"]
   failures = 0
   for device in devices:
     failures += _demo_interpreters(programs) if device == "PYTHON" else _demo_device(device, programs)
@@ -124,10 +243,10 @@ def print_matrix(results: list[CaseResult]) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
   """The conformance suite: every op x dtype x edge value, casts, reductions and a corpus of programs."""
-  from refgrad import Device
   from refgrad.testing import check_report, conformance
-  device = Device.canonicalize(args.device)
-  Device[device]  # fail early, with the reason, if the device cannot run here
+  device = _device(args.device)  # fail early, with the reason, if the device cannot run here
+  if args.only is not None:
+    _check_only(args.only, [row for unit in conformance.all_units() for row in unit.rows])
   if not args.quiet:
     print(f"refgrad check on {device}", file=sys.stderr)
   run = conformance.run_conformance(device, None if args.quiet else conformance.progress_printer(), only=args.only)
@@ -150,28 +269,44 @@ def cmd_check(args: argparse.Namespace) -> int:
   return 1 if counts["fail"] else 0
 
 
+def _check_only(only: str, rows: list[str]) -> None:
+  """A usage error unless some row of the check contains `only`; the message names the rows, a family once
+  (CAST->DTYPE for the casts to each dtype, 'chain: ...' for the chains, a program once for its opts draws)."""
+  if any(only in row for row in rows):
+    return
+  families = dict.fromkeys(re.sub(r"->.*", "->DTYPE", re.sub(r", .*", "", re.sub(r": .*", ": ...", row)))
+                           for row in rows)
+  raise UsageError(f"argument --only: no row contains {only!r} (case matters); rows: {'; '.join(families)}")
+
+
+def _check_ray(address: str) -> None:
+  """--ray needs Ray, and a HOST:PORT to answer (ray.init retries an address nobody listens at for minutes)."""
+  try:
+    import ray  # noqa: F401
+  except ImportError:
+    raise UsageError("argument --ray: needs the ray package: pip install 'refgrad[ray]'") from None
+  host, _, port = address.rpartition(":")
+  if address == "auto" or "://" in address or not port.isdigit():
+    return
+  try:
+    socket.create_connection((host, int(port)), timeout=5).close()
+  except OSError as e:
+    raise UsageError(f"argument --ray: nothing answers at {address!r}: {e.strerror or e}") from None
+
+
 def _check_fuzz_options(args: argparse.Namespace) -> None:
   """Usage errors of `refgrad fuzz`, raised before a campaign starts (not taken for a failure of the harness)."""
   if args.workers is not None and not args.ray:
-    raise ValueError("--workers counts Ray actors: give --ray auto or --ray HOST:PORT (local processes: --jobs N)")
-  if (args.workers if args.workers is not None else args.jobs) < 1:
-    raise ValueError(f"need at least one worker, got --jobs {args.jobs} --workers {args.workers}")
-  needs = [("ray", "--ray")] if args.ray else []
-  needs += [("redis", "a redis:// database")] if any(str(u).startswith("redis://") for u in
-                                                     [args.database, *(args.shared_database or ())]) else []
-  for module, option in needs:
-    try:
-      __import__(module)
-    except ImportError:
-      raise RuntimeError(f"{option} needs the {module} package: pip install 'refgrad[ray]'") from None
+    raise UsageError("argument --workers: needs --ray auto or --ray HOST:PORT (--workers counts Ray actors; local "
+                     "processes: --jobs N)")
+  if args.ray:
+    _check_ray(args.ray)
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
   """Random programs on a device against the reference until the time is up; findings become pytest files."""
-  from refgrad import Device
   from refgrad.testing.fuzz import fuzz
-  device = Device.canonicalize(args.device)
-  Device[device]
+  device = _device(args.device)
   _check_fuzz_options(args)
   engine = f"{args.workers or args.jobs} Ray worker(s) at {args.ray}" if args.ray else f"{args.jobs} job(s)"
   if not args.quiet:
@@ -179,7 +314,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
   try:
     report = fuzz(device, args.seconds, args.seed, args.jobs, args.findings, args.plugin or [], args.timeout,
                   args.max_findings, args.opts, database=args.database, shared=tuple(args.shared_database or ()),
-                  ray=args.ray, workers=args.workers, html=args.html, quiet=args.quiet)
+                  ray=args.ray, workers=args.workers, html=args.html, quiet=args.quiet, started=args.started)
   except Exception:  # by construction not a finding: refgrad's own harness failed
     traceback.print_exc()
     print(f"refgrad fuzz: refgrad's own fuzzing harness failed (above), not {device}: this is a bug in refgrad, "
@@ -196,16 +331,21 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"report: {args.html}")
   if report.interrupted:
     return INTERRUPTED
+  if not report.programs:  # a CI job must not pass having tested nothing
+    print(f"refgrad fuzz: error: argument --seconds: no program ran in {args.seconds:g} s (start-up took it all): "
+          "give it more time", file=sys.stderr)
+    return USAGE
   return 1 if report.findings else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(prog="refgrad", description="refgrad: tensors you can prove right")
+  parser = _Parser(prog="refgrad", description="refgrad: tensors you can prove right")
   sub = parser.add_subparsers(dest="command", required=True)
   devices = sub.add_parser("devices", help="list devices and whether they are available")
   devices.set_defaults(fn=cmd_devices)
   demo = sub.add_parser("demo", help="run a few programs and check them against the reference")
-  demo.add_argument("--device", default=None, help="device to run on (default: REFGRAD_DEVICE or PYTHON)")
+  demo.add_argument("--device", default=None,
+                    help="device to run on (default: REFGRAD_DEVICE if set, else every available device)")
   demo.add_argument("--seed", type=int, default=0)
   demo.set_defaults(fn=cmd_demo)
   check = sub.add_parser("check", help="conformance suite of a device against the reference")
@@ -218,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
   check.set_defaults(fn=cmd_check)
   fz = sub.add_parser("fuzz", help="differential fuzzing of a device against the reference")
   fz.add_argument("--device", required=True)
-  fz.add_argument("--seconds", type=float, default=60.0)
+  fz.add_argument("--seconds", type=float, default=60.0,
+                  help="time limit of the whole command, its start-up included (default: 60)")
   fz.add_argument("--seed", type=int, default=0)
   fz.add_argument("--jobs", type=int, default=1, help="parallel campaigns (processes)")
   fz.add_argument("--findings", default="refgrad-findings", metavar="DIR", help="where findings are written")
@@ -243,14 +384,37 @@ def build_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-  args = build_parser().parse_args(argv)
+def _process_age() -> float:
+  """Seconds since this process started (from Linux's /proc; 0 where there is none)."""
   try:
+    ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])  # field 22: starttime
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+  except (OSError, ValueError, IndexError):
+    return 0.0
+  return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Run one command; returns its exit status. Without `argv` this process is the `refgrad` command, and a time
+  limit counts from the process's start (imports included); with it, from this call."""
+  started = time.time() - (_process_age() if argv is None else 0.0)
+  parser = build_parser()
+  try:
+    args = parser.parse_args(argv)
+    args.started = started
+    _check_numbers(args)
+    _check_paths(args)
     _load_plugins(args)
     return args.fn(args)
+  except UsageError as e:
+    if e.parser is not None:
+      e.parser.print_usage(sys.stderr)
+    prog = e.parser.prog if e.parser is not None else f"refgrad {args.command}"  # after parsing: args is set
+    print(f"{prog}: error: {e}", file=sys.stderr)
+    return USAGE
   except (ValueError, RuntimeError) as e:
     print(f"refgrad: error: {e}", file=sys.stderr)
-    return 2
+    return USAGE
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import ctypes
 import hashlib
 import math
 import os
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -68,8 +69,26 @@ _malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
 _tests_run = 0
 
 
+# A test that loads a library built with -ffast-math (a planted mutant, a broken device) switches the whole worker to
+# flush-to-zero, and every later float test in that worker would then fail for it. The mode is put back after such a
+# test (glibc's fesetenv(FE_DFL_ENV), FE_DFL_ENV being (fenv_t *) -1) and the test named in pytest's warnings
+# summary.
+try:
+  _libm = ctypes.CDLL("libm.so.6")
+except OSError:  # not glibc
+  _libm = None
+
+
+def _restore_fp_mode(item) -> None:
+  from refgrad.testing.reference import subnormals_flushed
+  if _libm is not None and subnormals_flushed():
+    _libm.fesetenv(ctypes.c_void_p(-1))
+    warnings.warn(f"{item.nodeid} left this process in flush-to-zero mode; turned off after it", stacklevel=1)
+
+
 def pytest_runtest_teardown(item, nextitem):
   global _tests_run
+  _restore_fp_mode(item)
   _tests_run += 1
   if _malloc_trim is not None and _tests_run % TRIM_EVERY == 0:
     _malloc_trim(0)

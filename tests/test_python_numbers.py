@@ -144,7 +144,7 @@ def test_only_float_tensors_require_gradients(dt):
             "full": lambda: Tensor.full((2,), 1, dtype=dt, requires_grad=True),
             "requires_grad_": lambda: Tensor([1, 0], dtype=dt).requires_grad_(),
             "attribute": lambda: setattr(Tensor([1, 0], dtype=dt), "requires_grad", True)}
-  for name, make in makers.items():
+  for make in makers.values():
     with pytest.raises(RuntimeError, match=f"floating point.*{dt.name}"):
       make()
     with pytest.raises(RuntimeError):  # torch refuses the same

@@ -161,7 +161,10 @@ def _worker_main(conn: Any, current: Any, device: str, plugin_files: list[str], 
       verdict = Verdict(kind, detail, sorted(covered), ulp, current.value)
     except Exception:
       verdict = Verdict("harness", traceback.format_exc())
-    conn.send(verdict)
+    try:
+      conn.send(verdict)
+    except (BrokenPipeError, EOFError):  # the campaign stopped (Ctrl-C, time up) while this program ran
+      return
 
 
 STARTUP_SECONDS = 300  # to import refgrad and the plugins in a new worker process (minutes on a loaded machine)

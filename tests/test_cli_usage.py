@@ -1,0 +1,227 @@
+"""The `refgrad` command refuses a command line it cannot act on before any work: a usage error (status 2) whose
+one line names the option and the value, as argparse's own do, never a traceback or "a bug in refgrad" (issue 27).
+Its time limits count from the start of the command, and a campaign that tests nothing does not pass."""
+import importlib.util
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import local_redis
+
+from refgrad.cli import USAGE, main
+from refgrad.testing.fuzz import database_problem
+
+TESTS = Path(__file__).parent
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+  """The real command in a process of its own (its exit status, its output)."""
+  return subprocess.run([sys.executable, "-m", "refgrad.cli", *args], capture_output=True, text=True, timeout=timeout,
+                        env={**os.environ, **(env or {})})
+
+
+def usage_error(capsys, *argv: str) -> str:
+  """main(argv) is a usage error, said in one line: that line."""
+  assert main(list(argv)) == USAGE
+  out, err = capsys.readouterr()
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and "Traceback" not in err and "bug in refgrad" not in err, err
+  assert not out, out  # no work done: nothing reported
+  return lines[0]
+
+
+NUMBERS = [
+  (["fuzz", "--device", "PYTHON", "--seconds", "0"], "--seconds", "0.0"),
+  (["fuzz", "--device", "PYTHON", "--seconds", "-5"], "--seconds", "-5.0"),
+  (["fuzz", "--device", "PYTHON", "--seconds", "nan"], "--seconds", "nan"),
+  (["fuzz", "--device", "PYTHON", "--seconds", "inf"], "--seconds", "inf"),
+  (["fuzz", "--device", "PYTHON", "--timeout", "0"], "--timeout", "0.0"),
+  (["fuzz", "--device", "PYTHON", "--timeout", "0.01"], "--timeout", "0.01"),
+  (["fuzz", "--device", "PYTHON", "--jobs", "0"], "--jobs", "0"),
+  (["fuzz", "--device", "PYTHON", "--ray", "auto", "--workers", "0"], "--workers", "0"),
+  (["fuzz", "--device", "PYTHON", "--max-findings", "0"], "--max-findings", "0"),
+  (["fuzz", "--device", "PYTHON", "--seed", "-1"], "--seed", "-1"),
+  (["demo", "--seed", "-1"], "--seed", "-1"),
+  (["selftest", "--fuzz-seconds", "-5"], "--fuzz-seconds", "-5.0"),
+  (["selftest", "--fuzz-seconds", "nan"], "--fuzz-seconds", "nan"),
+  (["selftest", "--case-timeout", "0"], "--case-timeout", "0.0"),
+]
+
+
+@pytest.mark.parametrize("argv,option,value", NUMBERS, ids=[" ".join(argv) for argv, _, _ in NUMBERS])
+def test_a_numeric_option_out_of_range_is_a_usage_error(argv, option, value, capsys):
+  line = usage_error(capsys, *argv)
+  assert line.startswith(f"refgrad {argv[0]}: error: argument {option}: need ") and line.endswith(f"got {value}")
+
+
+def test_argparse_errors_are_returned_not_raised(capsys):
+  assert main(["fuzz", "--device", "PYTHON", "--seconds", "x"]) == USAGE
+  err = capsys.readouterr().err
+  assert err.startswith("usage: refgrad fuzz") and "argument --seconds: invalid float value: 'x'" in err
+
+
+def test_the_values_a_campaign_can_use_are_accepted(capsys):
+  """0 s of fuzz per escape is selftest's check-only mode; the smallest timeout and one worker are allowed."""
+  assert main(["selftest", "--list", "--fuzz-seconds", "0", "--case-timeout", "1"]) == 0
+  assert main(["fuzz", "--device", "NO_SUCH_DEVICE", "--timeout", "1", "--jobs", "1", "--seed", "0"]) == USAGE
+  assert "argument --device: unknown device 'NO_SUCH_DEVICE'; known devices: " in capsys.readouterr().err
+
+
+PATHS = [
+  (["check", "--device", "PYTHON", "--json", "/nonexistent/dir/r.json"], "--json", "no directory '/nonexistent/dir'"),
+  (["check", "--device", "PYTHON", "--json", "."], "--json", "cannot write '.': Is a directory"),
+  (["fuzz", "--device", "PYTHON", "--html", "/nonexistent/dir/r.html"], "--html", "no directory '/nonexistent/dir'"),
+  (["fuzz", "--device", "PYTHON", "--findings", "/proc/nope"], "--findings", "cannot make directory '/proc/nope'"),
+  (["fuzz", "--device", "PYTHON", "--findings", "a_file"], "--findings", "'a_file' is a file, not a directory"),
+  (["fuzz", "--device", "PYTHON", "--findings", "a_file/below"], "--findings", "'a_file' is a file"),
+  (["fuzz", "--device", "PYTHON", "--database", "/proc/nope"], "--database", "cannot make directory '/proc/nope'"),
+  (["fuzz", "--device", "PYTHON", "--database", "http://fuzz-db:6379"], "--database",
+   "'http://fuzz-db:6379': a database server is given as redis://HOST:PORT, not http://"),
+  (["fuzz", "--device", "PYTHON", "--shared-database", "no_such_dir"], "--shared-database",
+   "no directory 'no_such_dir' to replay examples from"),
+  (["selftest", "--findings", "/proc/nope"], "--findings", "cannot make directory '/proc/nope'"),
+]
+
+
+@pytest.mark.parametrize("argv,option,problem", PATHS, ids=[" ".join([a[0], *a[-2:]]) for a, _, _ in PATHS])
+def test_an_output_that_cannot_be_written_is_a_usage_error(argv, option, problem, capsys, tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "a_file").write_text("")
+  line = usage_error(capsys, *argv)
+  assert line.startswith(f"refgrad {argv[0]}: error: argument {option}: ") and problem in line, line
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no folder named after a URL, no probe left
+
+
+def test_the_check_refuses_a_report_path_before_running(tmp_path):
+  """It used to run the whole check, then die with a traceback, the report lost."""
+  started = time.monotonic()
+  run = cli("check", "--device", "PYTHON", "--html", "/nonexistent/dir/r.html")
+  assert run.returncode == USAGE and run.stdout == "", run.stdout + run.stderr
+  assert run.stderr.strip() == "refgrad check: error: argument --html: cannot write '/nonexistent/dir/r.html': no " \
+                               "directory '/nonexistent/dir'"
+  assert time.monotonic() - started < 30  # the check itself takes longer; the command did not start it
+
+
+def test_a_writable_report_path_is_probed_without_a_trace(tmp_path, capsys):
+  kept = tmp_path / "kept.json"
+  kept.write_text("old report")
+  assert main(["check", "--device", "PYTHON", "--only", "NO_SUCH_ROW", "--json", str(kept),
+               "--html", str(tmp_path / "new.html")]) == USAGE  # the paths pass; --only stops it before work
+  assert kept.read_text() == "old report" and sorted(p.name for p in tmp_path.iterdir()) == ["kept.json"]
+  assert "argument --only" in capsys.readouterr().err
+
+
+def test_an_unreachable_database_is_a_usage_error_not_a_bug_in_refgrad(tmp_path):
+  run = cli("fuzz", "--device", "PYTHON", "--seconds", "5", "--findings", str(tmp_path), "--database",
+            "redis://127.0.0.1:1")
+  assert run.returncode == USAGE, run.stderr
+  assert run.stderr.startswith("refgrad fuzz: error: argument --database: cannot reach 'redis://127.0.0.1:1': ")
+  assert "Connection refused" in run.stderr and "bug in refgrad" not in run.stderr and "programs" not in run.stdout
+
+
+def test_a_redis_server_that_answers_is_accepted():
+  with local_redis() as url:
+    if url is None:
+      pytest.skip("redis-server or the redis client is not installed")
+    assert database_problem(url) == "" and database_problem(url, write=False) == ""
+
+
+def test_a_url_that_is_not_redis_is_refused_by_the_library_too():
+  from refgrad.testing.fuzz import open_database
+  with pytest.raises(ValueError, match="not http://"):
+    open_database("http://fuzz-db:6379")
+
+
+def test_only_a_row_that_exists_is_run(capsys):
+  line = usage_error(capsys, "check", "--device", "PYTHON", "--only", "NO_SUCH_ROW")
+  assert line.startswith("refgrad check: error: argument --only: no row contains 'NO_SUCH_ROW' (case matters); rows: ")
+  rows = line.partition("rows: ")[2].split("; ")
+  assert {"CAST->DTYPE", "REDUCE ADD", "chain: ...", "matmul", "SIN"} <= set(rows) and len(rows) == len(set(rows))
+
+
+PLUGINS = {
+  "exits.py": ("import sys\nsys.exit(7)\n", "it called sys.exit(7) while being imported"),
+  "raises.py": ("import math\n\nmath.inf / 0\n", "ZeroDivisionError: float division by zero (line 3)"),
+  "syntax.py": ("def broken(:\n  pass\n", "SyntaxError: invalid syntax (line 1)"),
+  "missing.py": (None, "no such file"),
+  "plugin.txt": ("x = 1\n", "not a Python file (.py)"),
+}
+
+
+@pytest.mark.parametrize("name", PLUGINS)
+def test_a_plugin_file_that_fails_to_load_is_named_with_its_error(name, tmp_path, capsys):
+  source, why = PLUGINS[name]
+  if source is not None:
+    (tmp_path / name).write_text(source)
+  line = usage_error(capsys, "devices", "--plugin", str(tmp_path / name))
+  assert line == f"refgrad devices: error: argument --plugin: cannot load {tmp_path / name}: {why}"
+
+
+def test_a_plugin_calling_sys_exit_does_not_end_the_command_silently(tmp_path):
+  (tmp_path / "exits.py").write_text(PLUGINS["exits.py"][0])
+  run = cli("check", "--device", "PYTHON", "--plugin", str(tmp_path / "exits.py"))
+  assert run.returncode == USAGE and "exits.py: it called sys.exit(7)" in run.stderr, run.stderr
+
+
+def test_a_plugin_file_registering_no_device_is_warned_about(tmp_path, capsys):
+  """A warning, not an error: a plugin file may only patch refgrad (tests plant harness bugs so) or add aliases."""
+  (tmp_path / "nothing.py").write_text("X = 1\n")
+  assert main(["devices", "--plugin", str(tmp_path / "nothing.py")]) == 0
+  assert f"warning: --plugin {tmp_path / 'nothing.py'} registered no device" in capsys.readouterr().err
+
+
+def test_the_demo_runs_on_the_device_in_refgrad_device(monkeypatch, capsys):
+  monkeypatch.setenv("REFGRAD_DEVICE", "python")
+  assert main(["demo"]) == 0
+  out = capsys.readouterr().out
+  assert "6/6 program runs agree" in out and "against the PYTHON reference" not in out  # no other device ran
+  monkeypatch.setenv("REFGRAD_DEVICE", "NO_SUCH_DEVICE")
+  assert "error: REFGRAD_DEVICE: unknown device 'NO_SUCH_DEVICE'" in usage_error(capsys, "demo")
+
+
+def test_a_campaign_that_ran_no_program_does_not_pass(tmp_path, capsys):
+  assert main(["fuzz", "--device", "PYTHON", "--seconds", "0.01", "--findings", str(tmp_path / "f"), "--quiet"]) == 2
+  out, err = capsys.readouterr()
+  assert "0 programs" in out and "argument --seconds: no program ran in 0.01 s" in err
+
+
+def test_the_time_limit_counts_from_the_start_of_the_command(tmp_path):
+  """`--seconds 30` used to run 40 s: the limit began once each worker had started. Now the whole command, start-up
+  included, ends within a short tail of it, and says early on that its workers are starting."""
+  seconds = 8
+  started = time.monotonic()
+  fuzzing = subprocess.Popen([sys.executable, "-m", "refgrad.cli", "fuzz", "--device", "PYTHON", "--seconds",
+                              str(seconds), "--jobs", "2", "--findings", str(tmp_path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+  arrived = {}
+  for line in fuzzing.stderr:
+    arrived.setdefault(line.split(" ")[0], time.monotonic() - started)
+  out = fuzzing.stdout.read()
+  assert fuzzing.wait(timeout=60) == 0, out
+  wall = time.monotonic() - started
+  assert arrived["starting"] < seconds / 2, arrived
+  assert wall < seconds + 4, f"{wall:.1f} s for --seconds {seconds}"
+  assert int(re.search(r"(\d+) programs in", out).group(1)) > 0, out
+
+
+def test_deselected_cases_are_counted_under_xdist(tmp_path):
+  """tests/conftest.py samples the cases of compiled devices; with -n 2 the controller, which collects nothing,
+  counts them too."""
+  spec = importlib.util.spec_from_file_location("sampling_conftest", TESTS / "conftest.py")
+  sampling = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(sampling)
+  cases = 30
+  above, fraction = sampling.SAMPLE_SIZES["CLANG"]
+  dropped = cases - above - math.ceil((cases - above) * fraction)
+  (tmp_path / "test_sampled.py").write_text(f"import pytest\n\n\n@pytest.mark.parametrize('case', range({cases}))\n"
+                                            "def test_sampled(case, refgrad_device):\n  pass\n")
+  run = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-n", "2", "-q", "--refgrad-device",
+                        "CLANG", "-p", "no:cacheprovider", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(TESTS)}, timeout=300)
+  assert run.returncode == 0, run.stdout + run.stderr
+  assert f"{cases - dropped} passed, {dropped} deselected" in run.stdout.strip().splitlines()[-1], run.stdout
