@@ -101,7 +101,8 @@ class dtypes:  # noqa: N801 -- lower-case namespace, as in tinygrad and torch
 
   @staticmethod
   def from_py(x: Any) -> DType:
-    """The dtype a Python scalar or nested list gets by itself (bool, then default_int, then default_float)."""
+    """The dtype a Python scalar or nested list gets by itself: bool; for ints the first of default_int, int64,
+    uint64 that holds them; default_float for floats."""
     return _dtype_of_python_value(x)
 
   @staticmethod
@@ -246,10 +247,10 @@ def _dtype_of_python_value(x: Any) -> DType:
 PYTHON_INT_RANGE = (-2**63, 2**64)
 
 
-def check_python_int(x: int, where: str = "") -> int:
+def check_python_int(x: int) -> int:
   """x itself, or OverflowError when no 64-bit integer holds it."""
   if not PYTHON_INT_RANGE[0] <= x < PYTHON_INT_RANGE[1]:
-    raise OverflowError(f"{where + ': ' if where else ''}Python int {short_int(x)} does not fit any integer dtype "
+    raise OverflowError(f"Python int {short_int(x)} does not fit any integer dtype "
                         f"(int64 holds [-2**63, 2**63), uint64 [0, 2**64)); use a float dtype for it")
   return x
 

@@ -637,8 +637,6 @@ def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
   raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
 
 
-
-
 def _python_ints(data: Any, dtype: DType | None) -> np.ndarray:
   """A nested list of Python ints (and bools) as an array: of the given integer dtype, values wrapping modulo
   2**bits, or of the dtype that holds them all; OverflowError for a value no 64-bit integer holds."""

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -131,7 +131,7 @@ class Pytest:
 @dataclass(frozen=True)
 class Sample:
   """A sample of what a command prints (not code); its first words must be what the product prints."""
-  source: str = field(default="")
+  source: str
 
 
 CI = ".ci/run"

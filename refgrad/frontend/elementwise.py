@@ -47,10 +47,11 @@ COMPARED_OUTSIDE: dict[str, dict[str, bool]] = {
   "eq": {"below": False, "above": False}, "ne": {"below": True, "above": True}}
 
 
-def _outside(value: Any, dt: DType) -> bool:
-  """A Python int the integer dtype dt does not hold."""
-  return isinstance(value, int) and not isinstance(value, bool) and dt.kind in "iu" and \
-    not dtypes.min(dt) <= value <= dtypes.max(dt)
+def _side_outside(value: Any, dt: DType) -> str | None:
+  """"below" or "above" when value is a Python int outside the range of the integer dtype dt, else None."""
+  if not isinstance(value, int) or isinstance(value, bool) or dt.kind not in "iu":
+    return None
+  return "below" if value < dtypes.min(dt) else "above" if value > dtypes.max(dt) else None
 
 
 class ElementwiseMixin(TensorBase):
@@ -68,7 +69,7 @@ class ElementwiseMixin(TensorBase):
       return y
     if isinstance(y, (bool, int, float)):
       dt = dtype or scalar_dtype_with(self.dtype, y)
-      if not wraps and _outside(y, dt):
+      if not wraps and _side_outside(y, dt) is not None:
         raise IntOverflowError(f"value {short_int(y)} cannot be converted to {dt.name} without overflow (only +, -, "
                                f"*, &, |, ^ and stores wrap it modulo 2**{dt.bits}; cast the tensor to a wider dtype)")
       return self._const(y, dt)
@@ -100,11 +101,11 @@ class ElementwiseMixin(TensorBase):
     node = self.uop if padded == self.shape else UOp(Ops.RESHAPE, self.dtype, (self.uop,), padded)
     return self._from(node if padded == shape else UOp(Ops.EXPAND, self.dtype, (node,), shape))
 
-  def _int_side(self, y: Any) -> str | None:
-    """"below" or "above" when y is a Python int outside the range of this tensor's integer dtype, else None."""
-    if not isinstance(y, int) or isinstance(y, bool) or self.dtype.kind not in "iu":
-      return None
-    return "below" if y < dtypes.min(self.dtype) else "above" if y > dtypes.max(self.dtype) else None
+  def _compared_outside(self, op: str, y: Any) -> Self | None:
+    """The answer of comparison `op` with a Python int outside this tensor's integer dtype (the same for every
+    element), else None."""
+    side = _side_outside(y, self.dtype)
+    return None if side is None else self._const(COMPARED_OUTSIDE[op][side], dtypes.bool)._broadcast_to(self.shape)
 
   def _require(self, kinds: str, what: str) -> None:
     if self.dtype.kind not in kinds:
@@ -200,13 +201,13 @@ class ElementwiseMixin(TensorBase):
     return result
 
   def maximum(self, y: Any) -> Self:
-    if self._int_side(y) == "below":  # every element is larger: exact without the value
+    if _side_outside(y, self.dtype) == "below":  # every element is larger: exact without the value
       return self
     x, y = self._broadcasted(y)
     return x._alu(Ops.MAX, y) if x.dtype != dtypes.bool else x._alu(Ops.OR, y)
 
   def minimum(self, y: Any) -> Self:
-    if self._int_side(y) == "above":
+    if _side_outside(y, self.dtype) == "above":
       return self
     x, y = self._broadcasted(y)
     if dtypes.is_float(x.dtype):
@@ -467,38 +468,38 @@ class ElementwiseMixin(TensorBase):
 
   # ---- comparisons (NaN-correct: only CMPLT and CMPNE are primitive)
   def lt(self, y: Any) -> Self:
-    if (side := self._int_side(y)) is not None:
-      return self._const(COMPARED_OUTSIDE["lt"][side], dtypes.bool)._broadcast_to(self.shape)
+    if (known := self._compared_outside("lt", y)) is not None:
+      return known
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPLT, y)
 
   def gt(self, y: Any) -> Self:
-    if (side := self._int_side(y)) is not None:
-      return self._const(COMPARED_OUTSIDE["gt"][side], dtypes.bool)._broadcast_to(self.shape)
+    if (known := self._compared_outside("gt", y)) is not None:
+      return known
     x, y = self._broadcasted(y)
     return y._alu(Ops.CMPLT, x)
 
   def eq(self, y: Any) -> Self:
-    if (side := self._int_side(y)) is not None:
-      return self._const(COMPARED_OUTSIDE["eq"][side], dtypes.bool)._broadcast_to(self.shape)
+    if (known := self._compared_outside("eq", y)) is not None:
+      return known
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPNE, y).logical_not()
 
   def ne(self, y: Any) -> Self:
-    if (side := self._int_side(y)) is not None:
-      return self._const(COMPARED_OUTSIDE["ne"][side], dtypes.bool)._broadcast_to(self.shape)
+    if (known := self._compared_outside("ne", y)) is not None:
+      return known
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPNE, y)
 
   def le(self, y: Any) -> Self:
-    if (side := self._int_side(y)) is not None:
-      return self._const(COMPARED_OUTSIDE["le"][side], dtypes.bool)._broadcast_to(self.shape)
+    if (known := self._compared_outside("le", y)) is not None:
+      return known
     x, y = self._broadcasted(y)
     return x._alu(Ops.CMPLT, y) | x.eq(y)
 
   def ge(self, y: Any) -> Self:
-    if (side := self._int_side(y)) is not None:
-      return self._const(COMPARED_OUTSIDE["ge"][side], dtypes.bool)._broadcast_to(self.shape)
+    if (known := self._compared_outside("ge", y)) is not None:
+      return known
     x, y = self._broadcasted(y)
     return y._alu(Ops.CMPLT, x) | x.eq(y)
 
