@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from helpers import NP_DTYPE, check, to_numpy, to_torch
+from helpers import NP_DTYPE, check, edge_values, to_numpy, to_torch
 
 from refgrad import Tensor, dtypes
 
@@ -156,3 +156,27 @@ def test_elementwise_on_views():
   u, tu = pair("flipped")
   check(t[:, ::-1] * u + 1, torch.from_numpy(to_numpy(tt)[:, ::-1].copy()) * tu + 1, dtypes.float32)
   check(t.T.reshape(4, 6) - u.reshape(4, 6), tt.permute(2, 1, 0).reshape(4, 6) - tu.reshape(4, 6), dtypes.float32)
+
+
+# Flat torch-style paddings of every length, per mode; amounts stay where torch's result is defined (reflect: below
+# the size; circular: at most what a negative pad leaves). Outside constant mode torch wants one or two leading dims
+# more than the padded ones, so each length has its input shape.
+PAD_INPUT_SHAPES = {2: (2, 3, 5), 4: (2, 3, 5, 4), 6: (1, 2, 3, 5, 4), 8: (2, 3, 5, 4)}
+FLAT_PADS = [(0, 2), (-1, 1), (2, -1, 0, 0), (0, 2, 2, 0), (-1, 0, 1, 2), (1, 1, -2, 2, 0, 1), (2, 0, 1, -1, 1, 1),
+             (0, 0, 0, 0, 2, 2), (-2, 1, 0, 0, -1, 2, 1, 0)]
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("flat", FLAT_PADS, ids=str)
+def test_pad_flat_tuples(flat, mode):
+  """The last pair pads the last dim, the one before it the dim before, like torch.nn.functional.pad."""
+  if mode != "constant" and len(flat) == 8:
+    pytest.skip("torch pads at most 3 dims in this mode")
+  a = np.resize(edge_values(dtypes.float32), PAD_INPUT_SHAPES[len(flat)])
+  check(Tensor(a).pad(flat, mode=mode), F.pad(torch.from_numpy(a), flat, mode=mode), dtypes.float32)
+
+
+def test_pad_circular_reads_dims_from_the_end():
+  a = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
+  check(Tensor(a).pad((0, 2, 3, 2), mode="circular"), F.pad(torch.from_numpy(a), (0, 2, 3, 2), mode="circular"),
+        dtypes.float32)

@@ -499,13 +499,22 @@ def _replicate_edges(x: Any, d: int, b: int, a: int) -> tuple[Any, Any]:
   return before, after
 
 
+class CroppedWrapError(ShapeError, NotImplementedError):
+  """A circular pad that wraps around more than the part a negative pad leaves. torch's result is undefined there
+  (it copies memory it never wrote) and tinygrad refuses negative circular pads (NotImplementedError)."""
+
+
 def _pad_circular(x: Any, pairs: tuple[tuple[int, int], ...], value: Any) -> Any:
   """Crop first (as torch does for this mode), then take a window of three copies side by side: no data moves."""
+  original = x.shape
   x = _crop_negative(x, pairs)
   for d, (b, a) in enumerate(pairs):
+    if max(b, a) > original[d]:
+      raise ShapeError(f"pad: circular padding {(b, a)} wraps around more than once for size {original[d]} of dim {d}")
     b, a, n = max(b, 0), max(a, 0), x.shape[d]
     if b > n or a > n:
-      raise ShapeError(f"pad: circular padding ({b}, {a}) wraps around more than once for size {n} of dim {d}")
+      raise CroppedWrapError(f"pad: circular padding {pairs[d]} of dim {d} (size {original[d]}) wraps around more "
+                             f"than the {n} elements its negative pad leaves")
     if b or a:
       x = x.repeat(_on_dim(x.ndim, d, 3, 1)).shrink(_on_dim(x.ndim, d, (n - b, 2 * n + a)))
   return x
