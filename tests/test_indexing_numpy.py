@@ -1,10 +1,13 @@
-"""t[index] and t[index] = v against numpy on random index expressions, and against torch where the two agree.
+"""t[index] and t[index] = v against numpy on random index expressions, and against torch wherever torch can say.
 
 The expressions mix ints, slices (any step), None, one Ellipsis, int lists, nested tuples, int tensors of several
-dtypes and bool masks (lists, tensors, 0-d) over small shapes with size-0 dims. numpy's rule wins where torch differs
-on where the index dims go (ints combined with advanced indices count as advanced indices, and an Ellipsis separates
-even where it stands for no dims); torch's rule wins for reading a list that holds lists as a tuple of indices. Also
-the scatter family's exceptions against torch."""
+dtypes and bool masks (lists, tensors, 0-d) over small shapes with size-0 dims. torch's rule (tinygrad's too) wins
+where numpy differs on where the index dims go: numpy counts ints among the advanced indices and an Ellipsis as a
+separator even where it stands for no dims, torch selects with the ints and expands the Ellipsis first. So numpy
+indexes in two steps here, the basic items first and then the advanced ones (torch_rule_steps); torch checks that
+reading. torch's rule also wins for reading a list that holds lists as a tuple of indices. Also the scatter family's
+exceptions against torch."""
+import itertools
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -147,32 +150,46 @@ def numpy_or_error(fn) -> tuple[Any, type | None]:
     return None, type(e)
 
 
-def _consecutive(flags: list[bool]) -> bool:
-  positions = [k for k, f in enumerate(flags) if f]
-  return positions == list(range(positions[0], positions[0] + len(positions))) if positions else True
-
-
 def _dims_used(item: Item) -> int:
   if item.kind in ("none", "ellipsis"):
     return 0
   return np.ndim(item.numpy) if item.kind == "advanced" and np.asarray(item.numpy).dtype == bool else 1
 
 
-def torch_places_differently(items: list[Item], ndim: int) -> bool:
-  """Where numpy and torch put the index dims apart: numpy counts ints (and 0-d int arrays) among the advanced
-  indices and an Ellipsis as a separator; torch drops the ints and expands the Ellipsis first."""
-  def int_like(i: Item) -> bool:
-    return i.kind == "int" or (i.kind == "advanced" and np.ndim(i.numpy) == 0 and np.asarray(i.numpy).dtype != bool)
-  numpy_rule = _consecutive([i.kind == "advanced" or i.kind == "int" for i in items])
-  fill = ndim - sum(_dims_used(i) for i in items)
-  expanded = [x for i in items if not int_like(i) for x in ([False] * fill if i.kind == "ellipsis" else [i])]
-  torch_rule = _consecutive([x is not False and x.kind == "advanced" for x in expanded])
-  return any(i.kind == "advanced" and not int_like(i) for i in items) and numpy_rule != torch_rule
+def _basic_and_advanced(item: Item, ellipsis_dims: int) -> tuple[list[Any], list[Any]]:
+  """One item's share of the two numpy steps: what it is among the basic items, and what indexes the dims that
+  share leaves. An int, or a 0-d int array, selects (torch's reading); a 0-d bool adds a dim that it then indexes."""
+  value = item.numpy
+  if item.kind == "int" or (item.kind == "advanced" and np.ndim(value) == 0 and np.asarray(value).dtype != bool):
+    return [int(value)], []
+  if item.kind == "advanced" and np.ndim(value) == 0:
+    return [None], [np.arange(int(bool(value)))]
+  if item.kind == "advanced":
+    return [slice(None)] * _dims_used(item), [value]
+  if item.kind == "ellipsis":
+    return [slice(None)] * ellipsis_dims, [slice(None)] * ellipsis_dims
+  return [value], [slice(None)]
+
+
+def torch_rule_steps(items: list[Item], ndim: int) -> tuple[tuple, tuple]:
+  """The index as two numpy indices, basic items then advanced ones: in the second, with only slices beside the
+  advanced indices and the Ellipsis spelled out, numpy's rule for where the index dims go is torch's."""
+  ellipsis_dims = ndim - sum(_dims_used(i) for i in items)
+  basic, advanced = [], []
+  for item in items:
+    b, a = _basic_and_advanced(item, ellipsis_dims)
+    basic, advanced = basic + b, advanced + a
+  return tuple(basic) + (Ellipsis,), tuple(advanced)  # the Ellipsis keeps an all-int basic step a (0-d) view
+
+
+def numpy_get(a: np.ndarray, items: list[Item]) -> np.ndarray:
+  basic, advanced = torch_rule_steps(items, a.ndim)
+  return a[basic][advanced]
 
 
 def torch_result(base: np.ndarray, items: list[Item]) -> torch.Tensor | None:
-  """torch's t[index], or None where torch cannot say (negative steps) or knowingly reads the index differently."""
-  if any(i.kind == "slice" and (i.torch.step or 1) < 0 for i in items) or torch_places_differently(items, base.ndim):
+  """torch's t[index], or None where torch cannot say (negative steps)."""
+  if any(i.kind == "slice" and (i.torch.step or 1) < 0 for i in items):
     return None
   return torch.from_numpy(base)[tuple(i.torch for i in items)]
 
@@ -183,7 +200,7 @@ def test_getitem_matches_numpy(shape, data):
   items = data.draw(index_items(shape))
   permuted = data.draw(st.booleans())
   a, t = make(shape, permuted)
-  want, error = numpy_or_error(lambda: a[tuple(i.numpy for i in items)])
+  want, error = numpy_or_error(lambda: numpy_get(a, items))
   if error is not None:
     with pytest.raises(error):
       t[tuple(i.ours for i in items)]
@@ -214,14 +231,15 @@ def value_for(draw, shape: tuple[int, ...]) -> tuple[Any, np.ndarray]:
 def test_setitem_matches_numpy(shape, data):
   items = data.draw(index_items(shape))
   a, _ = make(shape, permuted=False)
-  target, error = numpy_or_error(lambda: a[tuple(i.numpy for i in items)])
+  target, error = numpy_or_error(lambda: numpy_get(a, items))
   if error is not None:
     return  # the getitem test covers bad indices
   ours, theirs = data.draw(value_for(target.shape))
   while theirs.ndim > target.ndim:  # numpy refuses an extra leading 1 where the target is 0-d; torch drops it
     theirs = theirs[0]
   want = a.copy()
-  want[tuple(i.numpy for i in items)] = np.broadcast_to(theirs, target.shape)
+  basic, advanced = torch_rule_steps(items, a.ndim)
+  want[basic][advanced] = np.broadcast_to(theirs, target.shape)  # want[basic] is a view: this writes want
   t = Tensor(a.copy())
   t[tuple(i.ours for i in items)] = ours
   check(t, want, dtypes.float32)
@@ -278,16 +296,28 @@ def test_setitem_with_list_of_lists_like_torch():
   (slice(None), [[1], [2]], Ellipsis, 1, [0, 3]),
 ], ids=["int_slice_list", "slice_int_slice_list", "npint_none_list", "slice_list_slice_int", "empty_ellipsis",
         "empty_ellipsis_int"])
-def test_index_dims_placed_like_numpy(index):
-  """torch drops ints and expands the Ellipsis first, and keeps these index dims in place; numpy (and refgrad)
-  count the ints and the Ellipsis and put them first."""
-  theirs = torch_get(index).numpy()
-  assert theirs.shape != X[index].shape or not np.array_equal(theirs, X[index])  # the difference is real
-  check(Tensor(X)[index], X[index], dtypes.float32)
-  t, want = Tensor(X.copy()), X.copy()
-  t[index] = Tensor(np.arange(X[index].shape[-1], dtype=np.float32))
-  want[index] = np.arange(X[index].shape[-1])
+def test_index_dims_placed_like_torch(index):
+  """torch selects with the ints and expands the Ellipsis first, and keeps these index dims in place; numpy counts
+  the ints and the Ellipsis and puts them first. refgrad follows torch (and tinygrad)."""
+  theirs = torch_get(index)
+  assert theirs.shape != X[index].shape or not np.array_equal(theirs.numpy(), X[index])  # the difference is real
+  check(Tensor(X)[index], theirs, dtypes.float32)
+  t, want = Tensor(X.copy()), torch.from_numpy(X.copy())
+  t[index] = Tensor(np.arange(theirs.shape[-1], dtype=np.float32))
+  want[index] = torch.arange(theirs.shape[-1], dtype=torch.float32)
   check(t, want, dtypes.float32)
+
+
+@pytest.mark.parametrize("index", [
+  (Tensor(0), slice(None), [1, 2]),
+  ([1, 0], Tensor(2), [0, 3]),
+  (slice(None), Tensor(1), slice(None), Tensor([[0], [4]])),
+], ids=["tensor0_slice_list", "list_tensor0_list", "slice_tensor0_slice_tensor"])
+def test_zero_d_int_tensor_places_like_an_int(index):
+  """torch selects with a 0-d int tensor, so it separates no index dims (tinygrad reads it as an index tensor and
+  puts those of the first case first)."""
+  theirs = torch_get(tuple(torch.tensor(i.numpy()) if isinstance(i, Tensor) else i for i in index))
+  check(Tensor(X)[index], theirs, dtypes.float32)
 
 
 @pytest.mark.parametrize("index", [True, False, (True, 0), (slice(None), True, [0, 1]), (0, True, slice(None), [0, 1]),
@@ -391,3 +421,25 @@ def test_zero_d_scatter_family_bad_dim(op):
       return t.gather(1, index)
     return getattr(t, op)(1, index, t, *(("sum",) if op == "scatter_reduce" else ()))
   both_raise(lambda: call(Tensor(2.0), Tensor(0)), lambda: call(torch.tensor(2.0), torch.tensor(0)), IndexError, ["1"])
+
+
+# every index of three items from these, on a 4-d tensor, against torch: where ints, slices, None and the Ellipsis
+# stand between advanced indices decides where torch puts the index dims
+PATTERN_ITEMS = {"int": -1, "slice": slice(1, None), "list": [1, 0, 1], "none": None, "ellipsis": Ellipsis,
+                 "tensor": np.array([[1], [0]])}
+PATTERNS = [p for p in itertools.product(PATTERN_ITEMS, repeat=3) if p.count("ellipsis") <= 1]
+
+
+def _spell(pattern: tuple[str, ...], as_tensor) -> tuple:
+  return tuple(as_tensor(PATTERN_ITEMS[k]) if k == "tensor" else PATTERN_ITEMS[k] for k in pattern)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids="-".join)
+def test_index_patterns_like_torch(pattern):
+  theirs = torch_get(_spell(pattern, torch.from_numpy))
+  check(Tensor(X)[_spell(pattern, Tensor)], theirs, dtypes.float32)
+  t, want = Tensor(X.copy()), torch.from_numpy(X.copy())
+  value = np.arange(theirs.numel(), dtype=np.float32).reshape(theirs.shape) + 1000
+  t[_spell(pattern, Tensor)] = Tensor(value)
+  want[_spell(pattern, torch.from_numpy)] = torch.from_numpy(value)
+  check(t, want, dtypes.float32)

@@ -189,10 +189,6 @@ def _is_mask(item: Any) -> bool:
   return isinstance(item, np.ndarray) and item.dtype == bool
 
 
-def _is_advanced(item: Any) -> bool:
-  return item is not None and item is not Ellipsis and not isinstance(item, (slice, int))
-
-
 def _dims_used(item: Any) -> int:
   if item is None or item is Ellipsis:
     return 0
@@ -210,23 +206,27 @@ def _expand_ellipsis(items: list[Any], ndim: int) -> list[Any]:
   return items[:ellipses[0]] + fill + items[ellipses[0] + 1:] if ellipses else items + fill
 
 
-def _consecutive(items: list[Any]) -> bool:
-  """numpy's rule for where the broadcast index dims go: in place of the indexed dims when the advanced items are
-  next to each other, else first. items is the index as written, so an Ellipsis separates even where it stands for
-  no dims; ints count as advanced items once there is any other. torch differs on both points: it drops ints first
-  and expands the Ellipsis first, so it keeps the index dims of x[0, :, [1, 2]] and of x[:, [1], ..., [2]] (on 3 dims)
-  in place, where numpy, and refgrad, put them first."""
-  positions = [k for k, i in enumerate(items) if _is_advanced(i) or isinstance(i, int)]
-  return positions == list(range(positions[0], positions[0] + len(positions))) if positions else True
+def _batch_anchor(advanced: list[tuple[int, Advanced]]) -> int | None:
+  """torch's rule (and tinygrad's) for where the broadcast index dims go: in place of the indexed dims when these
+  are next to each other once ints have removed their dims, None has added its and the Ellipsis is expanded, else
+  first. A 0-d int index is an int here, as in torch (it selects). Returns the first indexed dim, or None for first.
+  numpy differs: it counts ints and 0-d arrays as advanced items, and an Ellipsis apart from them separates even
+  where it stands for no dims, so it puts the index dims of x[0, :, [1, 2]] first; refgrad follows torch."""
+  zero_d = [d for d, a in advanced if a.index.ndim == 0]
+  placed = [d for d, a in advanced if a.index.ndim]
+  if not placed:
+    return 0
+  after_selects = [d - sum(z < d for z in zero_d) for d in placed]
+  return placed[0] if after_selects == list(range(after_selects[0], after_selects[0] + len(placed))) else None
 
 
 @dataclass(frozen=True)
 class ParsedIndex:
   """An index as a basic plan (advanced dims kept whole) and the advanced indices with the dim of the plan's result
-  each indexes; `consecutive` says whether the index dims stay in place (numpy's rule)."""
+  each indexes; `anchor` is the indexed dim the index dims replace, or None when they go first (_batch_anchor)."""
   plan: BasicPlan
   advanced: list[tuple[int, Advanced]]
-  consecutive: bool
+  anchor: int | None
 
 
 def parse_index(t: Any, index: Any) -> ParsedIndex:
@@ -249,7 +249,7 @@ def parse_index(t: Any, index: Any) -> ParsedIndex:
         advanced.append((out_dim, _prepare(part, t.shape[dim], dim, t)))
         basic.append(slice(None))
         dim, out_dim = dim + 1, out_dim + 1
-  return ParsedIndex(basic_plan(t.shape, basic), advanced, _consecutive(written))
+  return ParsedIndex(basic_plan(t.shape, basic), advanced, _batch_anchor(advanced))
 
 
 def _check_int(i: int, size: int, dim: int) -> int:
@@ -292,19 +292,19 @@ def wrap_index(index: Any, n: int, negative_wraps: bool) -> tuple[Any, Any]:
 @dataclass(frozen=True)
 class AdvancedPlan:
   """Advanced indices on some dims of y, broadcast together to `batch`. The result has the batch dims in place of
-  the indexed dims when the index's advanced items are consecutive, else first (numpy's rule)."""
+  the indexed dims from `anchor` on, or first when anchor is None (torch's rule, _batch_anchor)."""
   dims: list[int]
   rest: list[int]
   batch: Shape
   linear: Any  # one int index into the indexed dims flattened, of shape batch
   valid: Any   # bool of shape batch, or None when every index is known to be in range
   size: int    # the number of positions the linear index chooses from
-  consecutive: bool
+  anchor: int | None
 
   def result_order(self) -> list[int]:
     """Permutation from (batch dims, rest dims) to the result's dims."""
     nb = len(self.batch)
-    before = sum(1 for d in self.rest if d < self.dims[0]) if self.consecutive else 0
+    before = 0 if self.anchor is None else sum(1 for d in self.rest if d < self.anchor)
     rest = [nb + i for i in range(len(self.rest))]
     return rest[:before] + list(range(nb)) + rest[before:]
 
@@ -348,7 +348,7 @@ def advanced_plan(y: Any, parsed: ParsedIndex) -> AdvancedPlan:
       valid = a.valid if valid is None else valid & a.valid
   rest = [d for d in range(y.ndim) if d not in dims]
   return AdvancedPlan(dims, rest, batch, linear.cast(dtypes.int64 if wide else dtypes.int32)._broadcast_to(batch),
-                      None if valid is None else valid._broadcast_to(batch), size, parsed.consecutive)
+                      None if valid is None else valid._broadcast_to(batch), size, parsed.anchor)
 
 
 def pick(values: Any, hit: Any, axes: Any) -> Any:
@@ -468,8 +468,9 @@ class IndexingMixin(TensorBase):
   def __getitem__(self, index: Any) -> Self:
     """Numpy/torch indexing: ints, slices (any step), None, ..., lists and int tensors (advanced indexing, which
     broadcast together; out-of-range values in tensors select 0), bool masks and 0-d bools. The index dims go first
-    when the advanced indices (counting ints) are apart, as in numpy; a list holding lists is read as a tuple of
-    indices, as in torch.
+    when the advanced indices are apart once ints have selected and the Ellipsis is expanded, as in torch and
+    tinygrad (numpy also counts ints, and puts those of t[0, :, [1, 2]] first); a list holding lists is read as a
+    tuple of indices, as in torch.
 
     >>> t = Tensor([[1, 2, 3], [4, 5, 6]])
     >>> t[1, ::-1].tolist()
@@ -479,7 +480,7 @@ class IndexingMixin(TensorBase):
     >>> t[:, Tensor([[0], [2]])].shape
     (2, 2, 1)
     >>> Tensor.zeros(2, 3, 4)[0, :, [1, 2]].shape
-    (2, 3)
+    (3, 2)
     """
     if (bounds := _symbolic_slices(index, self.shape)) is not None:
       return self.shrink(bounds)
