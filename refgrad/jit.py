@@ -48,9 +48,9 @@ from refgrad.device import Buffer
 from refgrad.frontend import random as rng_state
 from refgrad.multi import multi
 from refgrad.schedule import buffer_node, realized_buffer
-from refgrad.sizes import max_shape, rebind, unbind_arg
+from refgrad.sizes import RECORDING, holds_size, max_shape, rebind, unbind_arg
 from refgrad.tensor import Tensor
-from refgrad.uop import Ops, UOp, prod
+from refgrad.uop import Ops, UOp, evaluate, prod
 
 ReturnType = TypeVar("ReturnType")
 
@@ -109,6 +109,18 @@ def tensors_in(value: Any) -> list[Tensor]:
     return [t for v in value for t in tensors_in(v)]
   if isinstance(value, dict):
     return [t for v in value.values() for t in tensors_in(v)]
+  return []
+
+
+def variables_passed(value: Any) -> list[UOp]:
+  """The bound Variables among a call's arguments (`f(x, v)`), inside tuples, lists and dict values too: a replay
+  runs with their values."""
+  if isinstance(value, UOp) and value.op is Ops.BIND:
+    return [value]
+  if isinstance(value, (tuple, list)):
+    return [v for item in value for v in variables_passed(item)]
+  if isinstance(value, dict):
+    return [v for item in value.values() for v in variables_passed(item)]
   return []
 
 
@@ -241,6 +253,29 @@ class Write:
 
 
 @dataclass
+class SizeChecks:
+  """The conditions on symbolic sizes the frontend checked during the capture (a shrink that fits, a reshape that
+  keeps the count), with their Variables unbound: each replay checks them for its own values, as a plain call
+  would, instead of running kernels on shapes that do not fit."""
+  conditions: list[tuple[UOp, UOp]]  # (unbound condition, the condition as checked: for the message)
+  captured: dict[UOp, int]  # the Variables' values at capture: those the replay's inputs do not give
+
+  @staticmethod
+  def of(conditions: list[UOp], captured: dict[UOp, int]) -> SizeChecks:
+    found: dict[UOp, int] = {}
+    unbound = [(unbind_arg(c, found), c) for c in dict.fromkeys(conditions)]
+    return SizeChecks(unbound, found | captured)
+
+  def check(self, values: dict[UOp, int]) -> None:
+    given = self.captured | values
+    for condition, checked in self.conditions:
+      if not evaluate(condition, given):
+        shown = ", ".join(f"{var.arg[0]}={value}" for var, value in sorted(values.items(), key=lambda kv: kv[0].arg))
+        raise JitError(f"TinyJit: for this call's values ({shown}) the shapes do not fit: {condition!r} held at "
+                       f"capture and does not now (a plain call would refuse the same shapes)")
+
+
+@dataclass
 class ThreadResults:
   """One thread's result tensors of a captured call: each result tensor that is not an argument (its id) -> this
   thread's tensor, and the buffers the launches write for them -> this thread's buffers."""
@@ -263,6 +298,7 @@ class CapturedCall:
     self.launches, self.inputs, self.signature, self.result = launches, inputs, signature, result
     self.reads, self.writes, self.draws = reads, writes, draws
     self.replays = 0
+    self.size_checks = SizeChecks([], {})
     written = {launch.buffers[0] for launch in launches}
     self.fresh = list(dict.fromkeys(w.buffer for w in writes if w.buffer in written))
     position = {id(t): i for i, t in reversed(list(enumerate(arguments)))}
@@ -296,6 +332,7 @@ class CapturedCall:
     if signature != self.signature:
       raise JitError(f"TinyJit: this call's inputs {describe(signature)} differ from the captured call's "
                      f"{describe(self.signature)}; call jit.reset() to capture again")
+    self.size_checks.check(values)
     own = self.thread_results()
     mapping = self.buffer_map(inputs) | own.buffers
     for draw in self.draws:
@@ -343,10 +380,31 @@ def substitute(value: Any, swap: dict[int, Tensor]) -> Any:
 def argument_tensor(t: Tensor) -> tuple[Tensor, tuple]:
   """The tensor an argument stands for, and the view steps from it: a view of another tensor (`cache[:, i:j]`)
   stands for the tensor it views, so the captured kernels read that tensor's buffer and a write through the view
-  lands in the tensor viewed on each call (refgrad/frontend/views.py)."""
+  lands in the tensor viewed on each call (refgrad/frontend/views.py).
+
+  A view that reshapes its base to a symbolic shape (`a.reshape(3, v)`) stands for itself: its base's shape changes
+  with the values (a is (3, 2) on one call and (3, 5) on the next), so the argument is copied into a buffer laid out
+  for the largest sizes, the same layout on every call; a function may not write into it."""
   link = t._view
   base = link.base() if link is not None else None
-  return (t, ()) if base is None else (base, link.steps)
+  return (t, ()) if base is None or has_symbolic_steps(t) else (base, link.steps)
+
+
+def has_symbolic_steps(t: Tensor) -> bool:
+  """Whether t is a view that reshapes its base to a symbolic shape (`a.reshape(3, v)`): the base's size then
+  depends on the values (a shrink at a symbolic offset, `cache[:, v:v+1]`, leaves its base's shape alone)."""
+  link = t._view
+  return link is not None and link.base() is not None and any(op is Ops.RESHAPE and holds_size(arg)
+                                                              for op, arg in link.steps)
+
+
+def refuse_symbolic_view_writes(before: list[tuple[Tensor, UOp]]) -> None:
+  """A write into an argument that is a view reshaping its base to a symbolic shape would land in the copy the jit
+  reads, not in the tensor viewed: refused rather than lost."""
+  for t, node in before:
+    if t.uop is not node:
+      raise JitError(f"TinyJit: the function wrote into an argument that reshapes another tensor to the symbolic shape "
+                     f"{t.shape}; pass that tensor, or a contiguous() copy, instead")
 
 
 def call_signature(tensors: list[Tensor], buffers: list[list[Buffer]],
@@ -368,11 +426,15 @@ def _unbound(arg: Any, values: dict[UOp, int]) -> Any:
 
 
 def describe(signature: tuple) -> str:
-  parts = [f"{list(shape)} {dtype.name} on {device}" + (f" split {layout}" if layout else "") +
-           (f" (the same tensor as input {same})" if same != i else "") +
-           (f" viewed by {' '.join(_step_text(op, arg) for op, arg in steps)}" if steps else "")
-           for i, (shape, dtype, device, layout, same, steps) in enumerate(signature)]
+  parts = [f"Variable {entry!r}" if isinstance(entry, UOp) else _input_text(i, *entry)
+           for i, entry in enumerate(signature)]
   return "(" + ", ".join(parts) + ")"
+
+
+def _input_text(i: int, shape: tuple, dtype: Any, device: Any, layout: Any, same: int, steps: tuple) -> str:
+  return (f"{list(shape)} {dtype.name} on {device}" + (f" split {layout}" if layout else "") +
+          (f" (the same tensor as input {same})" if same != i else "") +
+          (f" viewed by {' '.join(_step_text(op, arg) for op, arg in steps)}" if steps else ""))
 
 
 def _step_text(op: Any, arg: Any) -> str:
@@ -439,10 +501,14 @@ class TinyJit(Generic[ReturnType]):
     if capturing() and (self.calls or self.captured is not None):
       raise RuntimeError("TinyJit: having TinyJit inside another TinyJit is not supported (a jitted function was "
                          "called again while another was being captured)")
-    pairs = [argument_tensor(t) for t in tensors_in(in_parameter_order(self.parameters, args, kwargs))]
+    arguments = in_parameter_order(self.parameters, args, kwargs)
+    pairs = [argument_tensor(t) for t in tensors_in(arguments)]
     tensors, views = [t for t, _ in pairs], tuple(steps for _, steps in pairs)
+    copied = [t for t in tensors if has_symbolic_steps(t)]
     per_tensor = [input_buffers(t) for t in tensors]
+    before = [(t, t.uop) for t in copied]
     signature, values = call_signature(tensors, per_tensor, views)
+    signature += tuple(unbind_arg(v, values) for v in variables_passed(arguments))
     inputs = [b for bufs in per_tensor for b in bufs]
     while True:  # until the capture, a call takes CAPTURE_LOCK and then this function's lock: always in that order
       uncaptured = self.captured is None
@@ -451,7 +517,10 @@ class TinyJit(Generic[ReturnType]):
           return self.captured.replay(tensors, inputs, signature, values)
         if uncaptured:
           self.calls += 1
-          return self._run(args, kwargs) if self.calls == 1 else self._capture(args, kwargs, tensors, inputs, signature)
+          result = self._run(args, kwargs) if self.calls == 1 else self._capture(args, kwargs, tensors, inputs,
+                                                                                 signature, values)
+          refuse_symbolic_view_writes(before)
+          return result
       # reset() ran in between: call again, holding CAPTURE_LOCK this time
 
   def _run(self, args: tuple, kwargs: dict) -> ReturnType:
@@ -461,13 +530,17 @@ class TinyJit(Generic[ReturnType]):
     return result
 
   def _capture(self, args: tuple, kwargs: dict, tensors: list[Tensor], inputs: list[Buffer],
-               signature: tuple) -> ReturnType:
+               signature: tuple, values: dict[UOp, int]) -> ReturnType:
     arguments = [Holding(weakref.ref(t), part, node) for t in tensors for part, node in enumerate(parts_of(t.uop))]
     held = live_holdings({id(t) for t in tensors})
     realize.CAPTURE, rng_state.DRAWS = LAUNCHES, DRAWS  # again each time: bench/multi.py sets CAPTURE itself
-    with LAUNCHES.recording() as launched, DRAWS.recording() as drawn:
-      result = self._run(args, kwargs)
-      settle_updates(arguments + [h for hs in held.values() for h in hs])
+    RECORDING.conditions = conditions = []
+    try:
+      with LAUNCHES.recording() as launched, DRAWS.recording() as drawn:
+        result = self._run(args, kwargs)
+        settle_updates(arguments + [h for hs in held.values() for h in hs])
+    finally:
+      RECORDING.conditions = None
     launches = [Launch(runner, item.buffers, item.ast, item.var_vals) for runner, item in launched]
     draws = [Draw([u.arg for u in params.uop.toposort if u.op is Ops.BUFFER], n) for params, n in drawn]
     known = set(inputs) | set(held) | {launch.buffers[0] for launch in launches}
@@ -485,6 +558,7 @@ class TinyJit(Generic[ReturnType]):
     writes = [Write(position.get(id(h.tensor()), h.tensor), h.part, whole_buffer(node), read_of.get(id(h)))
               for h, node in changes]
     self.captured = CapturedCall(launches, inputs, signature, reads, writes, draws, result, tensors)
+    self.captured.size_checks = SizeChecks.of(conditions, values)
     return result
 
 

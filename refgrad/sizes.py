@@ -8,13 +8,14 @@ layout and reduces only the lanes inside the bound sizes.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
 import numpy as np
 
 from refgrad.dtype import dtypes
-from refgrad.uop import Ops, UOp, size_sum
+from refgrad.uop import GroupOp, Ops, UOp, evaluate, size_sum
 
 Size = int | UOp
 VARIABLE_DTYPE = dtypes.int64
@@ -46,6 +47,41 @@ def Variable(name: str, min_val: int, max_val: int) -> UOp:  # noqa: N802  (tiny
   return variable
 
 
+class _Recording(threading.local):
+  """The conditions on symbolic sizes the frontend checked in this thread while a TinyJit captures (else None)."""
+  conditions: list[UOp] | None = None
+
+
+RECORDING = _Recording()
+
+
+def size_check(condition: Any) -> bool:
+  """Whether a condition on sizes (a bool, or a comparison node of symbolic sizes) holds at the bound values: the
+  frontend checks shapes as they are now, as tinygrad does. While a TinyJit captures, a symbolic condition is
+  recorded, so that each replay checks it again for its own values (refgrad/jit.py) instead of running kernels on
+  shapes that do not fit."""
+  if not isinstance(condition, UOp):
+    return bool(condition)
+  if RECORDING.conditions is not None:
+    RECORDING.conditions.append(condition)
+  return bool(evaluate(condition))
+
+
+def sizes_equal(a: Size, b: Size) -> Any:
+  """a == b as a condition for size_check: a node when either is symbolic (UOp's == is identity)."""
+  if not isinstance(a, UOp) and not isinstance(b, UOp):
+    return a == b
+  return (a if isinstance(a, UOp) else UOp.const(VARIABLE_DTYPE, a)).ne(b).ne(True)
+
+
+def is_size_expression(node: Any) -> bool:
+  """Whether node is an expression of Variables and constants (`v`, `v * 4 + 1`), not a tensor-graph node."""
+  if not isinstance(node, UOp) or node.op is Ops.CONST:
+    return False
+  return all(n.op in (Ops.BIND, Ops.DEFINE_VAR) or (n.op is Ops.CONST and not n.src) or n.op in GroupOp.ALU
+             for n in node.toposort)
+
+
 def is_symbolic(size: Any) -> bool:
   return isinstance(size, UOp)
 
@@ -63,25 +99,9 @@ def max_shape(shape: tuple) -> tuple[int, ...]:
   return tuple(max_size(s) for s in shape)
 
 
-_EVALUATE = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.IDIV: lambda a, b: a // b,
-             Ops.MOD: lambda a, b: a % b, Ops.MAX: max, Ops.NEG: lambda a: -a}
-
-
 def size_value(size: Size, values: dict[UOp, int] | None = None) -> int:
   """The value of a size: its bound variables' values, or for an unbound Variable its entry in `values`."""
-  if not isinstance(size, UOp):
-    return size
-  if size.op is Ops.CONST:
-    return size.arg
-  if size.op is Ops.BIND:
-    return size.src[1].arg
-  if size.op is Ops.DEFINE_VAR:
-    if values is None or size not in values:
-      raise ValueError(f"Variable {size.arg[0]!r} has no value here: bind it (Variable(...).bind(value))")
-    return values[size]
-  if size.op not in _EVALUATE:
-    raise TypeError(f"a size cannot be made with {size.op.name}")
-  return _EVALUATE[size.op](*(size_value(s, values) for s in size.src))
+  return evaluate(size, values) if isinstance(size, UOp) else size
 
 
 def shape_value(shape: tuple, values: dict[UOp, int] | None = None) -> tuple[int, ...]:
@@ -141,8 +161,8 @@ def kernel_variables(ast: UOp) -> list[UOp]:
   return sorted(set().union(*(variables_in(u.arg) for u in ast.toposort)), key=slot_order)
 
 
-def _holds_size(arg: Any) -> bool:
-  return isinstance(arg, UOp) or (isinstance(arg, tuple) and any(_holds_size(a) for a in arg))
+def holds_size(arg: Any) -> bool:
+  return isinstance(arg, UOp) or (isinstance(arg, tuple) and any(holds_size(a) for a in arg))
 
 
 def _rebuild_sized(root: UOp, remake: Any) -> UOp:
@@ -151,7 +171,7 @@ def _rebuild_sized(root: UOp, remake: Any) -> UOp:
   rebuilt: dict[UOp, UOp] = {}
   for node in root.toposort:
     src = tuple(rebuilt[s] for s in node.src)
-    if _holds_size(node.arg):
+    if holds_size(node.arg):
       rebuilt[node] = remake(node, src)
     else:
       rebuilt[node] = node if src == node.src else node.replace(src=src)

@@ -44,8 +44,17 @@ from refgrad.schedule import (
   realized_node,
   remember_realized,
 )
-from refgrad.sizes import bound_region, is_symbolic_shape, max_shape
-from refgrad.uop import Ops, UOp, prod
+from refgrad.sizes import (
+  bound_region,
+  canonical,
+  is_size_expression,
+  is_symbolic_shape,
+  max_shape,
+  max_size,
+  size_const,
+  size_value,
+)
+from refgrad.uop import Ops, UOp, prod, size_sum
 
 
 def _nested_shape_and_kind(data: Any) -> tuple[Shape, DType]:
@@ -260,6 +269,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
       start, stop = 0, start
     if step == 0:
       raise ValueError("arange: step must be nonzero")
+    if is_size_expression(start) or is_size_expression(stop):
+      return _symbolic_arange(start, stop, step, dtype, device, **kwargs)
     count = max(0, math.ceil((stop - start) / step))
     if any(isinstance(v, float) for v in (start, stop, step)) or (dtype is not None and to_dtype(dtype).kind == "f"):
       dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -592,6 +603,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
 
 def _node_of(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> UOp:
   """The graph node of a Tensor made from data: a node, a tensor, a Python or numpy scalar, a nested list, an array
+  if is_size_expression(data):
+    return _size_node(data, dtype or dtypes.default_int, device)
   or bytes."""
   if isinstance(data, UOp):
     return data if dtype is None or data.dtype == dtype else data.cast(dtype)
@@ -604,6 +617,29 @@ def _node_of(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> U
   if isinstance(device, tuple):  # on several devices: a copy on each
     return Tensor(array, device=device[0]).shard(device).uop
   return buffer_node(Buffer(device, array.size, from_numpy(array.dtype)).copyin(array), array.shape)
+
+def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: DType | str | None, device: str | None,
+                     **kwargs: Any) -> Tensor:
+  """arange whose start or stop is a size of bound Variables: its length is symbolic too, so it is the start of a
+  concrete arange as long as the largest length, shrunk to the bound one."""
+  if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+    raise TypeError(f"arange: with a symbolic start or stop the step must be a positive int, got {step!r}")
+  length = size_sum((stop, 1), (start, -1))
+  length = canonical(length if step == 1 else (length + (step - 1)) // step)
+  if size_value(length) < 0:
+    raise ValueError(f"arange: stop {stop} is below start {start} at the bound values")
+  dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
+  steps = Tensor.arange(max_size(length), dtype=dt, device=device).shrink(((0, length),))
+  return Tensor((steps * step + start).uop, **kwargs)
+
+
+def _size_node(size: UOp, dtype: DType, device: str | tuple[str, ...]) -> UOp:
+  """A 0-d tensor holding the value of an expression of bound Variables (`Tensor(v)`, `t * v`)."""
+  size_value(size)  # a ValueError naming a Variable that is not bound
+  if isinstance(device, tuple):
+    raise NotImplementedError("a tensor of a Variable's value on several devices")
+  return size_const(canonical(size), dtype, device)
+
 
 
 def _const_uop(value: Scalar, dtype: DType, device: str | tuple[str, ...]) -> UOp:

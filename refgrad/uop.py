@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.alu import exec_cast, result_dtype
+from refgrad.alu import exec_alu, exec_cast, result_dtype
 from refgrad.dtype import DType, as_python_scalar, dtypes
 from refgrad.ops import GroupOp, Ops  # noqa: F401  (re-exported: the IR's users import them from here)
 from refgrad.ranges import value_range
@@ -134,6 +134,8 @@ class UOp:
     return UOp(op, result_dtype(op, tuple(u.dtype for u in (self, *others))), (self, *others))
 
   def _binary(self, op: Ops, other: Any, reverse: bool = False) -> UOp:
+    if not isinstance(other, (UOp, bool, int, float, np.integer, np.floating)):
+      return NotImplemented  # a Tensor: `v * t` is the tensor's t.__rmul__(v)
     other_uop = other if isinstance(other, UOp) else UOp.const(self.dtype, other)
     return other_uop.alu(op, self) if reverse else self.alu(op, other_uop)
 
@@ -142,7 +144,14 @@ class UOp:
   def __mul__(self, other: Any) -> UOp: return self._binary(Ops.MUL, other)  # noqa: E704
   def __rmul__(self, other: Any) -> UOp: return self._binary(Ops.MUL, other, True)  # noqa: E704
   def __floordiv__(self, other: Any) -> UOp: return self._binary(Ops.IDIV, other)  # noqa: E704
+  def __rfloordiv__(self, other: Any) -> UOp: return self._binary(Ops.IDIV, other, True)  # noqa: E704
   def __mod__(self, other: Any) -> UOp: return self._binary(Ops.MOD, other)  # noqa: E704
+  def __rmod__(self, other: Any) -> UOp: return self._binary(Ops.MOD, other, True)  # noqa: E704
+  # comparisons make nodes, as tinygrad's do; `==` and `!=` stay identity (hash-consing): use ne()
+  def __lt__(self, other: Any) -> UOp: return self._binary(Ops.CMPLT, other)  # noqa: E704
+  def __gt__(self, other: Any) -> UOp: return self._binary(Ops.CMPLT, other, True)  # noqa: E704
+  def __le__(self, other: Any) -> UOp: return _negated(self._binary(Ops.CMPLT, other, True))  # noqa: E704
+  def __ge__(self, other: Any) -> UOp: return _negated(self._binary(Ops.CMPLT, other))  # noqa: E704
   def __neg__(self) -> UOp: return self.alu(Ops.NEG)  # noqa: E704
   def __sub__(self, other: Any) -> UOp: return self + (-other if not isinstance(other, UOp) else other.alu(Ops.NEG))  # noqa: E704,E501
   def __rsub__(self, other: Any) -> UOp: return (-self) + other  # noqa: E704
@@ -177,6 +186,11 @@ class UOp:
       raise ValueError(f"bind: {value} is outside [{low}, {high}], the range of Variable {name!r}")
     return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, int(value))))
 
+  @property
+  def val(self) -> Any:
+    """The value of an expression of bound Variables and constants (`Variable("n", 1, 9).bind(3) * 4` is 12)."""
+    return evaluate(self)
+
   def unbind(self) -> tuple[UOp, int]:
     """(the Variable, its value) of a bound variable."""
     if self.op is not Ops.BIND:
@@ -185,7 +199,8 @@ class UOp:
 
   # ---- printing
   def __repr__(self) -> str:
-    if self.op in _SIZE_OPS and self.dtype.kind == "i" and any(u.op is Ops.DEFINE_VAR for u in self.toposort):
+    symbolic = self.op in _DECIDABLE or (self.op in _SIZE_OPS and self.dtype.kind == "i")
+    if symbolic and any(u.op is Ops.DEFINE_VAR for u in self.toposort):
       return render_size(self)
     return render_tree(self)
 
@@ -193,7 +208,19 @@ class UOp:
     raise TypeError("UOp is not iterable")
 
   def __bool__(self) -> bool:
-    return True
+    """A comparison of sizes is true or false when it is so for every value of its Variables (`n > 0` of a
+    Variable in [1, 10]), as in tinygrad; any other node is an object, and true."""
+    if self.dtype != dtypes.bool or self.op not in _DECIDABLE:
+      return True
+    low, high = self.vrange
+    if low != high:
+      raise ValueError(f"{render_size(self)} is true for some values of its Variables and false for others; compare "
+                       f"the bound values (.val) instead")
+    return bool(low)
+
+
+def _negated(comparison: Any) -> Any:
+  return comparison if comparison is NotImplemented else comparison.ne(True)
 
 
 def canonical_const(dtype: DType, value: Any) -> Any:
@@ -205,8 +232,34 @@ def canonical_const(dtype: DType, value: Any) -> Any:
   return as_python_scalar(dtype, value)
 
 
-_SIZE_OPS = frozenset({Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.NEG, Ops.IDIV, Ops.MOD})
-_SIZE_SYMBOLS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%"}
+_SIZE_OPS = frozenset({Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.NEG, Ops.IDIV, Ops.MOD, Ops.MAX})
+_SIZE_SYMBOLS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!="}
+_DECIDABLE = frozenset({Ops.CMPLT, Ops.CMPNE})
+
+
+def evaluate(u: UOp, values: dict[UOp, int] | None = None) -> Any:
+  """The value of an expression of constants and Variables, each op as alu.py defines it: a bound Variable has
+  its value, an unbound one its entry in `values`."""
+  return _evaluate(u, values or {}, {}).item()
+
+
+def _evaluate(u: UOp, values: dict[UOp, int], found: dict[UOp, np.ndarray]) -> np.ndarray:
+  if u in found:
+    return found[u]
+  if u.op is Ops.CONST and not isinstance(u.arg, UOp):
+    out = np.array(u.arg, u.dtype.np)
+  elif u.op is Ops.BIND:
+    out = np.array(u.src[1].arg, u.dtype.np)
+  elif u.op is Ops.DEFINE_VAR:
+    if u not in values:
+      raise ValueError(f"Variable {u.arg[0]!r} has no value here: bind it (Variable(...).bind(value))")
+    out = np.array(values[u], u.dtype.np)
+  elif u.op in GroupOp.ALU:
+    out = exec_alu(u.op, u.dtype, *(_evaluate(s, values, found) for s in u.src))
+  else:
+    raise TypeError(f"a size cannot be made with {u.op.name}")
+  found[u] = out
+  return out
 
 
 def render_size(u: UOp) -> str:
@@ -219,6 +272,8 @@ def render_size(u: UOp) -> str:
     return str(u.arg)
   if u.op is Ops.NEG:
     return f"-{render_size(u.src[0])}"
+  if u.op is Ops.MAX:
+    return f"max({render_size(u.src[0])}, {render_size(u.src[1])})"
   if u.op in _SIZE_SYMBOLS and len(u.src) == 2:
     return f"({render_size(u.src[0])} {_SIZE_SYMBOLS[u.op]} {render_size(u.src[1])})"
   return render_tree(u)

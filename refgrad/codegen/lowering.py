@@ -101,6 +101,21 @@ def pad_condition(node: UOp, idx: Index) -> UOp | None:
   return cond
 
 
+def _has_variable(index: UOp) -> bool:
+  return any(u.op is Ops.DEFINE_VAR for u in index.toposort)
+
+
+def in_buffer(index: UOp, size: int) -> UOp | None:
+  """None if an index of symbolic sizes stays inside a buffer of `size` elements for every value of its
+  Variables, else the condition that it does. Its lanes inside the bound shapes always do (the frontend checks
+  the shapes at the bound values), but lanes outside them, which run because a kernel runs over the largest
+  sizes, can reach past a buffer laid out for the bound sizes (a concrete tensor reshaped to a symbolic shape)."""
+  low, high = index.vrange
+  if low >= 0 and high < size:
+    return None
+  return simplify_index(idx_const(-1).lt(index).logical_and(index.lt(size)))
+
+
 class Lowerer:
   """Lowers one kernel. Memoized per (node, index, validity), so shared subgraphs stay shared."""
 
@@ -116,6 +131,8 @@ class Lowerer:
 
   def _lower(self, node: UOp, idx: Index, valid: UOp | None) -> UOp:
     if node.op is Ops.PARAM:
+      if _has_variable(idx[0]) and (inside := in_buffer(idx[0], node.arg[1])) is not None:
+        valid = _and(valid, inside)
       return UOp(Ops.LOAD, node.dtype, (node, idx[0]) + ((valid,) if valid is not None else ()))
     if node.op is Ops.CONST:  # a symbolic size's value is computed from the kernel's variables
       return node.arg.cast(node.dtype) if isinstance(node.arg, UOp) else UOp.const(node.dtype, node.arg)

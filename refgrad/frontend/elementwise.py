@@ -24,6 +24,7 @@ from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.shapes import ShapeError, broadcast_shape
 from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp
+from refgrad.sizes import is_size_expression
 
 LOG2_E = math.log2(math.e)
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}  # an in-place result may not be of a higher kind than its target
@@ -74,6 +75,8 @@ class ElementwiseMixin(TensorBase):
                                f"*, &, |, ^ and stores wrap it modulo 2**{dt.bits}; cast the tensor to a wider dtype)")
       return self._const(y, dt)
     return type(self)(y, device=self.device)
+    if is_size_expression(y):  # a bound Variable's value: an int, like a Python int
+      return type(self)(y, device=self.device, dtype=dtype or scalar_dtype_with(self.dtype, 1))
 
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True,
                    wraps: bool = False) -> tuple[Self, Self]:

@@ -18,7 +18,7 @@ from refgrad.frontend.indexing import IndexingMixin
 from refgrad.frontend.rearrange import plan_rearrange
 from refgrad.frontend.shapes import ShapeError, is_nonnegative_size, is_size, normalize_dim, shape_args
 from refgrad.gradient import custom_gradient
-from refgrad.sizes import canonical, is_symbolic, is_symbolic_shape, max_shape, max_size, shape_value, size_value
+from refgrad.sizes import canonical, is_symbolic, is_symbolic_shape, shape_value, size_check, sizes_equal
 from refgrad.uop import Ops, UOp, prod
 
 
@@ -86,12 +86,13 @@ class MovementMixin(IndexingMixin):
     return self if new_shape == self.shape else self._movement(Ops.RESHAPE, new_shape)
 
   def _symbolic_reshape(self, new: tuple) -> Self:
-    """A reshape where a size is symbolic: no -1; the sizes must multiply to the same for the bound values and for
-    the largest ones (which the buffers are laid out for)."""
+    """A reshape where a size is symbolic: no -1; the sizes must multiply to the same for the bound values, as in
+    tinygrad (docs/architecture.md, "Symbolic shapes": a kernel reading it computes the index from the values)."""
     if not all(is_nonnegative_size(s) for s in new):
       raise TypeError(f"reshape: sizes must be non-negative ints or bound Variables, got {new}")
-    if prod(shape_value(new)) != prod(shape_value(self.shape)) or prod(max_shape(new)) != prod(max_shape(self.shape)):
-      raise ShapeError(f"shape {new} is invalid for input of shape {self.shape}")
+    if not size_check(sizes_equal(prod(new), prod(self.shape))):
+      raise ShapeError(f"shape {new} is invalid for input of shape {self.shape} (sizes {shape_value(new)} and "
+                       f"{shape_value(self.shape)} at the bound values)")
     new = tuple(canonical(s) for s in new)
     return self if new == self.shape else self._movement(Ops.RESHAPE, new)
 
@@ -183,8 +184,7 @@ class MovementMixin(IndexingMixin):
     bounds = tuple((0, s) if a is None else tuple(v if is_symbolic(v) else int(v) for v in a)
                    for a, s in zip(arg, self.shape))
     for (start, end), s in zip(bounds, self.shape):
-      now, largest = [size_value(v) for v in (start, end, s)], [max_size(v) for v in (end, s)]
-      if not (0 <= now[0] <= now[1] <= now[2] and largest[0] <= largest[1]):
+      if not (size_check(start >= 0) and size_check(end >= start) and size_check(s >= end)):
         raise ShapeError(f"shrink: range {(start, end)} does not fit in size {s} (shape {self.shape})")
     return self if all(b == (0, s) for b, s in zip(bounds, self.shape)) else self._movement(Ops.SHRINK, bounds)
 

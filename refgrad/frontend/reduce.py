@@ -82,9 +82,13 @@ class ReduceMixin(TensorBase):
     count = self._reduced_count(axis)
     x = self.cast(least_upper_float(self.dtype))
     total = x.sum(axis, keepdim)
-    if is_symbolic(count):  # known when the kernel runs: a constant the kernel reads from its variables
-      return total.div(self._from(size_const(canonical(count), x.dtype, self.device)))
+    if is_symbolic(count):
+      return total.div(self._count_tensor(count, x.dtype))
     return total.div(count) if count else total * float("nan")
+
+  def _count_tensor(self, count: Any, dtype: DType) -> Self:
+    """A symbolic count as a 0-d tensor: a constant the kernel computes from the variables it is given."""
+    return self._from(size_const(canonical(count), dtype, self.device))
 
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Self:
     """Index of the first maximum (NaN counts as the maximum, as in torch); int32."""
@@ -117,7 +121,10 @@ class ReduceMixin(TensorBase):
     """
     x = self.cast(least_upper_float(self.dtype))
     squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-    return squares.div(max(0, self._reduced_count(axis) - correction))
+    count = self._reduced_count(axis)
+    if is_symbolic(count):
+      return squares.div((self._count_tensor(count, x.dtype) - correction).maximum(0))
+    return squares.div(max(0, count - correction))
 
   @half_in_float32
   def std(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Self:
