@@ -47,6 +47,81 @@ def test_layer_forward_matches_torch(name):
   close(ours(Tensor(x)), theirs(torch.tensor(x)), rtol=1e-4)
 
 
+def integer_valued(shape) -> np.ndarray:
+  """Small integers as float32: every sum of their products is exact, so results compare bit for bit."""
+  return RNG.integers(-4, 5, shape).astype(np.float32)
+
+
+# (kernel, dilation, input length): even and odd kernels and total pads (the odd unit of 'same' goes at the end),
+# inputs shorter than the kernel, and a length of 1
+CONV1D_SIZES = [(1, 1, 5), (2, 1, 5), (3, 1, 1), (4, 1, 6), (4, 3, 7), (5, 2, 3), (6, 1, 2), (3, 2, 9)]
+# 'valid' only where a whole window fits: torch refuses a kernel larger than the input
+CONV1D_STRING_PADDING = [("same", *sizes) for sizes in CONV1D_SIZES] + \
+  [("valid", k, d, n) for k, d, n in CONV1D_SIZES if d * (k - 1) < n]
+
+
+@pytest.mark.parametrize("padding, kernel, dilation, length", CONV1D_STRING_PADDING, ids=str)
+def test_conv1d_padding_strings_match_torch(padding, kernel, dilation, length):
+  ours = nn.Conv1d(2, 3, kernel, padding=padding, dilation=dilation)
+  theirs = torch.nn.Conv1d(2, 3, kernel, padding=padding, dilation=dilation)
+  ours.weight, ours.bias = Tensor(integer_valued(ours.weight.shape)), Tensor(integer_valued(ours.bias.shape))
+  copy_into_torch(ours, theirs)
+  x = integer_valued((2, 2, length))
+  got, want = ours(Tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy()
+  if padding == "same":
+    assert got.shape == (2, 3, length)
+  np.testing.assert_array_equal(got, want)  # shapes too
+
+
+@pytest.mark.parametrize("kernel, dilation, groups", [((2, 3), (2, 1), 1), ((4, 1), (1, 3), 2), ((1, 1), 1, 2)],
+                         ids=str)
+def test_conv2d_same_keeps_the_size_like_torch(kernel, dilation, groups):
+  ours = nn.Conv2d(4, 2, kernel, padding="same", dilation=dilation, groups=groups, bias=False)
+  theirs = torch.nn.Conv2d(4, 2, kernel, padding="same", dilation=dilation, groups=groups, bias=False)
+  ours.weight = Tensor(integer_valued(ours.weight.shape))
+  copy_into_torch(ours, theirs)
+  x = integer_valued((1, 4, 5, 6))
+  got = ours(Tensor(x))
+  assert got.shape == (1, 2, 5, 6)
+  np.testing.assert_array_equal(got.numpy(), theirs(torch.tensor(x)).detach().numpy())
+
+
+def test_functional_conv2d_takes_padding_strings_like_torch():
+  x, w = integer_valued((1, 2, 4, 5)), integer_valued((3, 2, 2, 3))
+  for padding in ("same", "valid"):
+    got = Tensor(x).conv2d(Tensor(w), padding=padding)
+    np.testing.assert_array_equal(got.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w),
+                                                                          padding=padding).numpy())
+  valid_strided = Tensor(x).conv2d(Tensor(w), stride=2, padding="valid")
+  np.testing.assert_array_equal(valid_strided.numpy(), torch.nn.functional.conv2d(
+    torch.tensor(x), torch.tensor(w), stride=2, padding="valid").numpy())
+
+
+@pytest.mark.parametrize("padding", ["SAME", "Same", "full", ""])
+def test_an_unknown_padding_string_is_refused_at_construction(padding):
+  for make in (lambda: nn.Conv2d(1, 1, 3, padding=padding), lambda: nn.Conv1d(1, 1, 3, padding=padding)):
+    with pytest.raises(ValueError, match=f"invalid padding string '{padding}'"):
+      make()
+  with pytest.raises(RuntimeError, match="invalid padding string"):  # torch's functional conv: RuntimeError
+    Tensor.ones(1, 1, 4).conv2d(Tensor.ones(1, 1, 3), padding=padding)
+
+
+@pytest.mark.parametrize("stride", [2, (1, 2)], ids=str)
+def test_same_padding_with_a_stride_is_refused_at_construction(stride):
+  with pytest.raises(ValueError, match=r"padding='same' is not supported for strided convolutions \(stride"):
+    nn.Conv2d(1, 1, 3, stride=stride, padding="same")
+  with pytest.raises(ValueError, match="strided"):
+    nn.Conv1d(1, 1, 3, stride=2, padding="same")
+
+
+def test_valid_padding_with_a_stride_matches_torch():
+  ours, theirs = nn.Conv2d(1, 2, 3, stride=2, padding="valid"), torch.nn.Conv2d(1, 2, 3, stride=2, padding="valid")
+  ours.weight, ours.bias = Tensor(integer_valued(ours.weight.shape)), Tensor(integer_valued(ours.bias.shape))
+  copy_into_torch(ours, theirs)
+  x = integer_valued((1, 1, 7, 6))
+  np.testing.assert_array_equal(ours(Tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy())
+
+
 def test_batchnorm_train_and_eval_match_torch():
   ours, theirs = nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3)
   x = RNG.standard_normal((4, 3, 5, 5)).astype(np.float32)

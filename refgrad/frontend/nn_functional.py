@@ -47,6 +47,27 @@ def _pad_pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
   raise ValueError(f"padding must be an int, {n} ints or {2 * n} ints, got {padding!r}")
 
 
+class ConvPaddingError(ValueError, RuntimeError):
+  """A padding string a convolution does not take, or 'same' with a stride: torch's nn layers raise ValueError, its
+  functional conv RuntimeError."""
+
+
+def conv_padding_pairs(padding: int | Sequence[int] | str, kernel: Sequence[int], stride: Sequence[int],
+                       dilation: Sequence[int]) -> list[tuple[int, int]]:
+  """(before, after) per spatial dim: from ints as _pad_pairs reads them, or from torch's strings. 'valid' pads
+  nothing; 'same' pads dilation*(k-1) in all per dim, the odd one at the end as torch does, so that the output keeps
+  the input's size, which only a stride of 1 can do."""
+  if not isinstance(padding, str):
+    return _pad_pairs(padding, len(kernel))
+  if padding == "valid":
+    return [(0, 0)] * len(kernel)
+  if padding != "same":
+    raise ConvPaddingError(f"invalid padding string {padding!r}, should be one of 'valid', 'same'")
+  if any(s != 1 for s in stride):
+    raise ConvPaddingError(f"padding='same' is not supported for strided convolutions (stride {tuple(stride)})")
+  return [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation)]
+
+
 def _spatial_pad(x: Any, pairs: list[tuple[int, int]], value: float = 0.0) -> Any:
   lead = ((0, 0),) * (x.ndim - len(pairs))
   return x.pad(lead + tuple(pairs), value=value)
@@ -132,10 +153,11 @@ class NNFunctionalMixin(TensorBase):
     return x.permute(*range(nl), *[nl + 2 * j for j in range(n)], *[nl + 2 * j + 1 for j in range(n)])
 
   def conv2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: int | Sequence[int] = 1,
-             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
              acc_dtype: DType | str | None = None) -> Self:
     """Convolution (cross-correlation, as torch) of (N, C_in, *spatial) with weight (C_out, C_in/groups, *kernel);
-    1, 2 or 3 spatial dims. padding: an int, one per dim, or flat (before, after) pairs, last dim first.
+    1, 2 or 3 spatial dims. padding: an int, one per dim, flat (before, after) pairs, last dim first, or torch's
+    'valid' (none) or 'same' (the output keeps the input's size; stride 1 only).
 
     >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
     [[[[4.0, 4.0], [4.0, 4.0]]]]
@@ -145,7 +167,8 @@ class NNFunctionalMixin(TensorBase):
     _check_conv(self, weight, groups, bias)
     x, w = self._conv_operands(weight)
     stride_, dilation_ = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
-    windows = _spatial_pad(x, _pad_pairs(padding, n))._pool(kernel, stride_, dilation_)  # (N, C_in, *out, *k)
+    pairs = conv_padding_pairs(padding, kernel, stride_, dilation_)
+    windows = _spatial_pad(x, pairs)._pool(kernel, stride_, dilation_)  # (N, C_in, *out, *k)
     batch, cin, outs = x.shape[0], weight.shape[1], windows.shape[2:2 + n]
     per_group = weight.shape[0] // groups
     windows = windows.reshape(batch, groups, 1, cin, *outs, *kernel)  # channels split into (groups, cin)

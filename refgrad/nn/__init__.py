@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from refgrad.dtype import compute_dtype
+from refgrad.frontend.nn_functional import conv_padding_pairs
 from refgrad.tensor import Tensor
 
 
@@ -33,12 +34,20 @@ class Linear:
 
 
 class Conv2d:
-  """2-d (or n-d, by the kernel's length) convolution over (N, C, *spatial) inputs."""
+  """2-d (or n-d, by the kernel's length) convolution over (N, C, *spatial) inputs. padding may also be torch's
+  'valid' or 'same' (stride 1 only); another string raises ValueError here, not at the first call.
+
+  >>> Conv2d(1, 2, 3, padding="same")(Tensor.ones(1, 1, 5, 4)).shape
+  (1, 2, 5, 4)
+  """
 
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, ...], stride: int = 1,
                padding: int | tuple[int, ...] | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True):
     self.kernel_size = _pair(kernel_size, 2)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+    if isinstance(padding, str):
+      n = len(self.kernel_size)
+      conv_padding_pairs(padding, self.kernel_size, _pair(stride, n), _pair(dilation, n))
     self.weight = Tensor.kaiming_uniform(out_channels, in_channels // groups, *self.kernel_size, a=math.sqrt(5))
     fan_in = in_channels // groups * math.prod(self.kernel_size)
     self.bias = _bias(fan_in, out_channels) if bias else None
@@ -47,8 +56,8 @@ class Conv2d:
     return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
 
 
-def Conv1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,  # noqa: N802
-           dilation: int = 1, groups: int = 1, bias: bool = True) -> Conv2d:
+def Conv1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,  # noqa: N802
+           padding: int | tuple[int, ...] | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> Conv2d:
   """A Conv2d with a 1-d kernel: it convolves (N, C, L) inputs."""
   return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
 
