@@ -1,6 +1,7 @@
 """Data types: the dtypes of API.md, the promotion lattice, and numpy conversion."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -8,6 +9,7 @@ import ml_dtypes
 import numpy as np
 
 
+@functools.total_ordering
 @dataclass(frozen=True, eq=True)
 class DType:
   """A scalar element type. `priority` orders dtypes of the same kind; `kind` is 'b', 'i', 'u' or 'f'."""
@@ -19,6 +21,13 @@ class DType:
   def __repr__(self) -> str:
     return f"dtypes.{self.name}"
 
+  def __lt__(self, other: Any) -> bool:
+    """Sorted as tinygrad sorts them: by priority (bool, the ints by width, signed first, then the floats), then
+    item size and name."""
+    if not isinstance(other, DType):
+      return NotImplemented
+    return (self.priority, self.itemsize, self.name) < (other.priority, other.itemsize, other.name)
+
   def __reduce__(self):
     return (_dtype_by_name, (self.name,))
 
@@ -29,6 +38,11 @@ class DType:
   @property
   def np(self) -> np.dtype:
     return _TO_NUMPY[self.name]
+
+  @property
+  def fmt(self) -> str | None:
+    """The struct module's (and memoryview's) format character; None for bfloat16, which has none."""
+    return STRUCT_FORMATS.get(self.name)
 
 
 def _dtype_by_name(name: str) -> DType:
@@ -111,7 +125,8 @@ class dtypes:  # noqa: N801 -- lower-case namespace, as in tinygrad and torch
 
   @staticmethod
   def fields() -> dict[str, DType]:
-    return dict(ALL_DTYPES)
+    """Every dtype by each of its names, aliases included ('float32' and 'float', 'int8' and 'char'), as tinygrad."""
+    return dict(_NAMED_DTYPES)
 
   @staticmethod
   def finfo(dt: DType) -> tuple[int, int]:
@@ -127,6 +142,12 @@ class dtypes:  # noqa: N801 -- lower-case namespace, as in tinygrad and torch
 
 
 ALL_DTYPES: dict[str, DType] = {v.name: v for v in vars(dtypes).values() if isinstance(v, DType)}
+# the dtypes by every name, aliases included; not the defaults, which a user may point at another dtype
+_NAMED_DTYPES: dict[str, DType] = {name: v for name, v in vars(dtypes).items()
+                                   if isinstance(v, DType) and not name.startswith("default_")}
+STRUCT_FORMATS: dict[str, str] = {"bool": "?", "int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i",
+                                  "uint32": "I", "int64": "q", "uint64": "Q", "float16": "e", "float32": "f",
+                                  "float64": "d"}
 # void: the dtype of nodes that yield no value (STORE, SINK, RANGE ends); not a tensor dtype
 dtypes.void = DType("void", 0, "v", -1)
 # the dtypes of each kind, as tinygrad lists them

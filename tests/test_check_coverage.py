@@ -25,6 +25,18 @@ def bits(x: np.ndarray) -> set[int]:
   return set(x.view(f"u{x.dtype.itemsize}").tolist())
 
 
+def test_check_has_a_bitcast_cell_for_every_pair_of_dtypes_but_bool():
+  """Same item size (the BITCAST primitive) and different ones (Tensor.bitcast's composition), in one row per
+  target; a resizing source's edges fill whole target elements."""
+  kinds = conformance.DTYPES_BY_PRIORITY
+  batches = [b for d in kinds for b in conformance.cast_batches(d, kinds)]
+  cells = {(s.row, s.column) for b in batches for s in b.segments if s.row.startswith("BITCAST")}
+  numeric = [d for d in kinds if d != dtypes.bool]
+  assert cells == {(f"BITCAST->{d.name}", s.name) for d in numeric for s in numeric if s != d}
+  resizing = [b for b in batches if b.label.endswith("between item sizes")]
+  assert all(x.nbytes % dst.itemsize == 0 for b in resizing for x, dst in zip(b.inputs, [b.dtypes[0]] * len(b.inputs)))
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.name)
 def test_float_edges_hold_signed_zeros_nan_payloads_and_neighbours(dtype):
   edges = dtype_edges(dtype)

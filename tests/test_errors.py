@@ -81,7 +81,12 @@ ERRORS = {
   "sub_bool": (lambda: Tensor([True]) - Tensor([False]), None, TypeError, ["bool"]),
   "bitwise_float": (lambda: t23() & t23(), None, TypeError, ["float32"]),
   "shift_float": (lambda: t23() << 1, None, TypeError, ["float32"]),
-  "bitcast_itemsize": (lambda: t23().bitcast(dtypes.int16), None, TypeError, ["float32", "int16"]),
+  "bitcast_itemsize": (lambda: t23().bitcast(dtypes.float64), lambda: tt23().view(torch.float64), RuntimeError,
+                       ["(2, 3)", "float32", "float64"]),
+  "bitcast_0d_itemsize": (lambda: Tensor(1.0).bitcast(dtypes.int8), lambda: torch.tensor(1.0).view(torch.int8),
+                          RuntimeError, ["()", "0-d"]),
+  "bitcast_bool": (lambda: Tensor([1, 0], dtype=dtypes.uint8).bitcast(dtypes.bool), None, TypeError,
+                   ["uint8", "bool"]),  # torch allows it; a bool byte other than 0 or 1 has no meaning here
 }
 
 

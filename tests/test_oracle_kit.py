@@ -11,6 +11,7 @@ import pytest
 
 from refgrad import Device
 from refgrad.cli import main
+from refgrad.dtype import DTYPES_BY_PRIORITY, dtypes
 
 BROKEN_FILE = str(Path(__file__).with_name("broken_devices.py"))
 sys.path.insert(0, str(Path(__file__).parent))
@@ -58,6 +59,14 @@ def test_check_catches_a_multiply_add_fused_into_a_reduction(tmp_path):
   plugin.write_text("from refgrad.testing.mutants import refgrad_devices  # noqa: F401\n")
   cells = failing_cells("CLANG~ffp_contract_fast", "exact in every order", tmp_path, str(plugin))
   assert ("REDUCE ADD of products, exact in every order", "float32") in cells
+
+
+def test_check_bitcasts_to_a_smaller_item_size_catch_a_saturating_cast(tmp_path):
+  """Tensor.bitcast to a smaller item size cuts each element into pieces with narrowing integer casts: a device
+  whose narrowing casts saturate fails exactly those cells of the BITCAST rows (the others use no such cast)."""
+  numeric = [d for d in DTYPES_BY_PRIORITY if d != dtypes.bool]
+  narrowing = {(f"BITCAST->{d.name}", s.name) for d in numeric for s in numeric if d.itemsize < s.itemsize}
+  assert failing_cells("BROKEN_CAST", "BITCAST", tmp_path) == narrowing
 
 
 @pytest.mark.parametrize("device", CORRECT)

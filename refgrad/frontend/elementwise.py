@@ -21,6 +21,7 @@ from refgrad.dtype import (
 )
 from refgrad.frontend import special
 from refgrad.frontend.base import Self, TensorBase, half_in_float32
+from refgrad.frontend.bitcast import check_bitcast, resized_bitcast
 from refgrad.frontend.shapes import ShapeError, broadcast_shape
 from refgrad.gradient import custom_gradient
 from refgrad.uop import Ops, UOp
@@ -622,10 +623,16 @@ class ElementwiseMixin(TensorBase):
     return self if dt == self.dtype else self._from(UOp(Ops.CAST, dt, (self.uop,)))
 
   def bitcast(self, dtype: DType | str) -> Self:
+    """The same bytes read as dtype, like torch's view(dtype). Between item sizes the last axis scales by their
+    ratio, bytes in little-endian order (refgrad/frontend/bitcast.py).
+
+    >>> Tensor([1, 256], dtype=dtypes.int32).bitcast(dtypes.int8).tolist()
+    [1, 0, 0, 0, 0, 1, 0, 0]
+    """
     dt = to_dtype(dtype)
+    check_bitcast(self, dt)
     if dt.itemsize != self.dtype.itemsize:
-      raise TypeError(f"bitcast from {self.dtype.name} to {dt.name}: itemsizes differ "
-                      f"({self.dtype.itemsize} vs {dt.itemsize})")
+      return resized_bitcast(self, dt)
     return self if dt == self.dtype else self._from(UOp(Ops.BITCAST, dt, (self.uop,)))
 
   def float(self) -> Self:

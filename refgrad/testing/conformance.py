@@ -33,6 +33,7 @@ from refgrad.codegen.linearize import compile_ast, lowered_kernel, random_kernel
 from refgrad.codegen.opt import Opt, OptList, apply_opts, heuristic_amounts, legal_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes, from_numpy
+from refgrad.frontend.bitcast import UNSIGNED_OF_SIZE
 from refgrad.sizes import Variable
 from refgrad.testing.compare import Comparison, add_histogram, compare, ulp_histogram
 from refgrad.testing.edges import cast_values, dtype_edges, result_class_inputs
@@ -44,6 +45,7 @@ PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 REDUCE_LENGTHS = (0, 1, 13, 64, 1031)  # empty, one, a prime past 8 (split + remainder), multiple of 8 and 32, > 1024
 TRANSCENDENTAL_ROWS = frozenset(op.name for op in TRANSCENDENTAL)  # cells whose ULP errors the reports histogram
 RANDOM_LANES = 512  # random values beside the edges: a bug in a third of the lanes (x/3 as x*(1/3)) shows at once
+RANDOM_BITCAST_LANES = 64  # random values beside the edges of a bitcast between item sizes
 
 
 @dataclass
@@ -215,19 +217,47 @@ def op_batches(dtype: DType) -> list[Batch]:
 
 # ---- conversions
 def cast_batches(dst: DType, kinds: list[DType]) -> list[Batch]:
-  """CASTs to `dst` from every other dtype (narrowing ones at their rounding boundaries), and BITCASTs to `dst`
-  from every other dtype of its width."""
+  """CASTs to `dst` from every other dtype (narrowing ones at their rounding boundaries), BITCASTs to `dst` from
+  every other dtype of its width, and Tensor.bitcast to `dst` from the other widths (shifts and casts through the
+  unsigned types, in a batch of its own: a device without those types cannot run it but still runs the rest)."""
   sources = [s for s in kinds if s != dst]
   casts = Batch(f"CAST->{dst.name}", [cast_values(s, dst) for s in sources],
                 [Segment(f"CAST->{dst.name}", s.name, lambda t, i=i: cast(t[i], dst), lambda x, i=i: [x[i]])
                  for i, s in enumerate(sources)], (dst, *sources))
-  same_width = [s for s in sources if s.itemsize == dst.itemsize and dtypes.bool not in (s, dst)]
-  if not same_width:
+  if dst == dtypes.bool:
     return [casts]
-  bitcasts = Batch(f"BITCAST->{dst.name}", [dtype_edges(s) for s in same_width],
-                   [Segment(f"BITCAST->{dst.name}", s.name, lambda t, i=i: cast(t[i], dst, Ops.BITCAST),
-                            lambda x, i=i: [x[i]]) for i, s in enumerate(same_width)], (dst, *same_width))
-  return [casts, bitcasts]
+  bitcastable = [s for s in sources if s != dtypes.bool]
+  same_width = [s for s in bitcastable if s.itemsize == dst.itemsize]
+  resized = [s for s in bitcastable if s.itemsize != dst.itemsize]
+  batches = [casts]
+  if same_width:
+    batches.append(Batch(f"BITCAST->{dst.name}", [dtype_edges(s) for s in same_width],
+                         [Segment(f"BITCAST->{dst.name}", s.name, lambda t, i=i: cast(t[i], dst, Ops.BITCAST),
+                                  lambda x, i=i: [x[i]]) for i, s in enumerate(same_width)], (dst, *same_width)))
+  if resized:
+    unsigned = {UNSIGNED_OF_SIZE[d.itemsize] for d in (dst, *resized)}
+    batches.append(Batch(f"BITCAST->{dst.name} between item sizes", [_whole_groups(s, dst) for s in resized],
+                         [Segment(f"BITCAST->{dst.name}", s.name, lambda t, i=i: t[i].bitcast(dst),
+                                  lambda x, i=i, s=s: _bitcast_operands(x[i], s, dst)) for i, s in enumerate(resized)],
+                         (dst, *resized, *sorted(unsigned))))
+  return batches
+
+
+def _whole_groups(src: DType, dst: DType) -> np.ndarray:
+  """src's edge values and random ones (an edge's pieces are mostly all-zero or all-one bytes), repeated up to a
+  whole number of dst elements when dst is the wider."""
+  values = np.concatenate([dtype_edges(src), _random_values(src, RANDOM_BITCAST_LANES, np.random.default_rng(5))])
+  ratio = max(dst.itemsize // src.itemsize, 1)
+  return np.resize(values, -(-len(values) // ratio) * ratio)
+
+
+def _bitcast_operands(x: np.ndarray, src: DType, dst: DType) -> list[np.ndarray]:
+  """The source elements behind each lane of a bitcast between item sizes: the one it is a piece of, or the run of
+  elements it joins (one operand per element of the run)."""
+  if src.itemsize > dst.itemsize:
+    return [np.repeat(x, src.itemsize // dst.itemsize)]
+  ratio = dst.itemsize // src.itemsize
+  return [x.reshape(-1, ratio)[:, k] for k in range(ratio)]
 
 
 # ---- reductions
