@@ -459,11 +459,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     >>> Tensor([1, 2]).data().tolist()
     [1, 2]
     """
-    array = self.numpy()
-    if self.dtype == dtypes.bfloat16:
-      raise TypeError("memoryview cannot hold bfloat16; use numpy()")
-    return memoryview(np.ascontiguousarray(array)) if array.ndim else memoryview(array.reshape(1)).cast(
-      array.dtype.char, ())
+    if self.dtype.fmt is None:
+      raise TypeError(f"memoryview cannot hold {self.dtype.name}; use numpy()")
+    # the struct format tinygrad gives ('q' for int64, where numpy's own memoryview says 'l'), in the tensor's shape
+    return memoryview(np.array(self.numpy(), order="C").view(self.dtype.fmt))
 
   def contiguous(self) -> Tensor:
     """The same values, computed into a buffer of their own when realized (a kernel boundary).
@@ -654,6 +653,8 @@ def _const_uop(value: Scalar, dtype: DType, device: str | tuple[str, ...]) -> UO
 
 
 def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
+  if data is None:  # tinygrad's empty tensor: no elements, shape (0,)
+    data = []
   if isinstance(data, bytes):
     array = np.frombuffer(data, dtype=np.uint8)
     return array if dtype is None else array.view(dtype.np)
@@ -663,6 +664,7 @@ def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
       return data
     return data.astype(dtype.np)
   if isinstance(data, (list, tuple)):
+    data = _arrays_as_lists(data)
     shape, kind = _nested_shape_and_kind(data)
     if kind.kind in "iu" and (dtype is None or dtype.kind in "iu"):
       return _python_ints(data, dtype).reshape(shape)
@@ -671,6 +673,15 @@ def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
       return np.array(data, dtype=np.float64).reshape(shape).astype(dt.np)
     return np.array(data, dtype=np.float64 if dt == dtypes.bfloat16 else dt.np).reshape(shape).astype(dt.np)
   raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+
+
+def _arrays_as_lists(data: Any) -> Any:
+  """A nested sequence with each numpy array in it replaced by the nested list of its values: an array in a list
+  counts as its values, as numpy scalars in a list do (so int arrays give default_int), and its integers are
+  checked like Python ints (numpy would wrap uint64 values above int64's range silently)."""
+  if isinstance(data, np.ndarray):
+    return data.tolist()
+  return [_arrays_as_lists(x) for x in data] if isinstance(data, (list, tuple)) else data
 
 
 def _python_ints(data: Any, dtype: DType | None) -> np.ndarray:

@@ -170,3 +170,59 @@ def test_tolist_and_item(data):
   assert t.tolist() == want.tolist()
   if want.numel() == 1:
     assert t.item() == want.item() and type(t.item()) is type(want.item())
+
+
+@pytest.mark.parametrize("dtype", [None, dtypes.int8, dtypes.bfloat16], ids=str)
+def test_none_is_an_empty_tensor(dtype):
+  """tinygrad's Tensor(None): no elements, shape (0,), default_float unless a dtype is given."""
+  t = Tensor(None, dtype=dtype)
+  assert t.shape == (0,) and t.dtype == (dtype or dtypes.default_float)
+  check(t, np.zeros(0, NP_DTYPE[t.dtype]), t.dtype)
+
+
+@pytest.mark.parametrize("data, dtype", [
+  ([np.array([1, 2]), np.array([3, 4])], dtypes.int32),
+  ([np.array([1.5, 2.0], np.float16), np.array([3.0, -0.0])], dtypes.float32),
+  ([np.array([True]), np.array([False])], dtypes.bool),
+  ([np.array(2**64 - 1, np.uint64), np.array(0, np.uint64)], dtypes.uint64),
+  ([np.array(-2**63), np.array(2**31)], dtypes.int64),
+  ([[np.array([1, 2])], [np.array([3, 4])]], dtypes.int32),
+  ([np.array([1, 2]), [3.5, 4]], dtypes.float32),
+  ([np.zeros((0, 3)), np.zeros((0, 3))], dtypes.float32),
+], ids=str)
+def test_a_list_of_arrays_is_the_nested_list_of_their_values(data, dtype):
+  """An array inside a list counts as its values, as numpy scalars in a list do: int arrays give default_int (or
+  the int64/uint64 their values need), float arrays default_float."""
+  t = Tensor(data)
+  want = np.array([np.asarray(x).tolist() for x in data], dtype=object)
+  assert t.shape == want.shape
+  check(t, want.astype(NP_DTYPE[dtype]), dtype)
+
+
+def test_a_list_of_arrays_takes_a_dtype_and_refuses_ragged_arrays():
+  check(Tensor([np.array([1, 2]), np.array([3, 300])], dtype=dtypes.int8), np.array([[1, 2], [3, 44]], np.int8),
+        dtypes.int8)
+  with pytest.raises(ValueError, match=r"ragged.*\(2,\), \(3,\)"):
+    Tensor([np.array([1, 2]), np.array([1, 2, 3])])
+
+
+DATA_DTYPES = [d for d in ALL_DTYPES if d != dtypes.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DATA_DTYPES, ids=ids(DATA_DTYPES))
+@pytest.mark.parametrize("shape", [(), (0, 2), (2, 0), (3,), (2, 3)], ids=str)
+def test_data_is_a_memoryview_of_the_shape_and_struct_format(dtype, shape):
+  values = np.resize(edge_values(dtype), shape)
+  view = Tensor(values).data()
+  assert view.shape == shape and view.itemsize == dtype.itemsize and view.nbytes == values.nbytes
+  assert view.format == dtype.fmt and np.dtype(view.format) == NP_DTYPE[dtype]  # 'q' for int64, as tinygrad
+  assert view.tobytes() == values.tobytes()
+  np.testing.assert_array_equal(np.asarray(view), values)
+
+
+def test_data_of_a_0d_int_tensor_and_of_a_view():
+  view = Tensor(3, dtype=dtypes.int32).data()
+  assert (view.shape, view.format, view.tolist()) == ((), "i", 3)
+  assert Tensor([[1, 2], [3, 4]]).T.data().tolist() == [[1, 3], [2, 4]]
+  with pytest.raises(TypeError, match="bfloat16"):
+    Tensor([1.0], dtype=dtypes.bfloat16).data()
