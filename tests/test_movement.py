@@ -131,6 +131,12 @@ def test_reshape_edge_shapes(shape, new):
   check(Tensor(a).reshape(new), torch.from_numpy(a).reshape(new), dtypes.float32)
 
 
+@pytest.mark.parametrize("new", [[3, 2], (2, -1, 1), (6,), ()], ids=str)
+def test_reshape_takes_the_shape_as_a_keyword(new):
+  a = np.arange(6 if new else 1, dtype=np.int32)
+  check(Tensor(a).reshape(shape=new), torch.from_numpy(a).reshape(shape=new), dtypes.int32)
+
+
 def test_zero_d():
   t, tt = Tensor(3.5), torch.tensor(3.5)
   check(t.reshape(1, 1), tt.reshape(1, 1), dtypes.float32)

@@ -58,13 +58,14 @@ class MovementMixin(IndexingMixin):
     return views.make_view(out, self, (op, arg)) if op in views.VIEW_OPS else out
 
   # ---- the primitives
-  def reshape(self, *shape: Any) -> Self:
-    """The same elements in a new shape; one -1 is inferred, None keeps that dim.
+  def reshape(self, shape: Any = (), *more: Any) -> Self:
+    """The same elements in a new shape, given as sizes, one sequence, or `shape=` (as tinygrad and torch name it);
+    one -1 is inferred, None keeps that dim.
 
     >>> Tensor([1, 2, 3, 4, 5, 6]).reshape(2, -1).tolist()
     [[1, 2, 3], [4, 5, 6]]
     """
-    shape = shape_args(shape)
+    shape = shape_args((shape, *more))
     new = [self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(shape)]
     if is_symbolic_shape(tuple(new)) or is_symbolic_shape(self.shape):
       return self._symbolic_reshape(tuple(new))
