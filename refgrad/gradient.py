@@ -29,6 +29,21 @@ def _t(g: Any, u: UOp) -> Any:
   return g._from(u)
 
 
+def _through(ctx: Any, contribution: Any) -> Any:
+  """A contribution computed from the incoming gradient ctx, except that a zero ctx contributes 0 where the local
+  derivative overflowed or is undefined (0 * inf, 0 / 0, 0 * NaN): no gradient flows through a zero. So
+  exp(x) / (1 + exp(x)) differentiates to 0 at x = 300, where exp overflows, rather than NaN (torch: NaN)."""
+  return (ctx.eq(0) & contribution.ne(contribution)).where(0.0, contribution)
+
+
+def _fdiv_grad(ctx: Any, node: UOp) -> tuple:
+  """a / b: a gets ctx / b, b gets -ctx (a / b) / b, torch's formula (b * b would under- or overflow). Where a's
+  share is 0 because b is infinite, b's is 0 too, also when a is infinite and the quotient NaN (inf / inf)."""
+  b = _t(ctx, node.src[1])
+  to_a = _through(ctx, ctx / b)
+  return to_a, _through(to_a, -ctx * (_t(ctx, node) / b))
+
+
 def _max_grad(ctx: Any, node: UOp) -> tuple:
   """Ties share the gradient equally, as torch.maximum does."""
   a, b, out = _t(ctx, node.src[0]), _t(ctx, node.src[1]), _t(ctx, node)
@@ -106,13 +121,12 @@ GRADIENT_RULES = PatternMatcher([
   (UPat(Ops.ADD, name="node"), lambda ctx, node: (ctx, ctx)),
   (UPat(Ops.MUL, name="node"), lambda ctx, node: (ctx * _t(ctx, node.src[1]), ctx * _t(ctx, node.src[0]))),
   (UPat(Ops.NEG, name="node"), lambda ctx, node: (-ctx,)),
-  (UPat(Ops.RECIP, name="node"), lambda ctx, node: (-ctx * _t(ctx, node) * _t(ctx, node),)),
-  (UPat(Ops.SQRT, name="node"), lambda ctx, node: (ctx / (_t(ctx, node) * 2),)),
-  (UPat(Ops.EXP2, name="node"), lambda ctx, node: (ctx * _t(ctx, node) * LN_2,)),
-  (UPat(Ops.LOG2, name="node"), lambda ctx, node: (ctx / (_t(ctx, node.src[0]) * LN_2),)),
+  (UPat(Ops.RECIP, name="node"), lambda ctx, node: (_through(ctx, -ctx * _t(ctx, node) * _t(ctx, node)),)),
+  (UPat(Ops.SQRT, name="node"), lambda ctx, node: (_through(ctx, ctx / (_t(ctx, node) * 2)),)),
+  (UPat(Ops.EXP2, name="node"), lambda ctx, node: (_through(ctx, ctx * _t(ctx, node) * LN_2),)),
+  (UPat(Ops.LOG2, name="node"), lambda ctx, node: (_through(ctx, ctx / (_t(ctx, node.src[0]) * LN_2)),)),
   (UPat(Ops.SIN, name="node"), lambda ctx, node: (ctx * (math.pi / 2 - _t(ctx, node.src[0])).sin(),)),
-  (UPat(Ops.FDIV, name="node"), lambda ctx, node: (  # -a / b^2 as (a / b) / b: b * b would under- or overflow
-    ctx / _t(ctx, node.src[1]), -ctx * (_t(ctx, node) / _t(ctx, node.src[1])))),
+  (UPat(Ops.FDIV, name="node"), _fdiv_grad),
   (UPat(Ops.MAX, name="node"), _max_grad),
   (UPat(Ops.WHERE, name="node"), lambda ctx, node: (
     None, _t(ctx, node.src[0]).where(ctx, 0.0), _t(ctx, node.src[0]).where(0.0, ctx))),
@@ -203,6 +217,7 @@ def _logsumexp_rule(ctx: Any, out: Any, xs: list) -> tuple:
 # Unary rules are written on x = inputs[0] and out; comparisons are written as torch writes them, so that NaN
 # inputs take the same side.
 CUSTOM_RULES: dict[str, Callable[..., tuple]] = {
+  "constant": lambda ctx, out, xs: (ctx.zeros_like(),),
   "sigmoid": lambda ctx, out, xs: (ctx * out * (1 - out),),
   "tanh": lambda ctx, out, xs: (ctx * (1 - out * out),),
   "erf": lambda ctx, out, xs: (ctx * (-(xs[0] * xs[0])).exp() * TWO_OVER_SQRT_PI,),

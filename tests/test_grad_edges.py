@@ -331,3 +331,80 @@ def test_zero_size_inputs_of_cat_and_stack_get_zero_size_gradients(name):
   for a, t in zip(ours, theirs):
     assert a.grad is not None and a.grad.shape == tuple(t.grad.shape)
     np.testing.assert_array_equal(a.grad.numpy(), t.grad.numpy())
+
+
+# ---------------------------------------------------------------- a zero gradient stays zero (docs/SPEC.md)
+OVERFLOW_POINTS = [0.0, -0.0, 1.0, -1.0, 20.0, -20.0, 88.0, -88.0, 89.0, -89.0, 300.0, -300.0, 709.0, 710.0, -710.0,
+                   1e4, -1e4]
+
+
+def exact_sigmoid_derivative(points: list[float]) -> np.ndarray:
+  """sigmoid'(x) = e^-|x| / (1 + e^-|x|)^2, in float64 without overflow."""
+  e = np.exp(-np.abs(np.array(points, np.float64)))
+  return e / (1 + e) ** 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_overflowing_exp_quotient_differentiates_to_its_limit(dtype):
+  """exp(x) / (1 + exp(x)) where exp overflows: the value is NaN (inf / inf, as in torch) but the gradient is the
+  derivative's value, 0 to the dtype's precision (torch: NaN; tinygrad: 0). Elsewhere it is torch's (which
+  cancels to 0 from x = 20 in float32, as the composite does)."""
+  points = np.array(OVERFLOW_POINTS, DTYPES[dtype])
+  x, tx = Tensor(points, requires_grad=True), torch.tensor(points, requires_grad=True)
+  (x.exp() / (1 + x.exp())).sum().backward()
+  (tx.exp() / (1 + tx.exp())).sum().backward()
+  ours, theirs, exact = x.grad.numpy().astype(np.float64), tx.grad.double().numpy(), exact_sigmoid_derivative(points)
+  tiny = float(np.finfo(DTYPES[dtype]).tiny)
+  check_against_torch(ours, theirs, exact, "gradient", RTOL[dtype], tiny)
+  overflowed = np.isnan(theirs)
+  assert overflowed.sum() >= 2  # points where exp overflows are among those tested (float64: 710 and 1e4)
+  np.testing.assert_allclose(ours[overflowed], exact[overflowed], rtol=0, atol=tiny)
+
+
+ZERO_TIMES_INFINITE = {  # name: (function, points where its local derivative is infinite but the gradient is 0)
+  "minimum of exp": (lambda x: x.exp().minimum(5.0), [300.0, 1e4]),
+  "sqrt times 0": (lambda x: x.sqrt() * 0, [0.0]),
+  "log times 0": (lambda x: x.log() * 0, [0.0]),
+  "reciprocal in an untaken where": (lambda x: x.ge(0).where(0.0, x.reciprocal()), [0.0]),
+  "exp over exp": (lambda x: x.exp() / x.exp(), [300.0]),
+  "1 over exp": (lambda x: 1 / x.exp(), [300.0]),
+}
+
+
+@pytest.mark.parametrize("name", ZERO_TIMES_INFINITE)
+def test_zero_gradient_through_an_infinite_derivative_is_zero(name):
+  fn, points = ZERO_TIMES_INFINITE[name]
+  x = Tensor(points, requires_grad=True)
+  (grad,) = fn(x).sum().gradient(x)
+  assert grad.tolist() == [0.0] * len(points)
+
+
+NONZERO_TIMES_INFINITE = {  # torch's NaN or infinity stays: the incoming gradient is not 0
+  "1 over exp": (lambda x: 1 / x.exp(), [-300.0]),
+  "sqrt": (lambda x: x.sqrt(), [0.0]),
+  "log": (lambda x: x.log(), [0.0, -1.0]),
+  "x over x": (lambda x: x / x, [0.0]),
+  "reciprocal": (lambda x: x.reciprocal(), [0.0, -0.0]),
+}
+
+
+@pytest.mark.parametrize("name", NONZERO_TIMES_INFINITE)
+def test_nonzero_gradient_through_an_infinite_derivative_is_torchs(name):
+  fn, points = NONZERO_TIMES_INFINITE[name]
+  x, tx = Tensor(points, requires_grad=True), torch.tensor(points, requires_grad=True)
+  fn(x).sum().backward()
+  fn(tx).sum().backward()
+  np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
+@pytest.mark.parametrize("points", [[2.0, -0.0, 0.0], [float("inf"), float("nan"), -3.5]], ids=["finite", "special"])
+def test_pow_zero_gives_zero_gradients(points):
+  """x ** 0 is ones that still depend on x: the gradient is zeros (torch), not 'not part of the graph'."""
+  x, tx = Tensor(points, requires_grad=True), torch.tensor(points, requires_grad=True)
+  out, tout = x ** 0, tx ** 0
+  np.testing.assert_array_equal(out.numpy(), tout.detach().numpy())
+  (grad,) = (out * 3).sum().gradient(x)
+  (tout * 3).sum().backward()
+  np.testing.assert_array_equal(grad.numpy(), tx.grad.numpy())
+  out.sum().backward()
+  assert x.grad.tolist() == [0.0] * 3

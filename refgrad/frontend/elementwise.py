@@ -197,6 +197,8 @@ class ElementwiseMixin(TensorBase):
     return custom_gradient(_float_pow(x, y), ("pow",), x, y)
 
   def _int_power(self, n: int) -> Self:
+    if n == 0:  # ones, yet still a function of self: its gradient is zeros (torch, tinygrad), not missing
+      return custom_gradient(self.ones_like(), ("constant",), self)
     result, base = self.ones_like(), self
     while n:
       if n & 1:
