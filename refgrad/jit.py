@@ -257,18 +257,18 @@ class SizeChecks:
   """The conditions on symbolic sizes the frontend checked during the capture (a shrink that fits, a reshape that
   keeps the count), with their Variables unbound: each replay checks them for its own values, as a plain call
   would, instead of running kernels on shapes that do not fit."""
-  conditions: list[tuple[UOp, UOp]]  # (unbound condition, the condition as checked: for the message)
+  conditions: list[UOp]
   captured: dict[UOp, int]  # the Variables' values at capture: those the replay's inputs do not give
 
   @staticmethod
   def of(conditions: list[UOp], captured: dict[UOp, int]) -> SizeChecks:
     found: dict[UOp, int] = {}
-    unbound = [(unbind_arg(c, found), c) for c in dict.fromkeys(conditions)]
+    unbound = [unbind_arg(c, found) for c in dict.fromkeys(conditions)]
     return SizeChecks(unbound, found | captured)
 
   def check(self, values: dict[UOp, int]) -> None:
     given = self.captured | values
-    for condition, checked in self.conditions:
+    for condition in self.conditions:
       if not evaluate(condition, given):
         shown = ", ".join(f"{var.arg[0]}={value}" for var, value in sorted(values.items(), key=lambda kv: kv[0].arg))
         raise JitError(f"TinyJit: for this call's values ({shown}) the shapes do not fit: {condition!r} held at "

@@ -62,9 +62,17 @@ def size_check(condition: Any) -> bool:
   shapes that do not fit."""
   if not isinstance(condition, UOp):
     return bool(condition)
+  if has_unbound(condition):  # no value to check: refused only if no value could satisfy it (tinygrad's leniency)
+    return bool(condition.vmax)
   if RECORDING.conditions is not None:
     RECORDING.conditions.append(condition)
   return bool(evaluate(condition))
+
+
+def has_unbound(size: UOp) -> bool:
+  """Whether a size holds a Variable that is not bound (Variable("n", 1, 9) rather than its .bind(3))."""
+  bound = {n.src[0] for n in size.toposort if n.op is Ops.BIND}
+  return any(n.op is Ops.DEFINE_VAR and n not in bound for n in size.toposort)
 
 
 def sizes_equal(a: Size, b: Size) -> Any:
@@ -183,6 +191,9 @@ def unbind_graph(root: UOp) -> tuple[UOp, dict[UOp, int]]:
   values they were bound to: the graph a kernel is compiled from, the same for every value."""
   found: dict[UOp, int] = {}
   unbound = _rebuild_sized(root, lambda node, src: UOp(node.op, node.dtype, src, unbind_arg(node.arg, found)))
+  if missing := sorted(v.arg[0] for v in kernel_variables(unbound) if v not in found):
+    raise ValueError(f"Variable {missing[0]!r} is not bound: a tensor of a shape that holds it can be built but not "
+                     f"computed (Variable(...).bind(value))")
   return unbound, found
 
 

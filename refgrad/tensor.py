@@ -425,6 +425,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     self.realize()
     return realized_buffer(self.uop)
 
+  def __reduce__(self) -> tuple:
+    """Pickled as its values (realized), shape, dtype, device and requires_grad; a symbolic shape keeps its bound
+    Variables. The gradient and the graph are not kept."""
+    return _unpickle, (self.numpy(), self.shape, self.dtype, self.device, self.requires_grad)
+
   def numpy(self) -> np.ndarray:
     """The values as a numpy array (realizes).
 
@@ -616,6 +621,14 @@ def _node_of(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> U
   if isinstance(device, tuple):  # on several devices: a copy on each
     return Tensor(array, device=device[0]).shard(device).uop
   return buffer_node(Buffer(device, array.size, from_numpy(array.dtype)).copyin(array), array.shape)
+
+
+def _unpickle(values: np.ndarray, shape: tuple, dtype: DType, device: Any, requires_grad: bool | None) -> Tensor:
+  t = Tensor(values, device=device, dtype=dtype)
+  t = t.reshape(shape) if t.shape != shape else t
+  t.requires_grad = requires_grad
+  return t
+
 
 def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: DType | str | None, device: str | None,
                      **kwargs: Any) -> Tensor:

@@ -147,7 +147,16 @@ class UOp:
   def __rfloordiv__(self, other: Any) -> UOp: return self._binary(Ops.IDIV, other, True)  # noqa: E704
   def __mod__(self, other: Any) -> UOp: return self._binary(Ops.MOD, other)  # noqa: E704
   def __rmod__(self, other: Any) -> UOp: return self._binary(Ops.MOD, other, True)  # noqa: E704
-  # comparisons make nodes, as tinygrad's do; `==` and `!=` stay identity (hash-consing): use ne()
+  def __ne__(self, other: Any) -> bool:
+    """`==` is identity (hash-consing); `!=` of two sizes is decided by their difference when it is a number, so
+    2 * n + 3 != n * 2 + 3 is False however they were built."""
+    if isinstance(other, (UOp, int)) and self.dtype.kind == "i" and self.op in _SIZE_OPS | {Ops.CONST}:
+      difference = size_sum((self, 1), (other, -1))
+      if isinstance(difference, int):
+        return difference != 0
+    return self is not other
+
+  # comparisons make nodes, as tinygrad's do; `==` stays identity (hash-consing): use ne() for a node
   def __lt__(self, other: Any) -> UOp: return self._binary(Ops.CMPLT, other)  # noqa: E704
   def __gt__(self, other: Any) -> UOp: return self._binary(Ops.CMPLT, other, True)  # noqa: E704
   def __le__(self, other: Any) -> UOp: return _negated(self._binary(Ops.CMPLT, other, True))  # noqa: E704
@@ -274,6 +283,8 @@ def render_size(u: UOp) -> str:
     return f"-{render_size(u.src[0])}"
   if u.op is Ops.MAX:
     return f"max({render_size(u.src[0])}, {render_size(u.src[1])})"
+  if u.op is Ops.CMPNE and u.src[0].op is Ops.CMPLT and u.src[1].op is Ops.CONST and u.src[1].arg is True:
+    return f"({render_size(u.src[0].src[1])} <= {render_size(u.src[0].src[0])})"  # not (a < b) is b <= a
   if u.op in _SIZE_SYMBOLS and len(u.src) == 2:
     return f"({render_size(u.src[0])} {_SIZE_SYMBOLS[u.op]} {render_size(u.src[1])})"
   return render_tree(u)

@@ -16,7 +16,7 @@ from refgrad.frontend import views
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.indexing import IndexingMixin
 from refgrad.frontend.rearrange import plan_rearrange
-from refgrad.frontend.shapes import ShapeError, is_nonnegative_size, is_size, normalize_dim, shape_args
+from refgrad.frontend.shapes import ShapeError, is_size, normalize_dim, shape_args
 from refgrad.gradient import custom_gradient
 from refgrad.sizes import canonical, is_symbolic, is_symbolic_shape, shape_value, size_check, sizes_equal
 from refgrad.uop import Ops, UOp, prod
@@ -89,7 +89,7 @@ class MovementMixin(IndexingMixin):
   def _symbolic_reshape(self, new: tuple) -> Self:
     """A reshape where a size is symbolic: no -1; the sizes must multiply to the same for the bound values, as in
     tinygrad (docs/architecture.md, "Symbolic shapes": a kernel reading it computes the index from the values)."""
-    if not all(is_nonnegative_size(s) for s in new):
+    if not all(is_size(s) and size_check(s >= 0) for s in new):
       raise TypeError(f"reshape: sizes must be non-negative ints or bound Variables, got {new}")
     if not size_check(sizes_equal(prod(new), prod(self.shape))):
       raise ShapeError(f"shape {new} is invalid for input of shape {self.shape} (sizes {shape_value(new)} and "
@@ -535,10 +535,14 @@ def _pad_symbolic(x: Any, padding: Sequence[Any], mode: str, value: Any) -> Any:
   pair (or None) per dim."""
   if mode != "constant":
     raise NotImplementedError(f"pad: mode {mode!r} with symbolic sizes; only 'constant' is supported")
+  if padding and not any(isinstance(p, (tuple, list)) or p is None for p in padding):  # flat, torch-style
+    if len(padding) % 2 or len(padding) // 2 > x.ndim:
+      raise ShapeError(f"pad: flat padding {tuple(padding)} must have an even length of at most {2 * x.ndim}")
+    padding = [None] * (x.ndim - len(padding) // 2) + [padding[i:i + 2] for i in range(len(padding) - 2, -1, -2)]
   if len(padding) != x.ndim or not all(p is None or (isinstance(p, (tuple, list)) and len(p) == 2) for p in padding):
     raise ShapeError(f"pad: with symbolic sizes give one (before, after) pair per dim, got {tuple(padding)}")
   pairs = tuple((0, 0) if p is None else tuple(p) for p in padding)
-  if not all(is_nonnegative_size(v) for p in pairs for v in p):
+  if not all(is_size(v) and size_check(v >= 0) for p in pairs for v in p):
     raise ValueError(f"pad: with symbolic sizes the amounts must be non-negative sizes, got {pairs}")
   return _pad_constant(x, pairs, value)
 

@@ -20,6 +20,7 @@ from refgrad.dtype import DType, dtypes, to_dtype
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.reduce import triangle_mask
 from refgrad.frontend.shapes import check_shape, shape_args
+from refgrad.sizes import is_symbolic_shape, max_shape
 from refgrad.uop import prod
 
 MASK32 = 0xFFFFFFFF
@@ -106,7 +107,11 @@ def _normal(cls: type, n: int, dtype: DType, device: str) -> Any:
 
 
 def _shape(shape: tuple) -> tuple[int, ...]:
-  return check_shape(shape_args(shape), "random")
+  checked = check_shape(shape_args(shape), "random")
+  if is_symbolic_shape(checked):  # the stream would advance by a count known only when the kernels run
+    raise ValueError(f"random numbers of a symbolic shape {checked} are not supported (as in tinygrad); draw them "
+                     f"for the largest shape {max_shape(checked)} and shrink")
+  return checked
 
 
 def _float_dtype(dtype: Any) -> DType:
