@@ -607,9 +607,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
 
 def _node_of(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> UOp:
   """The graph node of a Tensor made from data: a node, a tensor, a Python or numpy scalar, a nested list, an array
+  or bytes."""
   if is_size_expression(data):
     return _size_node(data, dtype or dtypes.default_int, device)
-  or bytes."""
   if isinstance(data, UOp):
     return data if dtype is None or data.dtype == dtype else data.cast(dtype)
   if isinstance(data, Tensor):
@@ -651,7 +651,6 @@ def _size_node(size: UOp, dtype: DType, device: str | tuple[str, ...]) -> UOp:
   if isinstance(device, tuple):
     raise NotImplementedError("a tensor of a Variable's value on several devices")
   return size_const(canonical(size), dtype, device)
-
 
 
 def _const_uop(value: Scalar, dtype: DType, device: str | tuple[str, ...]) -> UOp:

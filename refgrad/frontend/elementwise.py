@@ -24,8 +24,8 @@ from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.bitcast import check_bitcast, resized_bitcast
 from refgrad.frontend.shapes import ShapeError, broadcast_shape
 from refgrad.gradient import custom_gradient
-from refgrad.uop import Ops, UOp
 from refgrad.sizes import is_size_expression
+from refgrad.uop import Ops, UOp
 
 LOG2_E = math.log2(math.e)
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}  # an in-place result may not be of a higher kind than its target
@@ -75,9 +75,9 @@ class ElementwiseMixin(TensorBase):
         raise IntOverflowError(f"value {short_int(y)} cannot be converted to {dt.name} without overflow (only +, -, "
                                f"*, &, |, ^ and stores wrap it modulo 2**{dt.bits}; cast the tensor to a wider dtype)")
       return self._const(y, dt)
-    return type(self)(y, device=self.device)
     if is_size_expression(y):  # a bound Variable's value: an int, like a Python int
       return type(self)(y, device=self.device, dtype=dtype or scalar_dtype_with(self.dtype, 1))
+    return type(self)(y, device=self.device)
 
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True,
                    wraps: bool = False) -> tuple[Self, Self]:
