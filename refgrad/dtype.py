@@ -193,6 +193,11 @@ def from_numpy(npdt: Any) -> DType:
     raise TypeError(f"numpy dtype {npdt!r} has no refgrad equivalent; supported: {', '.join(ALL_DTYPES)}") from None
 
 
+class UnknownDTypeNameError(TypeError, AttributeError):
+  """A dtype name dtypes does not have: torch's TypeError, and the AttributeError tinygrad's getattr(dtypes, name)
+  raises."""
+
+
 def to_dtype(x: Any) -> DType:
   """Accept a DType, a dtype name ('float32', 'half'), or a numpy dtype; TypeError otherwise."""
   if isinstance(x, DType):
@@ -201,7 +206,7 @@ def to_dtype(x: Any) -> DType:
     found = getattr(dtypes, x, None)
     if isinstance(found, DType):
       return found
-    raise TypeError(f"unknown dtype {x!r}; known dtypes: {', '.join(ALL_DTYPES)}")
+    raise UnknownDTypeNameError(f"unknown dtype {x!r}; known dtypes: {', '.join(ALL_DTYPES)}")
   if x is bool:
     return dtypes.bool
   if x is int:

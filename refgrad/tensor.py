@@ -57,6 +57,10 @@ from refgrad.sizes import (
 from refgrad.uop import Ops, UOp, prod, size_sum
 
 
+class LinspaceDTypeError(NotImplementedError, ValueError):
+  """linspace into bool: torch's NotImplementedError, and tinygrad's ValueError."""
+
+
 def _nested_shape_and_kind(data: Any) -> tuple[Shape, DType]:
   """Shape of a nested list and the dtype its leaves call for; ValueError for ragged lists."""
   if isinstance(data, (list, tuple)):
@@ -309,6 +313,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     if steps < 0:
       raise ShapeError(f"linspace: number of steps must be non-negative, got {steps}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if dt == dtypes.bool:
+      raise LinspaceDTypeError("linspace: dtype bool is not supported (as in torch and tinygrad)")
     step = (stop - start) / (steps - 1) if steps > 1 else 0.0
     i = np.arange(steps, dtype=np.float64)
     values = np.where(i < steps // 2, start + step * i, stop - step * (steps - 1 - i)) if steps > 1 else i + start

@@ -43,6 +43,15 @@ ERRORS = {
   # creation and data
   "linspace_negative_steps": (lambda: Tensor.linspace(0, 1, -2), lambda: torch.linspace(0, 1, -2), RuntimeError,
                               ["-2"]),
+  "linspace_bool": (lambda: Tensor.linspace(5, 10, 3, dtype="bool"), lambda: torch.linspace(5, 10, 3, dtype=torch.bool),
+                    NotImplementedError, ["bool"]),
+  "linspace_bool_tinygrad": (lambda: Tensor.linspace(5, 10, 3, dtype="bool"), None, ValueError, ["bool"]),
+  "kaiming_negative_size": (lambda: Tensor.kaiming_uniform(-3, 3), lambda: torch.empty(-3, 3), RuntimeError,
+                            ["(-3, 3)"]),
+  "kaiming_negative_size_tinygrad": (lambda: Tensor.kaiming_normal(3, -3), None, ValueError, ["(3, -3)"]),
+  "kaiming_nested_sizes": (lambda: Tensor.kaiming_normal((-3, 3), 3), lambda: torch.empty((-3, 3), 3), TypeError,
+                           ["((-3, 3), 3)"]),
+  "kaiming_nested_sizes_tinygrad": (lambda: Tensor.kaiming_uniform((-3, -3), 3), None, ValueError, ["((-3, -3), 3)"]),
   "linspace_float_steps": (lambda: Tensor.linspace(0, 1, 2.5), lambda: torch.linspace(0, 1, 2.5), TypeError,
                            ["float"]),
   "assign_shape": (lambda: t23().assign(Tensor.ones(3, 2)), lambda: tt23().set_(torch.ones(3, 2)).add_(
@@ -87,6 +96,7 @@ ERRORS = {
                ["(2, 3)", "(3,)"]),
   "cat_0d": (lambda: Tensor(1.0).cat(Tensor(2.0)), lambda: torch.cat([torch.tensor(1.0), torch.tensor(2.0)]),
              RuntimeError, ["zero-dimensional", "0"]),
+  "cat_0d_tinygrad": (lambda: Tensor(3.14).cat(Tensor(3.14)), None, IndexError, ["zero-dimensional", "0"]),
   "cat_empty_list": (lambda: Tensor.cat([]), lambda: torch.cat([]), ValueError, ["non-empty"]),
   "cat_bad_dim": (lambda: t23().cat(t23(), dim=2), lambda: torch.cat([tt23(), tt23()], 2), IndexError, ["2"]),
   "cat_not_tensor": (lambda: t23().cat([1, 2]), None, TypeError, ["list"]),
@@ -100,6 +110,11 @@ ERRORS = {
   "rearrange_axis_count": (lambda: t23().rearrange("a b c -> c b a"), None, RuntimeError, ["3 axes", "(2, 3)"]),
   "rearrange_size": (lambda: t23().rearrange("a (b c) -> a b c", b=2), None, ValueError, ["3", "['b', 'c']"]),
   "rearrange_arrow": (lambda: t23().rearrange("a b"), None, ValueError, ["->"]),
+  # tinygrad's asserts: AssertionError
+  "rearrange_underdetermined": (lambda: Tensor.zeros(8, 1).rearrange("(a1 a2 a3) b -> b a3 a2 a1", a1=2), None,
+                                AssertionError, ["['a2', 'a3']"]),
+  "rearrange_permuted_axis_size": (lambda: Tensor.zeros(8, 1).rearrange("(a1 a2 a3) b -> b a3 a2 a1", a1=2, a2=2,
+                                   b=2), None, AssertionError, ["['b']", "[2]", "1"]),
   "rearrange_parentheses": (lambda: t23().rearrange("a (b -> a b"), None, ValueError, ["parentheses"]),
   # indexing
   "index_float": (lambda: t23()[1.5], lambda: tt23()[1.5], IndexError, ["1.5"]),
@@ -152,6 +167,12 @@ ERRORS = {
   "masked_fill_value_shape": (lambda: t23().masked_fill(Tensor(True), Tensor([1.0])), lambda: tt23().masked_fill(
                               torch.tensor(True), torch.tensor([1.0])), RuntimeError, ["(1,)"]),
   "one_hot_float": (lambda: t23().one_hot(3), lambda: F.one_hot(tt23(), 3), RuntimeError, ["float32"]),
+  "scatter_src_dtype": (lambda: t23().half().scatter(0, Tensor.zeros(2, 3, dtype=dtypes.int32), t23()),
+                        lambda: tt23().half().scatter(0, torch.zeros(2, 3, dtype=torch.long), tt23()), RuntimeError,
+                        ["float32", "float16"]),
+  "scatter_reduce_src_dtype": (lambda: t23().scatter_reduce(0, Tensor.zeros(2, 3, dtype=dtypes.int32), t23().half(),
+                               "sum"), lambda: tt23().scatter_reduce(0, torch.zeros(2, 3, dtype=torch.long),
+                               tt23().half(), "sum"), TypeError, ["float32", "float16"]),
   "one_hot_empty": (lambda: Tensor.zeros(0, dtype=dtypes.int32).one_hot(), lambda: F.one_hot(torch.zeros(
                     0, dtype=torch.long)), RuntimeError, ["(0,)"]),
   "one_hot_num_classes": (lambda: Tensor([1]).one_hot(-3), None, ValueError, ["-3"]),

@@ -6,11 +6,11 @@ import functools
 from typing import Any
 
 from refgrad.dtype import DType, least_upper_dtype, to_dtype
-from refgrad.frontend.shapes import ShapeError
 
 
-class EinsumError(RuntimeError, ValueError):
-  """A malformed einsum formula or the wrong number of operands: torch's RuntimeError, also a ValueError."""
+class EinsumError(RuntimeError, ValueError, AssertionError):
+  """A malformed einsum formula, the wrong number of operands or sizes that disagree: torch's RuntimeError, also a
+  ValueError, and an AssertionError like tinygrad's asserts."""
 
 
 ELLIPSIS_LETTERS = [chr(0x3B1 + i) for i in range(24)]  # stand-ins for the dims of "..." (user letters are ASCII)
@@ -36,7 +36,9 @@ def evaluate_einsum(formula: str, xs: tuple, acc_dtype: DType | str | None) -> A
   summed = list(dict.fromkeys(c for t in terms for c in t if c not in out))
   order = out + summed
   dt = least_upper_dtype(*(x.dtype for x in xs))
-  aligned = [_einsum_align(*_einsum_diagonals(x.cast(dt), t), order) for x, t in zip(xs, terms)]
+  diagonals = [_einsum_diagonals(x.cast(dt), t) for x, t in zip(xs, terms)]
+  _check_sizes(diagonals, formula)
+  aligned = [_einsum_align(x, t, order) for x, t in diagonals]
   product = functools.reduce(lambda a, b: a * b, aligned)
   if summed:
     product = product.sum(tuple(range(len(out), len(order))), acc_dtype=acc_dtype)
@@ -66,14 +68,28 @@ def _einsum_terms(inputs: list[str], xs: tuple, formula: str) -> list[list[str]]
   return terms
 
 
+def _check_sizes(operands: list[tuple[Any, list[str]]], formula: str) -> None:
+  """A subscript has one size in every operand, or 1 there (which broadcasts, as in torch)."""
+  first: dict[str, tuple[int, int]] = {}  # subscript -> (its size, the operand that had it first)
+  for k, (x, term) in enumerate(operands):
+    for letter, size in zip(term, x.shape):
+      if size == 1:
+        continue
+      seen, at = first.setdefault(letter, (size, k))
+      if seen != size:
+        name = repr(letter) if letter not in ELLIPSIS_LETTERS else "'...'"
+        raise EinsumError(f"einsum(): subscript {name} of {formula!r} has size {seen} in operand {at} (shape "
+                          f"{operands[at][0].shape}) but {size} in operand {k} (shape {x.shape})")
+
+
 def _einsum_diagonals(x: Any, term: list[str]) -> tuple[Any, list[str]]:
   """Take the diagonal for each letter repeated within one operand ("ii->i")."""
   while (dup := next((c for c in term if term.count(c) > 1), None)) is not None:
     first, second = [i for i, c in enumerate(term) if c == dup][:2]
     n = x.shape[first]
     if x.shape[second] != n:
-      raise ShapeError(f"einsum(): subscript {dup!r} is repeated for dims of different sizes {n} and "
-                         f"{x.shape[second]} (operand shape {x.shape})")
+      raise EinsumError(f"einsum(): subscript {dup!r} is repeated for dims of different sizes {n} and "
+                        f"{x.shape[second]} (operand shape {x.shape})")
     rest = [i for i in range(x.ndim) if i not in (first, second)]
     x = x.permute(*rest, first, second).reshape(*[x.shape[i] for i in rest], n * n)
     x = x.pad(((0, 0),) * len(rest) + ((0, n),)).reshape(*[x.shape[i] for i in range(len(rest))], n, n + 1)

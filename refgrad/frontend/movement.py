@@ -26,6 +26,10 @@ class InvalidArgumentError(RuntimeError, ValueError):
   """An argument value torch rejects with RuntimeError (meshgrid's indexing); also a ValueError."""
 
 
+class ZeroDimJoinError(ShapeError, IndexError):
+  """cat of a 0-d tensor: torch raises RuntimeError, tinygrad IndexError (it has no dim to join along)."""
+
+
 def _is_int(x: Any) -> bool:
   return isinstance(x, int) and not isinstance(x, bool)
 
@@ -381,7 +385,7 @@ class MovementMixin(IndexingMixin):
     tensors = _tensor_list(self, args, "cat")
     for i, t in enumerate(tensors):
       if t.ndim == 0:
-        raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
+        raise ZeroDimJoinError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
     kept = [t for t in tensors if t.shape != (0,)] or tensors[:1]
     first = kept[0]
     d = normalize_dim(dim, first.ndim)

@@ -16,6 +16,7 @@ from refgrad.dtype import DType, compute_dtype, dtypes, least_upper_dtype, least
 from refgrad.frontend import special
 from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.einsum import evaluate_einsum
+from refgrad.frontend.movement import InvalidArgumentError
 from refgrad.frontend.reduce import triangle_mask
 from refgrad.frontend.shapes import ShapeError, normalize_dim
 from refgrad.gradient import custom_gradient
@@ -28,10 +29,13 @@ SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.050700987355480493
 
 
 def _tuple(value: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
-  """An int repeated n times, or a sequence of n ints."""
-  values = (value,) * n if isinstance(value, int) else tuple(value) if isinstance(value, Sequence) else ()
-  if len(values) != n or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+  """An int repeated n times, or a sequence of n ints: TypeError for other values, InvalidArgumentError (a
+  RuntimeError, as torch raises, and a ValueError, as tinygrad does) for a sequence of another length."""
+  values = (value,) * n if isinstance(value, int) else tuple(value) if isinstance(value, Sequence) else None
+  if values is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
     raise TypeError(f"{what} must be an int or a sequence of {n} ints, got {value!r}")
+  if len(values) != n:
+    raise InvalidArgumentError(f"{what} must be an int or a sequence of {n} ints, got {value!r}")
   return values
 
 
@@ -44,7 +48,7 @@ def _pad_pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
     return [(p, p) for p in padding]
   if len(padding) == 2 * n:
     return [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(n))]
-  raise ValueError(f"padding must be an int, {n} ints or {2 * n} ints, got {padding!r}")
+  raise InvalidArgumentError(f"padding must be an int, {n} ints or {2 * n} ints, got {padding!r}")
 
 
 class ConvPaddingError(ValueError, RuntimeError):

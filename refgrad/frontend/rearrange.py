@@ -16,6 +16,10 @@ class RearrangeError(ValueError, AssertionError, RuntimeError):
   einops' EinopsError."""
 
 
+class RearrangeSizeError(ShapeError, AssertionError):
+  """Axis sizes that do not fit the tensor's shape: a ShapeError, and an AssertionError like tinygrad's asserts."""
+
+
 def _is_axis_name(token: str) -> bool:
   """einops' rule: a Python identifier that neither starts nor ends with '_'."""
   return token.isidentifier() and not token.startswith("_") and not token.endswith("_")
@@ -88,8 +92,8 @@ def plan_rearrange(formula: str, shape: tuple[int, ...], sizes: dict[str, int]) 
     raise RearrangeError(f"rearrange: sizes given for axes {sorted(unused)} that {formula!r} does not use")
   lhs, rhs = _expand_ellipsis(lhs, rhs, len(shape), formula)
   if len(lhs) != len(shape):
-    raise ShapeError(f"rearrange: the left side of {formula!r} has {len(lhs)} axes but the tensor has shape "
-                         f"{shape}")
+    raise RearrangeSizeError(f"rearrange: the left side of {formula!r} has {len(lhs)} axes but the tensor has "
+                             f"shape {shape}")
   size_of = dict(sizes)
   for group, dim_size in zip(lhs, shape):
     size_of.update(_group_sizes(group, dim_size, sizes, formula))
@@ -102,13 +106,14 @@ def _group_sizes(group: list[str], dim_size: int, sizes: dict[str, int], formula
   """Sizes of the names merged into one input dim: all but at most one must be given."""
   unknown = [n for n in group if n not in sizes]
   if len(unknown) > 1:
-    raise ValueError(f"rearrange: cannot infer the sizes of {unknown} in {formula!r}; pass all but one as keywords")
+    raise RearrangeError(f"rearrange: cannot infer the sizes of {unknown} in {formula!r}; pass all but one as "
+                         "keywords")
   for n in group:
     if n in sizes and not _is_int(sizes[n]):
       raise TypeError(f"rearrange: size of {n!r} must be an int, got {sizes[n]!r}")
   known = prod(sizes[n] for n in group if n in sizes)
   inferred = dim_size // known if known and dim_size % known == 0 else None
   if (unknown and inferred is None) or (not unknown and known != dim_size):
-    raise ShapeError(f"rearrange: axes {group or '1'} of sizes {[sizes.get(n, '?') for n in group]} do not fit "
-                         f"dim size {dim_size} in {formula!r}")
+    raise RearrangeSizeError(f"rearrange: axes {group or '1'} of sizes {[sizes.get(n, '?') for n in group]} do not "
+                             f"fit dim size {dim_size} in {formula!r}")
   return {unknown[0]: inferred} if unknown else {}

@@ -23,6 +23,10 @@ class ReduceModeError(ValueError, RuntimeError):
   """An unknown reduce mode for scatter or scatter_reduce. Catchable as ValueError, or as RuntimeError like torch's."""
 
 
+class SrcDTypeError(TypeError, RuntimeError):
+  """A src tensor whose dtype is not self's. Catchable as TypeError, or as RuntimeError like torch's and tinygrad's."""
+
+
 # ---- scatter: a (index.shape with n at dim) + (M,) layout, M = index.shape[dim] candidate writers per lane
 @dataclass(frozen=True)
 class ScatterLayout:
@@ -44,7 +48,10 @@ def scatter_layout(t: Any, dim: int, index: Any, src: Any, what: str) -> tuple[i
     if too_big:
       raise ShapeError(f"{what}: index {index.shape} must be no larger than src {src.shape} in every dim, but is "
                          f"larger in dim {too_big[0]}")
-    src = src.cast(t.dtype).to(t.device).shrink(tuple((0, s) for s in index.shape))
+    if src.dtype != t.dtype:
+      raise SrcDTypeError(f"{what}: src has dtype {src.dtype.name} but self has {t.dtype.name} (they must be the "
+                          "same; cast src first)")
+    src = src.to(t.device).shrink(tuple((0, s) for s in index.shape))
   elif isinstance(src, (bool, int, float)):
     src = t._const(src)
   else:

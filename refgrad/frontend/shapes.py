@@ -17,6 +17,10 @@ class ShapeError(RuntimeError, ValueError):
   """Shapes that do not fit together (broadcast, reshape, matmul). Catchable as RuntimeError or ValueError."""
 
 
+class SizeTypeError(TypeError, ValueError):
+  """A shape argument holding something other than ints: torch's TypeError, and tinygrad's ValueError."""
+
+
 # ---- argument helpers
 def normalize_dim(dim: int, ndim: int) -> int:
   """A dim in [-ndim, ndim) as a non-negative index; IndexError otherwise (0-d tensors accept -1 and 0)."""
@@ -53,9 +57,9 @@ def check_shape(shape: tuple, what: str) -> Shape:
     return tuple(shape)
   for s in shape:
     if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
-      raise TypeError(f"{what}: sizes must be ints, got {shape}")
+      raise SizeTypeError(f"{what}: sizes must be ints, got {shape}")
     if s < 0:
-      raise ValueError(f"{what}: negative dimension in shape {shape}")
+      raise ShapeError(f"{what}: negative dimension in shape {shape}")  # torch: RuntimeError; tinygrad: ValueError
   return tuple(int(s) for s in shape)
 
 
