@@ -1,6 +1,7 @@
 """What every primitive op means, for every dtype, computed with numpy: the reference all backends are checked against.
 
-docs/SPEC.md states the same rules in prose; the two must agree. Every function here is vectorized, never raises or
+docs/SPEC.md states the same rules in prose; the two must agree. The facts about each op (dtype kinds, arity, ULP
+bound, cost) are its record in refgrad/ops.py's OP_FACTS. Every function here is vectorized, never raises or
 warns for any input *values* (only for ill-typed calls), and returns arrays of the output dtype's numpy type
 (possibly sharing memory with an input: callers never write to them).
 """
@@ -13,25 +14,7 @@ from typing import Any
 import numpy as np
 
 from refgrad.dtype import DType, as_python_scalar, dtypes, from_numpy
-from refgrad.ops import GroupOp, Ops
-
-# ---- which dtype kinds each ALU op is defined on: 'b' bool, 'i' signed int, 'u' unsigned int, 'f' float.
-# On bool, ADD is OR, MUL is AND and MAX is OR (numpy's and torch's meaning); NEG has no bool meaning.
-OP_KINDS: dict[Ops, str] = {
-  Ops.NEG: "iuf", Ops.RECIP: "f", Ops.SQRT: "f", Ops.EXP2: "f", Ops.LOG2: "f", Ops.SIN: "f", Ops.TRUNC: "f",
-  Ops.ADD: "biuf", Ops.MUL: "biuf", Ops.FDIV: "f", Ops.IDIV: "iu", Ops.MOD: "iuf", Ops.MAX: "biuf",
-  Ops.CMPLT: "biuf", Ops.CMPNE: "biuf", Ops.AND: "biu", Ops.OR: "biu", Ops.XOR: "biu", Ops.SHL: "iu", Ops.SHR: "iu",
-  Ops.WHERE: "biuf",
-}
-_ARITY: dict[Ops, int] = {op: 1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3 for op in GroupOp.ALU}
-
-TRANSCENDENTAL: frozenset[Ops] = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
-# everything but the transcendentals is bit-exact (NaNs compare equal to each other whatever their sign and payload)
-EXACT_OPS: frozenset[Ops] = frozenset((GroupOp.ALU - TRANSCENDENTAL) | {Ops.CAST, Ops.BITCAST})
-_TRANSCENDENTAL_ULPS = {dtypes.float16: 1, dtypes.bfloat16: 1, dtypes.float32: 2, dtypes.float64: 2}
-ULP_BOUNDS: dict[Ops, dict[DType, int]] = {op: dict(_TRANSCENDENTAL_ULPS) for op in (Ops.EXP2, Ops.LOG2, Ops.SIN)}
-# SIN must meet ULP_BOUNDS only for |x| <= SIN_EXACT_RANGE: beyond it, argument reduction differs between libraries
-SIN_EXACT_RANGE: float = 1e4
+from refgrad.ops import OP_FACTS, GroupOp, Ops
 
 
 # ---- typing
@@ -43,15 +26,15 @@ def result_dtype(op: Ops, src_dtypes: tuple[DType, ...]) -> DType:
 @functools.cache
 def check_alu_types(op: Ops, dtype: DType, src_dtypes: tuple[DType, ...]) -> DType:
   """Validate an ALU op's typing once; return its operand dtype. TypeError names what is wrong."""
-  if op not in OP_KINDS:
+  if op not in OP_FACTS:
     raise TypeError(f"{op!r} is not an ALU op")
-  if len(src_dtypes) != _ARITY[op]:
-    raise TypeError(f"{op!r} takes {_ARITY[op]} sources, got {len(src_dtypes)}")
+  if len(src_dtypes) != OP_FACTS[op].arity:
+    raise TypeError(f"{op!r} takes {OP_FACTS[op].arity} sources, got {len(src_dtypes)}")
   operand = src_dtypes[0] if op in GroupOp.Comparison else dtype
   want = (dtypes.bool, operand, operand) if op is Ops.WHERE else (operand,) * len(src_dtypes)
   if src_dtypes != want or dtype != result_dtype(op, src_dtypes):
     raise TypeError(f"{op!r} -> {dtype} cannot take sources of dtypes {src_dtypes}")
-  if operand.kind not in OP_KINDS[op]:
+  if operand.kind not in OP_FACTS[op].kinds:
     raise TypeError(f"{op!r} is not defined for {operand}")
   return operand
 
@@ -142,7 +125,7 @@ _COMPUTE_IN: dict[DType, type] = {dtypes.float16: np.float32, dtypes.bfloat16: n
 
 
 def _float_alu(op: Ops, dt: DType, arrs: list[np.ndarray]) -> np.ndarray:
-  wide = np.float64 if op in TRANSCENDENTAL else _COMPUTE_IN[dt]
+  wide = np.float64 if OP_FACTS[op].transcendental else _COMPUTE_IN[dt]
   out = _FLOAT_FNS[op](*(a.astype(wide, copy=False) for a in arrs))
   return out if out.dtype == np.bool_ else _round_float(out, dt)
 

@@ -1,8 +1,15 @@
-"""The operations of the IR: `Ops` and the groups rules match on (`GroupOp`). The bottom layer: it imports nothing
-from refgrad, so the op semantics (refgrad/alu.py), the IR (refgrad/uop.py) and everything above can use it."""
+"""The operations of the IR: `Ops`, every ALU op's facts in one record (`OP_FACTS`), and the groups rules match on
+(`GroupOp`, read off the records). The bottom layer: it imports only dtypes, so the op semantics (refgrad/alu.py),
+the IR (refgrad/uop.py) and everything above can use it. What an op computes is refgrad/alu.py's; how each backend
+writes it is its renderer's rule table (docs/writing-a-backend.md)."""
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import Enum, auto
+
+from refgrad.dtype import DType, dtypes
 
 
 class Ops(Enum):
@@ -39,15 +46,60 @@ class Ops(Enum):
     return f"Ops.{self.name}"
 
 
+@dataclass(frozen=True)
+class OpFacts:
+  """What an ALU op is, as every layer reads it: typing (alu.py checks it), exactness (the oracle kit holds a backend
+  to it), cost (the optimizer and the scheduler weigh kernels by it). docs/SPEC.md states the same facts in prose;
+  tests/test_spec_tables.py keeps the two equal."""
+  arity: int
+  kinds: str  # the dtype kinds it is defined on: 'b' bool, 'i' signed int, 'u' unsigned int, 'f' float
+  commutative: bool = False
+  comparison: bool = False  # its result is bool, whatever its operands' dtype
+  # None: bit-exact. Else the most ULPs a backend's result may be from the reference, per float dtype ...
+  ulp_bound: Mapping[DType, int] | None = None
+  ulp_range: float = math.inf  # ... for |x| up to this (beyond it, only a number in the op's range is required)
+  cost: int = 1  # about how many multiply-adds it costs
+
+  @property
+  def transcendental(self) -> bool:
+    """The inexact ops: computed by a library to within ulp_bound, not correctly rounded."""
+    return self.ulp_bound is not None
+
+
+LIBM_ULPS: Mapping[DType, int] = {dtypes.float16: 1, dtypes.bfloat16: 1, dtypes.float32: 2, dtypes.float64: 2}
+# A libm exp2/log2/sin/sqrt call costs about as much as this many multiply-adds (measured on CLANG: a 512K-element
+# exp kernel takes 2.7 ms, a 512K x 64 multiply-add reduction about 1 ms).
+LIBM_COST = 16
+
+# On bool, ADD is OR, MUL is AND and MAX is OR (numpy's and torch's meaning); NEG has no bool meaning. SIN's argument
+# reduction of larger |x| differs between libraries, so its bound holds for |x| <= 1e4 only.
+OP_FACTS: dict[Ops, OpFacts] = {
+  Ops.NEG: OpFacts(1, "iuf"), Ops.RECIP: OpFacts(1, "f"), Ops.SQRT: OpFacts(1, "f", cost=LIBM_COST),
+  Ops.EXP2: OpFacts(1, "f", ulp_bound=LIBM_ULPS, cost=LIBM_COST),
+  Ops.LOG2: OpFacts(1, "f", ulp_bound=LIBM_ULPS, cost=LIBM_COST),
+  Ops.SIN: OpFacts(1, "f", ulp_bound=LIBM_ULPS, ulp_range=1e4, cost=LIBM_COST), Ops.TRUNC: OpFacts(1, "f"),
+  Ops.ADD: OpFacts(2, "biuf", commutative=True), Ops.MUL: OpFacts(2, "biuf", commutative=True),
+  Ops.FDIV: OpFacts(2, "f"), Ops.IDIV: OpFacts(2, "iu"), Ops.MOD: OpFacts(2, "iuf"),
+  Ops.MAX: OpFacts(2, "biuf", commutative=True),
+  Ops.CMPLT: OpFacts(2, "biuf", comparison=True), Ops.CMPNE: OpFacts(2, "biuf", commutative=True, comparison=True),
+  Ops.AND: OpFacts(2, "biu", commutative=True), Ops.OR: OpFacts(2, "biu", commutative=True),
+  Ops.XOR: OpFacts(2, "biu", commutative=True), Ops.SHL: OpFacts(2, "iu"), Ops.SHR: OpFacts(2, "iu"),
+  Ops.WHERE: OpFacts(3, "biuf"),
+}
+
+
+def _ops_where(test: Callable[[OpFacts], bool]) -> frozenset[Ops]:
+  return frozenset(op for op, facts in OP_FACTS.items() if test(facts))
+
+
 class GroupOp:
-  Unary = frozenset({Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC})
-  Binary = frozenset({Ops.ADD, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE,
-                      Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
-  Ternary = frozenset({Ops.WHERE})
-  Transcendental = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})  # a libm call, not one instruction
-  ALU = Unary | Binary | Ternary
+  Unary = _ops_where(lambda f: f.arity == 1)
+  Binary = _ops_where(lambda f: f.arity == 2)
+  Ternary = _ops_where(lambda f: f.arity == 3)
+  ALU = frozenset(OP_FACTS)
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
-  Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
-  Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
+  Comparison = _ops_where(lambda f: f.comparison)
+  Commutative = _ops_where(lambda f: f.commutative)
+  Transcendental = _ops_where(lambda f: f.transcendental)
   Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
   ReduceOps = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})

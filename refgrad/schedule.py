@@ -21,9 +21,9 @@ import weakref
 from dataclasses import dataclass
 
 from refgrad import multi, sizes
-from refgrad.codegen.opt import TRANSCENDENTAL_COST
 from refgrad.device import Buffer
 from refgrad.dtype import dtypes
+from refgrad.ops import OP_FACTS
 from refgrad.sizes import max_shape, view_shape
 from refgrad.uop import GroupOp, Ops, UOp, prod, walk
 
@@ -32,7 +32,7 @@ from refgrad.uop import GroupOp, Ops, UOp, prod, walk
 # value), or inside a reduce's input and below an EXPAND (a padded value there is read by many outputs).
 OUTPUT, EXPANDED, REDUCED, REUSED = "output", "expanded", "reduced", "reused"
 BELOW_EXPAND = {OUTPUT: EXPANDED, REDUCED: REUSED}  # where the source of an EXPAND built at a place is built
-# What an expanded elementwise value costs per element, in ALU ops (a transcendental counts as TRANSCENDENTAL_COST):
+# What an expanded elementwise value costs per element, in multiply-adds (each ALU op's OP_FACTS cost):
 # from COSTLY_OPS on, recomputing it for every copy costs more than a kernel that computes it once (softmax weights:
 # an exp; a dropout mask: threefry's ~100 integer ops).
 COSTLY_OPS = 16
@@ -188,7 +188,7 @@ class Scheduler:
       return n in self._cost or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS) or self.computed_elsewhere(n)
     for n in walk([node], leaf):  # sources first, so each lookup below is already known
       if n not in self._cost:
-        own = TRANSCENDENTAL_COST if n.op in GroupOp.Transcendental else int(n.op in GroupOp.ALU)
+        own = OP_FACTS[n.op].cost if n.op in OP_FACTS else 0
         self._cost[n] = 0 if leaf(n) else min(COSTLY_OPS, own + sum(self._cost[s] for s in n.src))
     return self._cost[node] >= COSTLY_OPS
 

@@ -18,6 +18,7 @@ import torch
 from refgrad import alu
 from refgrad.alu import exec_alu, exec_bitcast, exec_cast, exec_reduce, undefined_cast_lanes, undefined_lanes
 from refgrad.dtype import DType, dtypes
+from refgrad.ops import OP_FACTS
 from refgrad.uop import GroupOp, Ops
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -347,7 +348,7 @@ def test_fdiv_is_not_mul_recip():
   assert float(exec_alu(Ops.MUL, dtypes.float32, a, exec_alu(Ops.RECIP, dtypes.float32, b))) != want
 
 
-# ---- transcendentals: math's float64 results rounded to the dtype, within alu.ULP_BOUNDS
+# ---- transcendentals: math's float64 results rounded to the dtype, within their OP_FACTS ulp_bound
 def ref_exp2(x: float) -> float:
   try:
     return math.exp2(x)
@@ -364,7 +365,7 @@ DOMAINS = {Ops.EXP2: (-40.0, 40.0), Ops.LOG2: (0.0, 1e4), Ops.SIN: (-50.0, 50.0)
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=ids(FLOATS))
-@pytest.mark.parametrize("op", sorted(alu.ULP_BOUNDS, key=lambda o: o.value), ids=lambda o: o.name)
+@pytest.mark.parametrize("op", sorted(GroupOp.Transcendental, key=lambda o: o.value), ids=lambda o: o.name)
 def test_transcendental_within_ulp_bounds(op: Ops, dt: DType):
   lo, hi = DOMAINS[op]
   x = np.concatenate([float_edges(dt), rng(6).uniform(lo, hi, 1500).astype(dt.np),
@@ -373,9 +374,9 @@ def test_transcendental_within_ulp_bounds(op: Ops, dt: DType):
   assert got.dtype == dt.np and undefined_lanes(op, dt, x) is None
   want = np.array([round_float(MATH_REF[op](v), dt) for v in f64(x).tolist()], np.float64).astype(dt.np)
   wide_x = f64(x)
-  checked = ~(np.isfinite(wide_x) & (np.abs(wide_x) > alu.SIN_EXACT_RANGE)) if op is Ops.SIN else np.ones(x.shape, bool)
+  checked = ~(np.isfinite(wide_x) & (np.abs(wide_x) > OP_FACTS[op].ulp_range))
   dist = alu.ulp_distance(got[checked], want[checked])
-  assert dist.max() <= alu.ULP_BOUNDS[op][dt], f"{op} {dt}: worst input {x[checked][dist.argmax()]}"
+  assert dist.max() <= OP_FACTS[op].ulp_bound[dt], f"{op} {dt}: worst input {x[checked][dist.argmax()]}"
   wide = np.abs(f64(got[~checked]))
   assert (wide <= 1).all()
 
@@ -462,9 +463,9 @@ def test_every_op_every_dtype(op: Ops, dt: DType):
                                                                                                         dt.np)
   a, b = np.meshgrid(vals, vals)
   cond = np.arange(a.size).reshape(a.shape) % 3 == 0
-  srcs = {1: (a,), 2: (a, b), 3: (cond, a, b)}[1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3]
+  srcs = {1: (a,), 2: (a, b), 3: (cond, a, b)}[OP_FACTS[op].arity]
   out_dt = dtypes.bool if op in GroupOp.Comparison else dt
-  if dt.kind not in alu.OP_KINDS[op]:
+  if dt.kind not in OP_FACTS[op].kinds:
     with pytest.raises(TypeError):
       exec_alu(op, out_dt, *srcs)
     return
@@ -476,10 +477,11 @@ def test_every_op_every_dtype(op: Ops, dt: DType):
 
 
 def test_exact_ops_and_ulp_table():
-  assert alu.EXACT_OPS == (GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN}) | {Ops.CAST, Ops.BITCAST}
-  for op in (Ops.EXP2, Ops.LOG2, Ops.SIN):
-    assert alu.ULP_BOUNDS[op] == {dtypes.float16: 1, dtypes.bfloat16: 1, dtypes.float32: 2, dtypes.float64: 2}
-  assert alu.SIN_EXACT_RANGE == 1e4
+  assert GroupOp.Transcendental == {Ops.EXP2, Ops.LOG2, Ops.SIN}
+  for op in GroupOp.Transcendental:
+    assert OP_FACTS[op].ulp_bound == {dtypes.float16: 1, dtypes.bfloat16: 1, dtypes.float32: 2, dtypes.float64: 2}
+  assert OP_FACTS[Ops.SIN].ulp_range == 1e4
+  assert {op for op, facts in OP_FACTS.items() if facts.cost > 1} == {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT}
 
 
 # ---- casts

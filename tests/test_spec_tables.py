@@ -1,6 +1,6 @@
-"""docs/SPEC.md and refgrad/alu.py are one truth: SPEC.md's tables (which dtypes each op takes, its arity, the
-transcendentals' ULP bounds, the reduction identities, the UNDEFINED cases) are parsed and compared with the
-tables and functions in the code, so neither can change alone."""
+"""docs/SPEC.md and the code are one truth: SPEC.md's tables (which dtypes each op takes, its arity, the
+transcendentals' ULP bounds, the reduction identities, the UNDEFINED cases) are parsed and compared with the op
+records (refgrad/ops.py's OP_FACTS) and alu.py's functions, so neither can change alone."""
 import math
 import re
 from pathlib import Path
@@ -10,7 +10,7 @@ import pytest
 
 from refgrad import alu
 from refgrad.dtype import ALL_DTYPES, DType, dtypes
-from refgrad.ops import Ops
+from refgrad.ops import OP_FACTS, GroupOp, Ops
 
 SPEC = (Path(__file__).parents[1] / "docs" / "SPEC.md").read_text()
 KIND_WORDS = {"int": "iu", "signed": "i", "float": "f", "bool": "b", "all": "biuf", "any": "biuf"}
@@ -44,10 +44,10 @@ def primitive_rows() -> dict[Ops, list[str]]:
 
 def test_every_alu_op_is_in_the_spec_with_its_arity_and_dtypes():
   rows = primitive_rows()
-  assert set(rows) == set(alu.OP_KINDS)
+  assert set(rows) == set(OP_FACTS)
   for op, cells in rows.items():
-    assert int(cells[1]) == alu._ARITY[op], op
-    assert kinds_of(cells[2]) == set(alu.OP_KINDS[op]), (op, cells[2], alu.OP_KINDS[op])
+    assert int(cells[1]) == OP_FACTS[op].arity, op
+    assert kinds_of(cells[2]) == set(OP_FACTS[op].kinds), (op, cells[2], OP_FACTS[op].kinds)
 
 
 def test_ulp_bounds_and_the_sine_range_match():
@@ -58,9 +58,9 @@ def test_ulp_bounds_and_the_sine_range_match():
     name = re.match(r"\| (EXP2|LOG2|SIN)\b", line)
     if name:
       bounds = [int(c) for c in line.strip().strip("|").split("|")[-len(columns):]]
-      assert dict(zip(columns, bounds)) == {d.name: b for d, b in alu.ULP_BOUNDS[Ops[name.group(1)]].items()}
-  assert float(re.search(r"SIN_EXACT_RANGE = ([0-9e.+]+)", text).group(1)) == alu.SIN_EXACT_RANGE
-  assert {Ops[m] for m in re.findall(r"\| (EXP2|LOG2|SIN)\b", text)} == set(alu.TRANSCENDENTAL)
+      assert dict(zip(columns, bounds)) == {d.name: b for d, b in OP_FACTS[Ops[name.group(1)]].ulp_bound.items()}
+  assert float(re.search(r"SIN.*ulp_range = ([0-9e.+]+)", text).group(1)) == OP_FACTS[Ops.SIN].ulp_range
+  assert {Ops[m] for m in re.findall(r"\| (EXP2|LOG2|SIN)\b", text)} == GroupOp.Transcendental
 
 
 def expected_identity(text: str, dtype: DType) -> object:
@@ -93,7 +93,7 @@ INT_DTYPES = [d for d in ALL_DTYPES.values() if d.kind in "iu"]
 @pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: d.name)
 def test_undefined_alu_cases_match(dtype):
   rows = [cells for cells in table_rows(section("## UNDEFINED cases"))
-          if all(name.strip() in Ops.__members__ and Ops[name.strip()] in alu.OP_KINDS for name in cells[0].split(","))]
+          if all(name.strip() in Ops.__members__ and Ops[name.strip()] in OP_FACTS for name in cells[0].split(","))]
   assert {Ops[name.strip()] for cells in rows for name in cells[0].split(",")} == set(alu._UNDEFINED_RULES)
   for cells in rows:
     if dtype.kind not in kinds_of(cells[1]):

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from refgrad.alu import reduce_identity, result_dtype
 from refgrad.codegen.symbolic import simplify_index
+from refgrad.ops import OP_FACTS
 from refgrad.uop import GroupOp, Ops, UOp, prod
 
 
@@ -301,9 +302,6 @@ WORK_THRESHOLD = 1 << 16
 # Below this many multiply-adds a kernel takes less time than waking a thread pool (tens of microseconds). 2^19, not
 # 2^20: the CNN training step's 884K-op pooling-gradient kernel went from 10 to 5.6 ms on two threads.
 THREAD_THRESHOLD = 1 << 19
-# A libm exp2/log2/sin/sqrt call costs about as much as this many multiply-adds (measured on CLANG: a 512K-element
-# exp kernel takes 2.7 ms, a 512K x 64 multiply-add reduction about 1 ms).
-TRANSCENDENTAL_COST = 16
 
 
 LONG_LOOP = 16  # an innermost reduce loop at least this long runs split over several accumulators (Program.pieces)
@@ -428,14 +426,14 @@ def env_opts_for(sink: UOp, shape: tuple[int, ...], text: str) -> OptList | None
 
 
 def kernel_work(sink: UOp, shape: tuple[int, ...]) -> int:
-  """About how many multiply-adds a kernel runs: outputs times loop iterations (times TRANSCENDENTAL_COST if it
-  calls a transcendental); an elementwise kernel, outputs times half its ALU ops (the pooling gradient's index math:
-  about 50 ops per element)."""
+  """About how many multiply-adds a kernel runs: outputs times loop iterations (times the cost of its costliest op,
+  OP_FACTS' cost: a libm call's); an elementwise kernel, outputs times half the cost of its ALU ops (the pooling
+  gradient's index math: about 50 ops per element)."""
   loops = [u for u in sink.toposort if u.op is Ops.RANGE]
-  transcendental = any(u.op in GroupOp.Transcendental for u in sink.toposort)
+  costs = [OP_FACTS[u.op].cost for u in sink.toposort if u.op in OP_FACTS]
   if loops:
-    return prod(shape) * prod(u.arg[1] for u in loops) * (TRANSCENDENTAL_COST if transcendental else 1)
-  ops = sum(TRANSCENDENTAL_COST if u.op in GroupOp.Transcendental else 1 for u in sink.toposort if u.op in GroupOp.ALU)
+    return prod(shape) * prod(u.arg[1] for u in loops) * max(costs, default=1)
+  ops = sum(costs)
   return prod(shape) * max(1, ops // 2)
 
 

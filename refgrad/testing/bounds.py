@@ -11,14 +11,15 @@ the last place for every rounding that an inexact input can move.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
 
-from refgrad import alu
 from refgrad.dtype import DType, dtypes
 from refgrad.interp.graph import evaluate_nodes
+from refgrad.ops import OP_FACTS
 from refgrad.uop import GroupOp, Ops, UOp
 
 Bound = np.ndarray  # float64, broadcastable to the node's shape; 0 exact, inf unknown
@@ -152,12 +153,12 @@ class _Bounds:
     errs = [self.bound(s) for s in u.src]
     srcs = [_f64(self.value(s)) if s.dtype != dtypes.bool else self.value(s) for s in u.src]
     own = 0.0
-    if u.op in alu.TRANSCENDENTAL:
+    if (facts := OP_FACTS[u.op]).transcendental:
       result = _f64(self.value(u))
-      allowed = alu.ULP_BOUNDS[u.op][u.dtype] * ulp_of(result, u.dtype)
+      allowed = facts.ulp_bound[u.dtype] * ulp_of(result, u.dtype)
       own = np.where(np.isfinite(result), allowed, 0.0)  # inf and NaN results are exact
-      if u.op is Ops.SIN:
-        own = np.where(np.abs(srcs[0]) <= alu.SIN_EXACT_RANGE, own, np.inf)
+      if facts.ulp_range < math.inf:  # beyond it any number in the op's range will do
+        own = np.where(np.abs(srcs[0]) <= facts.ulp_range, own, np.inf)
     if not any(np.any(e) for e in errs):
       return np.asarray(own, dtype=np.float64)
     if u.op is Ops.WHERE:

@@ -28,12 +28,13 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from refgrad.alu import OP_KINDS, TRANSCENDENTAL, result_dtype, ulp_distance
+from refgrad.alu import result_dtype, ulp_distance
 from refgrad.codegen.linearize import compile_ast, lowered_kernel, random_kernel_opts
 from refgrad.codegen.opt import Opt, OptList, apply_opts, heuristic_amounts, legal_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes, from_numpy
 from refgrad.frontend.bitcast import UNSIGNED_OF_SIZE
+from refgrad.ops import OP_FACTS
 from refgrad.sizes import Variable
 from refgrad.testing.compare import Comparison, add_histogram, compare, ulp_histogram
 from refgrad.testing.edges import cast_values, dtype_edges, result_class_inputs
@@ -43,7 +44,7 @@ from refgrad.uop import GroupOp, Ops, UOp
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 REDUCE_LENGTHS = (0, 1, 13, 64, 1031)  # empty, one, a prime past 8 (split + remainder), multiple of 8 and 32, > 1024
-TRANSCENDENTAL_ROWS = frozenset(op.name for op in TRANSCENDENTAL)  # cells whose ULP errors the reports histogram
+TRANSCENDENTAL_ROWS = frozenset(op.name for op in GroupOp.Transcendental)  # cells the reports histogram by ULP error
 RANDOM_LANES = 512  # random values beside the edges: a bug in a third of the lanes (x/3 as x*(1/3)) shows at once
 RANDOM_BITCAST_LANES = 64  # random values beside the edges of a bitcast between item sizes
 
@@ -195,10 +196,10 @@ def op_batches(dtype: DType) -> list[Batch]:
   cond = np.arange(len(a)) % 3 == 0
   inputs = [edges, a, b, cond, shift_a, shift_b]
   segments: dict[DType, list[Segment]] = {}
-  for op, kinds in OP_KINDS.items():
-    if dtype.kind not in kinds:
+  for op, facts in OP_FACTS.items():
+    if dtype.kind not in facts.kinds:
       continue
-    if op in TRANSCENDENTAL:  # the edges, and inputs whose results are subnormal, tiny, near overflow or exact
+    if facts.transcendental:  # the edges, and inputs whose results are subnormal, tiny, near overflow or exact
       inputs.append(np.concatenate([edges, result_class_inputs(op, dtype)]))
       i = len(inputs) - 1
       build, operands = (lambda t, op=op, i=i: alu(op, t[i])), (lambda x, i=i: [x[i]])

@@ -56,9 +56,9 @@ class HarnessError(Exception):
 def coverage_universe(claimed: tuple[DType, ...] = ALL) -> set[tuple[str, str]]:
   """Every (op, dtype) pair a device claiming `claimed` can be asked to run: ALU ops by operand dtype, casts and
   bitcasts by target dtype, reductions by dtype."""
-  from refgrad.alu import OP_KINDS
+  from refgrad.ops import OP_FACTS
   every = list(claimed)
-  pairs = {(op.name, d.name) for op, kinds in OP_KINDS.items() for d in every if d.kind in kinds}
+  pairs = {(op.name, d.name) for op, facts in OP_FACTS.items() for d in every if d.kind in facts.kinds}
   pairs |= {("CAST", d.name) for d in every} | {("BITCAST", d.name) for d in every if d != dtypes.bool}
   pairs |= {(f"REDUCE {op}", d.name) for op in ("ADD", "MUL", "MAX") for d in every if d != dtypes.bool}
   pairs |= {("REDUCE MAX", "bool")} if dtypes.bool in every else set()  # any(): sums of bools are cast first
@@ -91,9 +91,8 @@ def opts_for(program_text: str, device: str) -> Callable[[UOp], OptList]:
 def transcendental_root(program: Any) -> tuple[str, str] | None:
   """(op, dtype) of a random kernel whose root is a transcendental op over exact operands (alu_kernels puts them
   only there), so the output's ULP error is that op's own; None for any other program."""
-  from refgrad.alu import TRANSCENDENTAL
   root = getattr(program, "root", None)
-  if root is None or getattr(Ops, root.op, None) not in TRANSCENDENTAL:
+  if root is None or getattr(Ops, root.op, None) not in GroupOp.Transcendental:
     return None
   return root.op, root.dtype.name
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.alu import OP_KINDS
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.interp.graph import evaluate_nodes
+from refgrad.ops import OP_FACTS
 from refgrad.rewrite import PatternMatcher, Rule, UPat, rule_name
 from refgrad.testing.compare import compare
 from refgrad.testing.edges import dtype_edges
@@ -211,14 +211,14 @@ def _source_dtypes(op: Ops, dtype: DType, draw: Draw) -> tuple[DType, ...] | Non
     same_width = [d for d in DTYPES_BY_PRIORITY if d.itemsize == dtype.itemsize and dtypes.bool not in (d, dtype)]
     choices = same_width if op is Ops.BITCAST else DTYPES_BY_PRIORITY
     return (dtype if draw.rng.random() < 0.3 or not choices else draw.rng.choice(choices),) if choices else None
-  if op not in OP_KINDS:
+  if op not in OP_FACTS:
     return None
   if op in GroupOp.Comparison:
-    operand = draw.rng.choice([d for d in DTYPES_BY_PRIORITY if d.kind in OP_KINDS[op]])
+    operand = draw.rng.choice([d for d in DTYPES_BY_PRIORITY if d.kind in OP_FACTS[op].kinds])
     return (operand, operand) if dtype == dtypes.bool else None
-  if dtype.kind not in OP_KINDS[op]:
+  if dtype.kind not in OP_FACTS[op].kinds:
     return None
-  return (dtypes.bool, dtype, dtype) if op is Ops.WHERE else (dtype,) * (1 if op in GroupOp.Unary else 2)
+  return (dtypes.bool, dtype, dtype) if op is Ops.WHERE else (dtype,) * OP_FACTS[op].arity
 
 
 def instantiate(pat: UPat, dtype: DType, draw: Draw, bound: dict[str, UOp]) -> UOp | None:

@@ -325,10 +325,9 @@ def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, ed
 # ---- random kernels: primitive ops straight on UOps
 def _ops_for(dtype: DType, root: bool) -> list[str]:
   """Primitive ops (by name) whose result has `dtype`; transcendentals only at the root (see alu_kernels)."""
-  from refgrad.alu import OP_KINDS, TRANSCENDENTAL
-  from refgrad.uop import GroupOp
-  names = [op.name for op, kinds in OP_KINDS.items()
-           if dtype.kind in kinds and op not in GroupOp.Comparison and (root or op not in TRANSCENDENTAL)]
+  from refgrad.ops import OP_FACTS
+  names = [op.name for op, facts in OP_FACTS.items()
+           if dtype.kind in facts.kinds and not facts.comparison and (root or not facts.transcendental)]
   if dtype == dtypes.bool:
     names += ["CMPLT", "CMPNE"]
   return names + ["CAST", "BITCAST"]
@@ -337,6 +336,7 @@ def _ops_for(dtype: DType, root: bool) -> list[str]:
 def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], size: int, allowed: tuple[DType, ...],
           root: bool = False) -> Any:
   """An expression tree of `dtype` at most `depth` deep, appending the inputs it reads to `inputs`."""
+  from refgrad.ops import OP_FACTS
   from refgrad.testing.programs import Expr
   from refgrad.uop import GroupOp, Ops
   if depth == 0 or between(draw, 0, 3) == 0:
@@ -363,8 +363,7 @@ def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], s
     return Expr(name, dtype, (sub(operand), sub(operand)))
   if op is Ops.WHERE:
     return Expr(name, dtype, (sub(dtypes.bool), sub(dtype), sub(dtype)))
-  arity = 1 if op in GroupOp.Unary else 2
-  return Expr(name, dtype, tuple(sub(dtype) for _ in range(arity)))
+  return Expr(name, dtype, tuple(sub(dtype) for _ in range(OP_FACTS[op].arity)))
 
 
 @st.composite
