@@ -18,7 +18,7 @@ os.environ.setdefault("POCL_KERNEL_CACHE", "0")  # PoCL's own kernel cache would
 from timing import best_time  # noqa: E402  (bench/ is on sys.path when a script runs)
 
 from refgrad import Device, Tensor  # noqa: E402
-from refgrad.codegen.linearize import compile_ast  # noqa: E402
+from refgrad.codegen.pipeline import compile_ast  # noqa: E402
 from refgrad.device import cached_compile  # noqa: E402
 
 

@@ -19,66 +19,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from refgrad.alu import exec_reduce
+from refgrad.codegen.contract import (
+  Allocator,
+  Capabilities,
+  Compiler,
+  Program,
+  Renderer,
+  Runner,
+  Runtime,
+  UnsupportedDTypeError,
+)
 from refgrad.dtype import ALL_DTYPES, DType
-
-
-class Allocator(Protocol):
-  """Raw memory of one device. Handles are opaque to the core."""
-  def alloc(self, nbytes: int) -> Any: ...
-  def free(self, handle: Any) -> None: ...
-  def copyin(self, handle: Any, src: memoryview) -> None: ...
-  def copyout(self, dest: memoryview, handle: Any) -> None: ...
-
-
-@dataclass(frozen=True)
-class Capabilities:
-  """What a renderer's programs can do; the oracle kit and the codegen read it."""
-  dtypes: frozenset[DType] = frozenset(ALL_DTYPES.values())
-  local_memory: int = 0                # bytes of work-group local memory (0: none)
-  max_global_size: tuple[int, ...] | None = None
-  max_local_size: int = 1
-  # how a grouped reduction shares iterations among a work-group's items: interleaved, so neighbouring items read
-  # neighbouring addresses together (GPU), or in contiguous runs, one per item (CPU OpenCL runs items one by one)
-  interleaved_groups: bool = True
-  # how many floats the device's compiler keeps in one vector register: the kernel optimizer gives a long reduction
-  # a tile of that many outputs per thread along the last axis (refgrad/codegen/opt.py); 0 or 1: no opts
-  upcast_lanes: int = 0
-  # CPU threads a kernel's outermost axis may be split over (the THREAD opt; the renderer takes the range as two
-  # int64 arguments after the buffers, and the runtime launches every range at once)
-  threads: int = 1
-  # the device's own kernel transformations, (opt name, rule) pairs that replace or add to refgrad/codegen/opt.py's
-  # (a rule takes and returns (lowered kernel, shape) and gets the opt's axis and amount)
-  opt_rules: tuple[tuple[str, Callable[..., Any]], ...] = ()
-
-
-class UnsupportedDTypeError(TypeError):
-  """A kernel computes with a dtype that its device does not support (not in its `Capabilities.dtypes`)."""
-
-
-class Renderer(Protocol):
-  caps: Capabilities
-  def render(self, program: Any) -> str: ...
-
-
-class Compiler(Protocol):
-  # everything besides the source that changes the binary: compiler version, flags, the resolved target CPU and
-  # features (never "native"). Compile caches may be shared between machines: see docs/writing-a-backend.md
-  cache_key: str
-  def compile(self, source: str) -> bytes: ...
-
-
-class Runtime(Protocol):
-  def load(self, binary: bytes, program: Any) -> Callable[..., None]: ...
-
-
-class Runner(Protocol):
-  """A loaded kernel: call it with one buffer handle per program parameter (output first)."""
-  def __call__(self, *handles: Any) -> None: ...
 
 
 class HostAllocator:
@@ -144,7 +100,7 @@ class DeviceImpl:
   renderer: Renderer | None = None
   compiler: Compiler | None = None
   runtime: Runtime | None = None
-  interpret: Callable[[Any], Runner] | None = None
+  interpret: Callable[[Program], Runner] | None = None
   runner_cache: int = RUNNER_CACHE_SIZE  # loaded kernels kept (a device whose kernels are large keeps fewer)
   # Optional native transfers between devices (defaults: through host memory): transfer(dest, src) copies a buffer
   # of another device into dest of this one; allreduce(op, dest, partials) writes into dest the reduction (op:
@@ -160,10 +116,10 @@ class DeviceImpl:
   def caps(self) -> Capabilities:
     return self.renderer.caps if self.renderer is not None else Capabilities()
 
-  def render(self, program: Any) -> str:
+  def render(self, program: Program) -> str:
     return self.renderer.render(program) if self.renderer is not None else program.listing()
 
-  def get_runner(self, program: Any) -> Runner:
+  def get_runner(self, program: Program) -> Runner:
     """Load a program once per device while it stays among the `runner_cache` most recently used; programs are
     keyed by their (hash-consed) kernel graph and their opt list. An evicted one is loaded again from the compile
     cache."""
@@ -197,7 +153,7 @@ class DeviceImpl:
     if (wait := getattr(self.runtime, "synchronize", None)) is not None:
       wait()
 
-  def check_dtypes(self, program: Any) -> None:
+  def check_dtypes(self, program: Program) -> None:
     """Raise UnsupportedDTypeError if the program uses a dtype this device does not claim."""
     missing = {u.dtype for u in program.uops} & set(ALL_DTYPES.values()) - self.caps.dtypes
     if missing:
@@ -206,7 +162,7 @@ class DeviceImpl:
       raise UnsupportedDTypeError(f"device {self.name} does not support {names} (kernel {program.name}); "
                                   f"it supports {supported}")
 
-  def _build_runner(self, program: Any) -> Runner:
+  def _build_runner(self, program: Program) -> Runner:
     self.check_dtypes(program)
     if self.interpret is not None:
       return self.interpret(program)

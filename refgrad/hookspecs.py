@@ -4,7 +4,7 @@ A plugin is a module or object with functions marked `@hookimpl`. Installed plug
 entry-point group ``refgrad``; tests and notebooks can also call ``refgrad.plugins.register(obj)``.
 The PYTHON device is registered through this same contract (``refgrad/interp/plugin.py``).
 
-A device has four parts (see refgrad/device.py for their exact methods):
+A device has four parts (see refgrad/codegen/contract.py for their exact methods):
 
 - an **allocator**: ``alloc(nbytes) -> handle``, ``free(handle)``, ``copyin(handle, memoryview)``,
   ``copyout(memoryview, handle)``;

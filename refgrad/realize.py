@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from refgrad.codegen.linearize import compile_ast
+from refgrad.codegen.pipeline import compile_ast
 from refgrad.device import Buffer, Device
 from refgrad.schedule import ScheduleItem
 from refgrad.search import opts_for

@@ -18,8 +18,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from refgrad.codegen.linearize import compile_ast, random_kernel_opts
-from refgrad.codegen.opt import OptError, OptList, opts_text, parse_opts
+from refgrad.codegen.contract import OptList, opts_text
+from refgrad.codegen.opt import OptError, parse_opts
+from refgrad.codegen.pipeline import compile_ast, random_kernel_opts
 from refgrad.device import Buffer, Device, cache_dir
 from refgrad.uop import Ops, UOp
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from refgrad.alu import exec_reduce
 from refgrad.codegen import opt
-from refgrad.codegen.linearize import Program
-from refgrad.device import Capabilities, DeviceImpl, DeviceSpec
+from refgrad.codegen.contract import Capabilities, Program
+from refgrad.device import DeviceImpl, DeviceSpec
 from refgrad.dtype import ALL_DTYPES, dtypes
 from refgrad.hookspecs import hookimpl
 from refgrad.interp.device import PythonAllocator

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from refgrad import Tensor, dtypes
-from refgrad.device import DeviceImpl, UnsupportedDTypeError
+from refgrad.codegen.contract import UnsupportedDTypeError
+from refgrad.device import DeviceImpl
 
 ALL_DTYPES = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
               dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]

@@ -5,7 +5,7 @@ bound, and lanes the reference marks undefined are skipped."""
 import pytest
 from hypothesis import HealthCheck, given, reject, settings
 
-from refgrad.device import UnsupportedDTypeError
+from refgrad.codegen.contract import UnsupportedDTypeError
 from refgrad.testing.reference import check_against_reference
 from refgrad.testing.strategies import alu_kernels, tensor_programs
 

@@ -13,7 +13,7 @@ import refgrad.testing.fuzz as fuzz
 import refgrad.testing.reference as reference
 from refgrad import Device, Tensor
 from refgrad.cli import HARNESS_FAILED, main
-from refgrad.codegen.linearize import compile_ast
+from refgrad.codegen.pipeline import compile_ast
 from refgrad.device import DeviceImpl
 from refgrad.interp.device import PythonAllocator
 from refgrad.schedule import create_schedule

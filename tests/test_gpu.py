@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from refgrad import Device, Tensor, dtypes
-from refgrad.codegen.linearize import compile_ast, random_kernel_opts
+from refgrad.codegen.contract import Capabilities
 from refgrad.codegen.opt import OptError, parse_opts
-from refgrad.device import Capabilities, DeviceImpl
+from refgrad.codegen.pipeline import compile_ast, random_kernel_opts
+from refgrad.device import DeviceImpl
 from refgrad.interp import kernel
 from refgrad.interp.device import PythonAllocator
 from refgrad.testing.reference import check_against_reference, undefined_lanes

@@ -12,7 +12,7 @@ import pytest
 
 from refgrad import Device, Tensor
 from refgrad import device as device_module
-from refgrad.codegen import linearize
+from refgrad.codegen import pipeline
 from refgrad.codegen.symbolic import simplify_index
 from refgrad.device import LRU, cache_dir, cached_compile, prune_cache
 
@@ -32,7 +32,7 @@ def test_lru_never_exceeds_its_size_and_evicts_the_least_recently_used():
 
 
 def test_codegen_memo_tables_are_bounded():
-  assert linearize._compile.cache_info().maxsize is not None and simplify_index.cache_info().maxsize is not None
+  assert pipeline._compile.cache_info().maxsize is not None and simplify_index.cache_info().maxsize is not None
 
 
 # ---- loaded kernels

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from refgrad import Tensor, dtypes, nn
-from refgrad.codegen.linearize import _compile
+from refgrad.codegen.pipeline import _compile
 from refgrad.nn import optim
 from refgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from refgrad import Device, Tensor
-from refgrad.codegen.linearize import compile_ast, lowered_kernel, random_kernel_opts
-from refgrad.codegen.opt import Opt, OptError, apply_opts, default_opts, legal_opts, opts_text, parse_opts
-from refgrad.device import UnsupportedDTypeError
+from refgrad.codegen.contract import Opt, UnsupportedDTypeError, opts_text
+from refgrad.codegen.opt import OptError, apply_opts, default_opts, legal_opts, parse_opts
+from refgrad.codegen.pipeline import compile_ast, lowered_kernel, random_kernel_opts
 from refgrad.testing.reference import check_against_reference
 from refgrad.testing.strategies import alu_kernels, tensor_programs
 from refgrad.uop import Ops

@@ -18,8 +18,8 @@ PROGRAMS = """
 import json
 import numpy as np
 from refgrad import Device, Tensor
-from refgrad.codegen.linearize import compile_ast
-from refgrad.codegen.opt import opts_text
+from refgrad.codegen.pipeline import compile_ast
+from refgrad.codegen.contract import opts_text
 
 a = np.arange(-20, 44, dtype=np.float32).reshape(8, 8)
 programs = {"row": lambda: Tensor(a[0], device="CLANG") * 2 + 1,

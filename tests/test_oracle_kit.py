@@ -156,8 +156,9 @@ def test_random_opt_lists_draw_every_amount_the_heuristic_chooses():
   import random
 
   from refgrad import Tensor
-  from refgrad.codegen.linearize import lowered_kernel, random_kernel_opts
-  from refgrad.codegen.opt import Opt, default_opts
+  from refgrad.codegen.contract import Opt
+  from refgrad.codegen.opt import default_opts
+  from refgrad.codegen.pipeline import lowered_kernel, random_kernel_opts
   ast = Tensor.ones(256, 256).contiguous().realize().sum(0).schedule()[-1].ast
   caps = Device["PYTHON"].caps.__class__(upcast_lanes=8)
   chosen = default_opts(*lowered_kernel(ast), 8)

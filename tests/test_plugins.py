@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from refgrad import Device, Tensor, plugins
-from refgrad.codegen.linearize import compile_ast
+from refgrad.codegen.pipeline import compile_ast
 from refgrad.hookspecs import hookimpl
 from refgrad.testing.reference import check_against_reference
 from refgrad.testing.strategies import tensor_programs

@@ -11,7 +11,7 @@ from helpers import INT_DTYPES, NP_DTYPE, check, ids
 
 from refgrad import Tensor, dtypes
 from refgrad.codegen import symbolic
-from refgrad.codegen.linearize import forget_compiled
+from refgrad.codegen.pipeline import forget_compiled
 from refgrad.codegen.symbolic import symbolic_rules
 from refgrad.device import LRU, RUNNER_CACHE_SIZE, Device
 from refgrad.ranges import INDEX_DTYPES

@@ -6,8 +6,8 @@ import pytest
 
 from refgrad import Device, Tensor
 from refgrad import search as search_module
-from refgrad.codegen.linearize import compile_ast
-from refgrad.codegen.opt import Opt, opts_text
+from refgrad.codegen.contract import Opt, opts_text
+from refgrad.codegen.pipeline import compile_ast
 from refgrad.search import candidates, kernel_key, opts_for, search_budget, search_opts
 
 

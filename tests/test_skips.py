@@ -8,7 +8,8 @@ import pytest
 
 from refgrad import Device, Tensor, dtypes
 from refgrad.cli import main
-from refgrad.device import DeviceImpl, UnsupportedDTypeError
+from refgrad.codegen.contract import UnsupportedDTypeError
+from refgrad.device import DeviceImpl
 from refgrad.dtype import ALL_DTYPES
 from refgrad.interp.device import PythonAllocator
 from refgrad.interp.kernel import PythonKernel

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from refgrad import Tensor, TinyJit, Variable
-from refgrad.codegen.linearize import _compile
+from refgrad.codegen.pipeline import _compile
 from refgrad.realize import run_schedule
 from refgrad.schedule import realized_buffer
 

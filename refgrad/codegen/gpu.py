@@ -41,9 +41,9 @@ The ops it introduces (the interpreter, refgrad/interp/kernel.py, runs them too)
 from __future__ import annotations
 
 from refgrad.alu import reduce_identity
-from refgrad.codegen.opt import Opt, OptError, OptList
+from refgrad.codegen.contract import Capabilities, Opt, OptList
+from refgrad.codegen.opt import OptError
 from refgrad.codegen.symbolic import simplify
-from refgrad.device import Capabilities
 from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp, prod
 

@@ -43,9 +43,9 @@ import random
 import re
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from refgrad.alu import reduce_identity, result_dtype
+from refgrad.codegen.contract import Opt, OptList
 from refgrad.codegen.symbolic import simplify_index
 from refgrad.ops import OP_FACTS
 from refgrad.uop import GroupOp, Ops, UOp, prod
@@ -53,23 +53,6 @@ from refgrad.uop import GroupOp, Ops, UOp, prod
 
 class OptError(ValueError):
   """An opt that does not apply to a kernel: no such axis, or an amount that does not divide its size."""
-
-
-@dataclass(frozen=True)
-class Opt:
-  kind: str  # a name in APPLY or a device's own (Capabilities.opt_rules)
-  axis: int
-  amount: int  # for SWAP, the other loop's axis
-
-  def __str__(self) -> str:
-    return f"{self.kind}({self.axis},{self.amount})"
-
-
-OptList = tuple[Opt, ...]
-
-
-def opts_text(opts: OptList) -> str:
-  return " ".join(str(o) for o in opts) or "(none)"
 
 
 def parse_opts(text: str) -> OptList:
@@ -304,7 +287,7 @@ WORK_THRESHOLD = 1 << 16
 THREAD_THRESHOLD = 1 << 19
 
 
-LONG_LOOP = 16  # an innermost reduce loop at least this long runs split over several accumulators (Program.pieces)
+LONG_LOOP = 16  # an innermost reduce loop at least this long runs split over several accumulators (cstyle.pieces)
 
 
 def tile_shares_loads(sink: UOp, axis: int) -> bool:

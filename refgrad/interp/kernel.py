@@ -26,7 +26,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from refgrad import alu
-from refgrad.codegen.linearize import Program
+from refgrad.codegen.contract import Program
 from refgrad.uop import GroupOp, Ops, UOp, prod
 
 BLOCK_ELEMENTS = 1 << 18

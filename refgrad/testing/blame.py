@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from refgrad.codegen import symbolic
-from refgrad.codegen.linearize import forget_compiled
+from refgrad.codegen.pipeline import forget_compiled
 from refgrad.rewrite import PatternMatcher
 from refgrad.testing.rules import describe, prove_rule
 

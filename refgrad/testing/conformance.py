@@ -29,8 +29,9 @@ import ml_dtypes
 import numpy as np
 
 from refgrad.alu import result_dtype, ulp_distance
-from refgrad.codegen.linearize import compile_ast, lowered_kernel, random_kernel_opts
-from refgrad.codegen.opt import Opt, OptList, apply_opts, heuristic_amounts, legal_opts
+from refgrad.codegen.contract import Opt, OptList
+from refgrad.codegen.opt import apply_opts, heuristic_amounts, legal_opts
+from refgrad.codegen.pipeline import compile_ast, lowered_kernel, random_kernel_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes, from_numpy
 from refgrad.frontend.bitcast import UNSIGNED_OF_SIZE

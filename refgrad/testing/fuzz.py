@@ -35,8 +35,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from refgrad.codegen.linearize import random_kernel_opts
-from refgrad.codegen.opt import OptList
+from refgrad.codegen.contract import OptList
+from refgrad.codegen.pipeline import random_kernel_opts
 from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.plugins import load_plugin_file  # findings files and the pytest plugin import it from here

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from refgrad.alu import ulp_distance
-from refgrad.codegen.linearize import compile_ast
-from refgrad.codegen.opt import OptList, opts_text
+from refgrad.codegen.contract import OptList, opts_text
+from refgrad.codegen.pipeline import compile_ast
 from refgrad.device import Buffer, Device
 from refgrad.realize import run_schedule, run_transfer
 from refgrad.schedule import ScheduleItem, create_schedule

@@ -12,7 +12,8 @@ import sys
 
 import numpy as np
 
-from refgrad.device import Capabilities, DeviceImpl, DeviceSpec
+from refgrad.codegen.contract import Capabilities
+from refgrad.device import DeviceImpl, DeviceSpec
 from refgrad.hookspecs import hookimpl
 from refgrad.uop import GroupOp, Ops, UOp
 

@@ -17,16 +17,9 @@ import weakref
 
 import numpy as np
 
+from refgrad.codegen.contract import Capabilities
 from refgrad.codegen.cstyle import CDialect, CStyleRenderer
-from refgrad.device import (
-  Capabilities,
-  DeviceImpl,
-  DeviceSpec,
-  HostAllocator,
-  distribution_version,
-  numbered_source,
-  run_ranges,
-)
+from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source, run_ranges
 from refgrad.hookspecs import hookimpl
 
 FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",

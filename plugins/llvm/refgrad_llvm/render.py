@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from refgrad.alu import reduce_identity
-from refgrad.codegen.linearize import Program
-from refgrad.device import Capabilities
+from refgrad.codegen.contract import Capabilities, Program
+from refgrad.codegen.cstyle import code_paths, pieces
 from refgrad.dtype import EMULATED_16BIT, ODD_HELPER, DType, dtypes, round_to_odd_source
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_llvm.prelude import needed_helpers
@@ -66,7 +66,7 @@ class LLVMRenderer:
 
   def code_paths(self, program: Program) -> list[str]:
     """Which special cases of this renderer `program` takes (for `refgrad check`'s coverage report)."""
-    return program.code_paths(REDUCE_LANES)
+    return code_paths(program, REDUCE_LANES)
 
 
 @dataclass
@@ -182,7 +182,7 @@ class _Kernel:
     return loop
 
   def render_segment(self, start: int, stop: int) -> None:
-    for i, end in self.program.pieces(start, stop, REDUCE_LANES):
+    for i, end in pieces(self.program, start, stop, REDUCE_LANES):
       if end is None:
         self.prefix = f"v{i}"
         self.render_uop(self.program.uops[i])

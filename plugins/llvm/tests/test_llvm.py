@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from refgrad import Device, Tensor, dtypes
-from refgrad.codegen.linearize import compile_ast
+from refgrad.codegen.pipeline import compile_ast
 from refgrad.device import cached_compile
 
 pytestmark = pytest.mark.skipif("LLVM" not in Device.available(), reason="refgrad-llvm or llvmlite is not installed")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from refgrad.codegen.contract import Capabilities
 from refgrad.codegen.cstyle import CDialect
-from refgrad.device import Capabilities
 from refgrad.dtype import ALL_DTYPES, dtypes
 from refgrad.uop import Ops
 

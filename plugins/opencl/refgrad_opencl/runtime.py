@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
+from refgrad.codegen.contract import Program
 from refgrad.codegen.gpu import largest_divisor
-from refgrad.codegen.linearize import Program
 from refgrad.device import numbered_source
 from refgrad.uop import Ops
 from refgrad_opencl.dialect import DeviceLimits

@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refgrad import Device, Tensor, dtypes
-from refgrad.codegen.linearize import compile_ast
-from refgrad.device import DeviceImpl, UnsupportedDTypeError, cached_compile
+from refgrad.codegen.contract import UnsupportedDTypeError
+from refgrad.codegen.pipeline import compile_ast
+from refgrad.device import DeviceImpl, cached_compile
 from refgrad.uop import Ops
 
 pytestmark = pytest.mark.skipif("OPENCL" not in Device.available(), reason="OpenCL is not available here")

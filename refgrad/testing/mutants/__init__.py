@@ -73,7 +73,7 @@ def _renderers(mutant: Mutant) -> tuple[object, object]:
 def rendered_witness(mutant: Mutant) -> list[tuple[str, str]]:
   """(real source, mutant source) of each kernel of the mutant's witness, each optimized for its own renderer's
   capabilities (nothing compiled)."""
-  from refgrad.codegen.linearize import compile_ast
+  from refgrad.codegen.pipeline import compile_ast
   from refgrad.schedule import create_schedule
   from refgrad.tensor import Tensor
   fn, inputs = mutant.witness()

@@ -1,0 +1,144 @@
+"""The device contract: what codegen hands a device, and what a device gives back.
+
+The bottom of codegen, resting on the IR alone: a `Program` (a linearized kernel), the `Opt` list it was built with,
+the `Capabilities` a renderer declares, and the protocols of a device's parts (allocator, renderer, compiler,
+runtime, and the runner a runtime loads). refgrad/hookspecs.py explains the contract in words; plugins import its
+types from here.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from refgrad.dtype import ALL_DTYPES, DType
+from refgrad.uop import Ops, UOp
+
+
+@dataclass(frozen=True)
+class Opt:
+  kind: str  # a name in codegen/opt.py's APPLY or a device's own (Capabilities.opt_rules)
+  axis: int
+  amount: int  # for SWAP, the other loop's axis
+
+  def __str__(self) -> str:
+    return f"{self.kind}({self.axis},{self.amount})"
+
+
+OptList = tuple[Opt, ...]
+
+
+def opts_text(opts: OptList) -> str:
+  return " ".join(str(o) for o in opts) or "(none)"
+
+
+@dataclass(frozen=True)
+class Program:
+  """A kernel ready for a device. `uops` is ordered; PARAM i is the i-th buffer (0 is the output).
+
+  `local_shape` is empty for a plain program. A GPU-shaped one (codegen/gpu.py) has one entry per grid axis:
+  the work-group size, which divides the global size on that axis."""
+  name: str
+  uops: tuple[UOp, ...]
+  global_shape: tuple[int, ...]
+  key: UOp
+  local_shape: tuple[int, ...] = ()
+  opts: OptList = ()
+
+  @functools.cached_property
+  def params(self) -> tuple[UOp, ...]:
+    """Every buffer parameter, in order, including any the simplified program no longer reads."""
+    return tuple(sorted((u for u in self.key.toposort if u.op is Ops.PARAM), key=lambda u: u.arg[0]))
+
+  @functools.cached_property
+  def loop_ends(self) -> dict[int, int]:
+    """Position of each RANGE -> position of its ENDRANGE."""
+    ends, open_loops = {}, []
+    for i, u in enumerate(self.uops):
+      if u.op is Ops.RANGE:
+        open_loops.append(i)
+      elif u.op is Ops.ENDRANGE:
+        ends[open_loops.pop()] = i
+    return ends
+
+  @property
+  def threads(self) -> int:
+    """How many CPU threads the program's THREAD opt splits its outermost thread axis over (1: no THREAD opt)."""
+    return next((o.amount for o in self.opts if o.kind == "THREAD"), 1)
+
+  def thread_ranges(self) -> list[tuple[int, int]]:
+    """The [start, end) ranges of the outermost thread axis, one per CPU thread: a threaded kernel is launched once
+    per range with the two as its last arguments."""
+    size = next((s for s in self.global_shape if s > 1), 1)
+    n = self.threads
+    return [(size * i // n, size * (i + 1) // n) for i in range(n) if size * i // n < size * (i + 1) // n]
+
+  def listing(self) -> str:
+    """A numbered, readable text form: what the PYTHON device 'renders'."""
+    number = {u: i for i, u in enumerate(self.uops)}
+    local = f" local_shape={self.local_shape}" if self.local_shape else ""
+    opts = f" opts={opts_text(self.opts)}" if self.opts else ""
+    lines = [f"kernel {self.name} global_shape={self.global_shape}{local}{opts}"]
+    depth = 0
+    for i, u in enumerate(self.uops):
+      depth -= u.op is Ops.ENDRANGE
+      srcs = ", ".join(f"%{number[s]}" for s in u.src)
+      arg = "" if u.arg is None else f" {u.arg!r}"
+      lines.append(f"{i:4d} {'  ' * depth}{u.op.name}:{u.dtype.name}({srcs}){arg}")
+      depth += u.op is Ops.RANGE
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+  """What a renderer's programs can do; the oracle kit and the codegen read it."""
+  dtypes: frozenset[DType] = frozenset(ALL_DTYPES.values())
+  local_memory: int = 0                # bytes of work-group local memory (0: none)
+  max_global_size: tuple[int, ...] | None = None
+  max_local_size: int = 1
+  # how a grouped reduction shares iterations among a work-group's items: interleaved, so neighbouring items read
+  # neighbouring addresses together (GPU), or in contiguous runs, one per item (CPU OpenCL runs items one by one)
+  interleaved_groups: bool = True
+  # how many floats the device's compiler keeps in one vector register: the kernel optimizer gives a long reduction
+  # a tile of that many outputs per thread along the last axis (refgrad/codegen/opt.py); 0 or 1: no opts
+  upcast_lanes: int = 0
+  # CPU threads a kernel's outermost axis may be split over (the THREAD opt; the renderer takes the range as two
+  # int64 arguments after the buffers, and the runtime launches every range at once)
+  threads: int = 1
+  # the device's own kernel transformations, (opt name, rule) pairs that replace or add to refgrad/codegen/opt.py's
+  # (a rule takes and returns (lowered kernel, shape) and gets the opt's axis and amount)
+  opt_rules: tuple[tuple[str, Callable[..., Any]], ...] = ()
+
+
+class UnsupportedDTypeError(TypeError):
+  """A kernel computes with a dtype that its device does not support (not in its `Capabilities.dtypes`)."""
+
+
+class Allocator(Protocol):
+  """Raw memory of one device. Handles are opaque to the core."""
+  def alloc(self, nbytes: int) -> Any: ...
+  def free(self, handle: Any) -> None: ...
+  def copyin(self, handle: Any, src: memoryview) -> None: ...
+  def copyout(self, dest: memoryview, handle: Any) -> None: ...
+
+
+class Renderer(Protocol):
+  caps: Capabilities
+  def render(self, program: Program) -> str: ...
+
+
+class Compiler(Protocol):
+  # everything besides the source that changes the binary: compiler version, flags, the resolved target CPU and
+  # features (never "native"). Compile caches may be shared between machines: see docs/writing-a-backend.md
+  cache_key: str
+  def compile(self, source: str) -> bytes: ...
+
+
+class Runner(Protocol):
+  """A loaded kernel: call it with one buffer handle per program parameter (output first)."""
+  def __call__(self, *handles: Any) -> None: ...
+
+
+class Runtime(Protocol):
+  def load(self, binary: bytes, program: Program) -> Runner: ...
