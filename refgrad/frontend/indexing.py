@@ -209,7 +209,8 @@ def _expand_ellipsis(items: list[Any], ndim: int) -> list[Any]:
 def _batch_anchor(advanced: list[tuple[int, Advanced]]) -> int | None:
   """torch's rule (and tinygrad's) for where the broadcast index dims go: in place of the indexed dims when these
   are next to each other once ints have removed their dims, None has added its and the Ellipsis is expanded, else
-  first. A 0-d int index is an int here, as in torch (it selects). Returns the first indexed dim, or None for first.
+  first. A 0-d int index is an int here, as in torch (it selects; tinygrad counts a 0-d int tensor as an index
+  tensor, so its x[Tensor(0), :, [1, 2]] differs). Returns the first indexed dim, or None for first.
   numpy differs: it counts ints and 0-d arrays as advanced items, and an Ellipsis apart from them separates even
   where it stands for no dims, so it puts the index dims of x[0, :, [1, 2]] first; refgrad follows torch."""
   zero_d = [d for d, a in advanced if a.index.ndim == 0]
