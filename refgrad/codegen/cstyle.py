@@ -1,7 +1,8 @@
 """A C-style renderer: linear `Program` -> C-like source, specialised per backend by a small `CDialect`.
 
 Every value becomes one `const` local; loops become `for` loops. What each op means comes from docs/SPEC.md;
-the `OP_RENDERERS` table says how each op is written so that C gives exactly that meaning:
+the `C_RULES` table ({op: rule}, over codegen/walker.py's walker) says how each op is written so that C gives
+exactly that meaning:
 integer + * and negation wrap (computed in an unsigned type), division and shifts are guarded where C would
 trap or be undefined, MAX propagates NaN, and half/bfloat16 are emulated (see cstyle_prelude.py).
 Backend authors subclass nothing: they fill in a `CDialect`. A CPU dialect runs the threads as nested loops; a GPU
@@ -17,8 +18,9 @@ from dataclasses import dataclass, field
 from refgrad.alu import reduce_identity
 from refgrad.codegen.contract import Capabilities, Program
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
+from refgrad.codegen.walker import ProgramWalker, Rule
 from refgrad.dtype import EMULATED_16BIT, ODD_HELPER, DType, dtypes, round_to_odd_source
-from refgrad.uop import GroupOp, Ops, UOp
+from refgrad.uop import Ops, UOp
 
 THREAD_INDEX_NAMES = {Ops.SPECIAL: "gidx", Ops.LOCAL_INDEX: "lidx", Ops.GROUP_INDEX: "gridx"}
 UNSIGNED_OF_WIDTH = {8: dtypes.uint8, 16: dtypes.uint16, 32: dtypes.uint32, 64: dtypes.uint64}
@@ -146,9 +148,12 @@ class CStyleRenderer:
     return code_paths(program, self.d.reduce_lanes)
 
 
-class _Render:
+class _Render(ProgramWalker):
+  """One program being rendered to C: its lines so far and the C name of each value. C_RULES renders each op."""
+
   def __init__(self, dialect: CDialect, program: Program):
-    self.d, self.program = dialect, program
+    super().__init__(program)
+    self.d = dialect
     self.names: dict[UOp, str] = {}
     self.lines: list[str] = []
     self.depth = 1
@@ -157,6 +162,13 @@ class _Render:
   # ---- names and types
   def name(self, u: UOp) -> str:
     return self.names[u]
+
+  operand = name
+
+  def bind(self, i: int, u: UOp, value: str) -> None:
+    """A value is a `const` local named after its position in the program (and lane)."""
+    self.names[u] = f"v{i}{self.suffix}"
+    self.emit(f"const {self.ctype(u.dtype)} {self.names[u]} = {value};")
 
   def ctype(self, dt: DType) -> str:
     return self.d.types[dt]
@@ -180,7 +192,7 @@ class _Render:
     self.names.update({p: f"data{p.arg[0]}" for p in self.program.params})
     if self.d.thread_index is None:
       self.open_thread_loops()
-    self.render_segment(0, len(self.program.uops))
+    self.walk(pieces(self.program, 0, len(self.program.uops), self.d.reduce_lanes))
     self.close_thread_loops()
     uses_double = any(u.dtype == dtypes.float64 or any(s.dtype == dtypes.float64 for s in u.src)
                       for u in self.program.uops)
@@ -206,15 +218,8 @@ class _Render:
       self.depth -= 1
       self.emit("}")
 
-  def render_segment(self, start: int, stop: int) -> None:
-    for i, end in pieces(self.program, start, stop, self.d.reduce_lanes):
-      if end is None:
-        self.render_uop(i, self.program.uops[i])
-      else:
-        self.render_unrolled_reduce(i, end)
-
   # ---- reductions with several accumulators
-  def render_unrolled_reduce(self, start: int, end: int) -> None:
+  def split_reduce(self, start: int, end: int) -> None:
     """The order of a reduction is free (SPEC.md), so run `lanes` independent accumulators, which a compiler
     can keep in one vector register, and combine them at the end. Lane 0 also runs the leftover iterations."""
     uops, lanes = self.program.uops, self.d.reduce_lanes
@@ -237,7 +242,7 @@ class _Render:
       self.depth -= 1
       self.emit("}")
     for lane in range(1, lanes):
-      self.emit(f"{acc_name} = {self.binary(acc.arg[1], acc.dtype, acc_name, f'{acc_name}_{lane}')};")
+      self.emit(f"{acc_name} = {self.apply(acc.arg[1], acc.dtype, acc_name, f'{acc_name}_{lane}')};")
     self.names[acc] = acc_name
 
   def render_lane(self, start: int, end: int, lane: int, index: str) -> None:
@@ -246,84 +251,12 @@ class _Render:
     self.names[rng] = f"ridx{rng.arg[0]}_{lane}"
     self.emit(f"const {self.ctype(dtypes.int64)} ridx{rng.arg[0]}_{lane} = {index};")
     self.suffix = f"_{lane}"
-    for i in range(start + 1, end):
-      u = uops[i]
-      if u.op is Ops.ACCUMULATE:
-        target = acc_name if lane == 0 else f"{acc_name}_{lane}"
-        self.emit(f"{target} = {self.binary(u.src[0].arg[1], u.src[0].dtype, target, self.name(u.src[1]))};")
-      else:
-        self.render_uop(i, u)
+    target = acc_name if lane == 0 else f"{acc_name}_{lane}"
+
+    def accumulate(i: int, u: UOp) -> None:
+      self.emit(f"{target} = {self.apply(u.src[0].arg[1], u.src[0].dtype, target, self.name(u.src[1]))};")
+    self.walk_body(start, end, accumulate)
     self.suffix = ""
-
-  def render_uop(self, i: int, u: UOp) -> None:
-    if u.op is Ops.PARAM:
-      return
-    if u.op in THREAD_INDEX_NAMES:
-      self.render_thread_index(u)
-      return
-    if u.op is Ops.RANGE:
-      self.names[u] = f"ridx{u.arg[0]}"
-      index = self.ctype(dtypes.int64)
-      self.emit(f"for ({index} ridx{u.arg[0]} = 0; ridx{u.arg[0]} < {u.arg[1]}; ridx{u.arg[0]}++) {{")
-      self.depth += 1
-      return
-    if u.op is Ops.DEFINE_LOCAL:
-      self.names[u] = f"local{u.arg[0]}"
-      self.emit(f"{self.d.local_prefix}{self.d.storage[u.dtype]} local{u.arg[0]}[{u.arg[1]}];")
-      return
-    if u.op is Ops.BARRIER:
-      self.names[u] = self.name(u.src[0])
-      self.emit(self.d.barrier)
-      return
-    if u.op is Ops.ENDRANGE:
-      self.depth -= 1
-      self.emit("}")
-      return
-    if u.op is Ops.STORE:
-      param, index, value = u.src[:3]
-      gate = f"if ({self.name(u.src[3])}) " if len(u.src) > 3 else ""
-      self.emit(f"{gate}{self.name(param)}[{self.name(index)}] = {self.to_storage(self.name(value), value.dtype)};")
-      return
-    if u.op is Ops.DEFINE_ACC:
-      self.names[u] = f"acc{u.arg[0]}"
-      identity = reduce_identity(u.arg[1], u.dtype)
-      self.emit(f"{self.ctype(u.dtype)} acc{u.arg[0]} = {c_literal(identity, u.dtype, self.d)};")
-      return
-    if u.op is Ops.ACCUMULATE:
-      acc, value = u.src
-      self.emit(f"{self.name(acc)} = {self.binary(acc.arg[1], acc.dtype, self.name(acc), self.name(value))};")
-      return
-    self.names[u] = f"v{i}{self.suffix}"
-    self.emit(f"const {self.ctype(u.dtype)} {self.names[u]} = {self.expression(u)};")
-
-  def render_thread_index(self, u: UOp) -> None:
-    axis = u.arg[0]
-    self.names[u] = f"{THREAD_INDEX_NAMES[u.op]}{axis}"
-    if self.d.thread_index is not None:
-      self.emit(f"const {self.ctype(dtypes.int64)} {self.names[u]} = {self.d.thread_index[u.op].format(axis)};")
-    elif u.op is not Ops.SPECIAL:
-      raise NotImplementedError(f"a dialect without thread_index has no {u.op.name}")
-
-  # ---- expressions
-  def expression(self, u: UOp) -> str:
-    if u.op is Ops.CONST:
-      return c_literal(u.arg, u.dtype, self.d)
-    if u.op is Ops.LOAD:
-      param, index = u.src[0], u.src[1]
-      load = self.from_storage(f"{self.name(param)}[{self.name(index)}]", u.dtype)
-      return f"({self.name(u.src[2])} ? {load} : {c_literal(0, u.dtype, self.d)})" if len(u.src) > 2 else load
-    if u.op is Ops.CAST:
-      return self.cast(self.name(u.src[0]), u.src[0].dtype, u.dtype)
-    if u.op is Ops.BITCAST:
-      return self.bitcast(self.name(u.src[0]), u.src[0].dtype, u.dtype)
-    if u.op is Ops.WHERE:
-      c, a, b = (self.name(s) for s in u.src)
-      return f"({c} ? {a} : {b})"
-    if u.op in GroupOp.Unary:
-      return self.unary(u.op, u.dtype, self.name(u.src[0]))
-    if u.op in GroupOp.Binary:
-      return self.binary(u.op, u.src[0].dtype, self.name(u.src[0]), self.name(u.src[1]))
-    raise NotImplementedError(f"the C-style renderer has no rule for {u.op}")
 
   def from_storage(self, expr: str, dt: DType) -> str:
     if dt in EMULATED_16BIT:
@@ -338,33 +271,9 @@ class _Render:
   def unsigned_of(self, dt: DType) -> str:
     return self.d.types[dtypes.uint64 if dt.bits == 64 else dtypes.uint32]
 
-  def unary(self, op: Ops, dt: DType, a: str) -> str:
-    if op is Ops.NEG:
-      if dtypes.is_int(dt):
-        return f"({self.ctype(dt)})(0u - ({self.unsigned_of(dt)}){a})"
-      return self.round16(f"(-{a})", dt)
-    if op is Ops.RECIP:
-      return self.round16(f"({c_literal(1.0, dtypes.float64 if dt == dtypes.float64 else dtypes.float32, self.d)}"
-                          f" / {a})", dt)
-    fn = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}[op]
-    return self.round16(f"{self.math(fn, dt)}({a})", dt)
-
-  def binary(self, op: Ops, dt: DType, a: str, b: str) -> str:
-    """`a op b` where both operands have dtype dt (for comparisons the result is bool)."""
-    rule = BINARY_RULES[op]
-    return rule(self, dt, a, b)
-
   # ---- conversions
   def cast(self, a: str, src: DType, dst: DType) -> str:
-    if dst == dtypes.bool:
-      return f"({a} != 0)"
-    if dtypes.is_int(dst) or dst in (dtypes.float32, dtypes.float64):
-      return f"({self.ctype(dst)})({a})"
-    # to half / bfloat16: make a float that rounds to the right 16-bit value, then round once
-    wide = round_to_odd_source(src, dst)
-    if wide is None:
-      return self.round16(f"(float)({a})", dst)
-    return self.round16(f"rg_{ODD_HELPER[wide]}_to_f32_odd(({self.ctype(wide)})({a}))", dst)
+    return CAST_RULES[dst.kind](self, a, src, dst)
 
   def bits_of(self, a: str, dt: DType) -> str:
     if dt in EMULATED_16BIT:
@@ -386,7 +295,131 @@ class _Render:
     return f"({self.ctype(dst)})({bits})"
 
 
-# ---- binary ops: one small function each
+# ---- statements: they write their own lines and have no value (or, like an index, name it themselves)
+def _parameter(r: _Render, u: UOp) -> None:
+  """A buffer is a parameter of the function, named before the walk (data0, data1, ...)."""
+
+
+def _thread_index(r: _Render, u: UOp) -> None:
+  """A CPU dialect's thread loops already named gidx0, gidx1...; a GPU dialect asks the work-item."""
+  axis = u.arg[0]
+  r.names[u] = f"{THREAD_INDEX_NAMES[u.op]}{axis}"
+  if r.d.thread_index is not None:
+    r.emit(f"const {r.ctype(dtypes.int64)} {r.names[u]} = {r.d.thread_index[u.op].format(axis)};")
+  elif u.op is not Ops.SPECIAL:
+    raise NotImplementedError(f"a dialect without thread_index has no {u.op.name}")
+
+
+def _open_loop(r: _Render, u: UOp) -> None:
+  r.names[u] = f"ridx{u.arg[0]}"
+  index = r.ctype(dtypes.int64)
+  r.emit(f"for ({index} ridx{u.arg[0]} = 0; ridx{u.arg[0]} < {u.arg[1]}; ridx{u.arg[0]}++) {{")
+  r.depth += 1
+
+
+def _close_loop(r: _Render, u: UOp) -> None:
+  r.depth -= 1
+  r.emit("}")
+
+
+def _local_array(r: _Render, u: UOp) -> None:
+  r.names[u] = f"local{u.arg[0]}"
+  r.emit(f"{r.d.local_prefix}{r.d.storage[u.dtype]} local{u.arg[0]}[{u.arg[1]}];")
+
+
+def _barrier(r: _Render, u: UOp) -> None:
+  """A barrier's value is the local array it guards: reads after it use the array."""
+  r.names[u] = r.name(u.src[0])
+  r.emit(r.d.barrier)
+
+
+def _store(r: _Render, u: UOp) -> None:
+  param, index, value = u.src[:3]
+  gate = f"if ({r.name(u.src[3])}) " if len(u.src) > 3 else ""
+  r.emit(f"{gate}{r.name(param)}[{r.name(index)}] = {r.to_storage(r.name(value), value.dtype)};")
+
+
+def _accumulator(r: _Render, u: UOp) -> None:
+  r.names[u] = f"acc{u.arg[0]}"
+  identity = reduce_identity(u.arg[1], u.dtype)
+  r.emit(f"{r.ctype(u.dtype)} acc{u.arg[0]} = {c_literal(identity, u.dtype, r.d)};")
+
+
+def _accumulate(r: _Render, u: UOp) -> None:
+  acc, value = u.src
+  r.emit(f"{r.name(acc)} = {r.apply(acc.arg[1], acc.dtype, r.name(acc), r.name(value))};")
+
+
+# ---- values that are not ALU ops: they get the uop
+def _constant(r: _Render, u: UOp) -> str:
+  return c_literal(u.arg, u.dtype, r.d)
+
+
+def _load(r: _Render, u: UOp) -> str:
+  """LOAD(param, index[, valid]): a gated load reads nothing where valid is false and gives 0."""
+  param, index = u.src[0], u.src[1]
+  load = r.from_storage(f"{r.name(param)}[{r.name(index)}]", u.dtype)
+  return f"({r.name(u.src[2])} ? {load} : {c_literal(0, u.dtype, r.d)})" if len(u.src) > 2 else load
+
+
+def _cast(r: _Render, u: UOp) -> str:
+  return r.cast(r.name(u.src[0]), u.src[0].dtype, u.dtype)
+
+
+def _bitcast(r: _Render, u: UOp) -> str:
+  return r.bitcast(r.name(u.src[0]), u.src[0].dtype, u.dtype)
+
+
+# ---- casts: one rule per kind of target (b bool, i signed, u unsigned, f float)
+def _to_bool(r: _Render, a: str, src: DType, dst: DType) -> str:
+  return f"({a} != 0)"
+
+
+def _c_conversion(r: _Render, a: str, src: DType, dst: DType) -> str:
+  """C's own conversion, which the spec's casts are (out-of-range float -> int is UNDEFINED in both)."""
+  return f"({r.ctype(dst)})({a})"
+
+
+def _to_float(r: _Render, a: str, src: DType, dst: DType) -> str:
+  """float and double by C's conversion; half and bfloat16 from a float that rounds to the right 16-bit value
+  (rounded to odd first where float cannot hold the source exactly), rounded once."""
+  if dst in (dtypes.float32, dtypes.float64):
+    return _c_conversion(r, a, src, dst)
+  wide = round_to_odd_source(src, dst)
+  if wide is None:
+    return r.round16(f"(float)({a})", dst)
+  return r.round16(f"rg_{ODD_HELPER[wide]}_to_f32_odd(({r.ctype(wide)})({a}))", dst)
+
+
+CAST_RULES: dict[str, Callable[[_Render, str, DType, DType], str]] = {
+  "b": _to_bool, "i": _c_conversion, "u": _c_conversion, "f": _to_float,
+}
+
+
+# ---- ALU ops: they get the operand dtype and the operands' C expressions
+def _negate(r: _Render, dt: DType, a: str) -> str:
+  """Integers negate in their unsigned type, so -MIN wraps to MIN instead of overflowing."""
+  if dtypes.is_int(dt):
+    return f"({r.ctype(dt)})(0u - ({r.unsigned_of(dt)}){a})"
+  return r.round16(f"(-{a})", dt)
+
+
+def _reciprocal(r: _Render, dt: DType, a: str) -> str:
+  one = c_literal(1.0, dtypes.float64 if dt == dtypes.float64 else dtypes.float32, r.d)
+  return r.round16(f"({one} / {a})", dt)
+
+
+def _libm(fn: str) -> Callable[[_Render, DType, str], str]:
+  """A math library call (the dialect names it), rounded to half/bfloat16."""
+  def render(r: _Render, dt: DType, a: str) -> str:
+    return r.round16(f"{r.math(fn, dt)}({a})", dt)
+  return render
+
+
+def _select(r: _Render, dt: DType, c: str, a: str, b: str) -> str:
+  return f"({c} ? {a} : {b})"
+
+
 def _wrapping(symbol: str) -> Callable[[_Render, DType, str, str], str]:
   """+ and * : floats directly (rounded for half/bfloat16), ints in an unsigned type so they wrap."""
   def render(r: _Render, dt: DType, a: str, b: str) -> str:
@@ -441,10 +474,19 @@ def _plain(symbol: str, result: DType | None = None) -> Callable[[_Render, DType
   return render
 
 
-BINARY_RULES: dict[Ops, Callable[[_Render, DType, str, str], str]] = {
+# How each op is written in C: the one table the walker (codegen/walker.py) renders every uop through.
+C_RULES: dict[Ops, Rule] = {
+  Ops.PARAM: _parameter, Ops.SPECIAL: _thread_index, Ops.LOCAL_INDEX: _thread_index, Ops.GROUP_INDEX: _thread_index,
+  Ops.RANGE: _open_loop, Ops.ENDRANGE: _close_loop, Ops.DEFINE_LOCAL: _local_array, Ops.BARRIER: _barrier,
+  Ops.STORE: _store, Ops.DEFINE_ACC: _accumulator, Ops.ACCUMULATE: _accumulate,
+  Ops.CONST: _constant, Ops.LOAD: _load, Ops.CAST: _cast, Ops.BITCAST: _bitcast,
+  Ops.NEG: _negate, Ops.RECIP: _reciprocal, Ops.SQRT: _libm("sqrt"), Ops.EXP2: _libm("exp2"),
+  Ops.LOG2: _libm("log2"), Ops.SIN: _libm("sin"), Ops.TRUNC: _libm("trunc"),
   Ops.ADD: _wrapping("+"), Ops.MUL: _wrapping("*"), Ops.FDIV: _plain("/"),
   Ops.IDIV: _division("/"), Ops.MOD: _remainder, Ops.MAX: _maximum,
   Ops.CMPLT: _plain("<", dtypes.bool), Ops.CMPNE: _plain("!=", dtypes.bool),
   Ops.AND: _plain("&"), Ops.OR: _plain("|"), Ops.XOR: _plain("^"),
   Ops.SHL: _shift("<<"), Ops.SHR: _shift(">>"),
+  Ops.WHERE: _select,
 }
+_Render.rules = C_RULES

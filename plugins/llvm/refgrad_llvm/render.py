@@ -1,7 +1,8 @@
 """LLVM IR renderer: a linear `Program` becomes one LLVM IR function `void @name(ptr %data0, ptr %data1, ...)`.
 
 Threads and `RANGE`s become counted loops, accumulators are `alloca`s (the optimizer promotes them to
-registers), every other value is one SSA name. The tables below say how each op keeps docs/SPEC.md:
+registers), every other value is one SSA name. One table, `LLVM_RULES` ({op: rule}, over the core's program
+walker: refgrad/codegen/walker.py), says how each op is written; its rules keep docs/SPEC.md:
 
 - no fast-math flags anywhere, so float ops are IEEE and nothing is contracted into FMAs;
 - plain `add`/`mul`/`sub` (no `nsw`/`nuw`) wrap like the spec's integers;
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +23,9 @@ import numpy as np
 from refgrad.alu import reduce_identity
 from refgrad.codegen.contract import Capabilities, Program
 from refgrad.codegen.cstyle import code_paths, pieces
+from refgrad.codegen.walker import ProgramWalker, Rule
 from refgrad.dtype import EMULATED_16BIT, ODD_HELPER, DType, dtypes, round_to_odd_source
-from refgrad.uop import GroupOp, Ops, UOp
+from refgrad.uop import Ops, UOp
 from refgrad_llvm.prelude import needed_helpers
 
 LL_TYPES: dict[DType, str] = {
@@ -83,9 +84,11 @@ class _Loop:
     return f"loop{self.number}"
 
 
-class _Kernel:
+class _Kernel(ProgramWalker):
+  """One program being rendered to LLVM IR: its instructions so far and the SSA name of each value."""
+
   def __init__(self, program: Program):
-    self.program = program
+    super().__init__(program)
     self.values: dict[UOp, str] = {p: f"%data{p.arg[0]}" for p in program.params}
     self.acc_ptrs: dict[UOp, str] = {}
     self.open_ranges: dict[UOp, _Loop] = {}
@@ -94,6 +97,7 @@ class _Kernel:
     self.allocas: list[str] = []
     self.calls: set[str] = set()  # helper names and intrinsic declarations the body uses
     self.block, self.prefix, self.count, self.loops = "entry", "t", 0, 0
+    self.lane = ""  # appended to instruction names while a loop body is rendered once per accumulator lane
 
   # ---- emitting
   def emit(self, instruction: str) -> str:
@@ -129,6 +133,13 @@ class _Kernel:
       return self.emit(f"load {ll_type(u.dtype)}, ptr {self.acc_ptrs[u]}")
     return self.values[u]
 
+  def bind(self, i: int, u: UOp, value: str) -> None:
+    self.values[u] = value
+
+  def visit(self, i: int, u: UOp) -> None:
+    self.prefix = f"v{i}{self.lane}"
+    super().visit(i, u)
+
   # ---- loops: head (phi, test), body, latch (increment); LLVM rotates and vectorizes them
   def open_loop(self, start: str, stop: int | str, step: int = 1) -> _Loop:
     loop, pre = _Loop(self.loops, step), self.block
@@ -156,7 +167,7 @@ class _Kernel:
 
   def accumulate(self, op: Ops, dt: DType, slot: str, value: str) -> None:
     current = self.emit(f"load {ll_type(dt)}, ptr {slot}")
-    self.emit_void(f"store {ll_type(dt)} {BINARY_RULES[op](self, dt, current, value)}, ptr {slot}")
+    self.emit_void(f"store {ll_type(dt)} {self.apply(op, dt, current, value)}, ptr {slot}")
 
   # ---- the program
   def source(self) -> str:
@@ -167,7 +178,7 @@ class _Kernel:
     if all(size > 0 for size in self.program.global_shape):  # an empty grid runs nothing
       axes = [(axis, size) for axis, size in enumerate(self.program.global_shape) if size > 1]
       threads = [self.open_thread(axis, size, threaded and i == 0) for i, (axis, size) in enumerate(axes)]
-      self.render_segment(0, len(self.program.uops))
+      self.walk(pieces(self.program, 0, len(self.program.uops), REDUCE_LANES))
       for loop in reversed(threads):
         self.close_loop(loop)
     helpers, declarations = needed_helpers(self.calls)
@@ -181,15 +192,7 @@ class _Kernel:
     self.thread_index[axis] = loop.index
     return loop
 
-  def render_segment(self, start: int, stop: int) -> None:
-    for i, end in pieces(self.program, start, stop, REDUCE_LANES):
-      if end is None:
-        self.prefix = f"v{i}"
-        self.render_uop(self.program.uops[i])
-      else:
-        self.render_unrolled_reduce(i, end)
-
-  def render_unrolled_reduce(self, start: int, end: int) -> None:
+  def split_reduce(self, start: int, end: int) -> None:
     """Run REDUCE_LANES independent accumulators (the SLP vectorizer packs them into one vector register) and
     combine them at the end; lane 0 also runs the leftover iterations."""
     uops, lanes = self.program.uops, REDUCE_LANES
@@ -214,33 +217,13 @@ class _Kernel:
 
   def render_body(self, start: int, end: int, index: str, slot: str, lane: str) -> None:
     self.values[self.program.uops[start]] = index
-    for i in range(start + 1, end):
-      u = self.program.uops[i]
-      self.prefix = f"v{i}.{lane}"
-      if u.op is Ops.ACCUMULATE:
-        self.accumulate(u.src[0].arg[1], u.src[0].dtype, slot, self.operand(u.src[1]))
-      else:
-        self.render_uop(u)
+    self.lane = f".{lane}"
 
-  def render_uop(self, u: UOp) -> None:
-    if u.op is Ops.PARAM:
-      return
-    if u.op is Ops.SPECIAL:
-      self.values[u] = self.thread_index.get(u.arg[0], "0")
-    elif u.op is Ops.RANGE:
-      self.open_ranges[u] = loop = self.open_loop("0", u.arg[1])
-      self.values[u] = loop.index
-    elif u.op is Ops.ENDRANGE:
-      self.close_loop(self.open_ranges.pop(u.src[0]))
-    elif u.op is Ops.DEFINE_ACC:
-      self.acc_ptrs[u] = self.new_slot(u.dtype, f"%acc{u.arg[0]}", u.arg[1])
-    elif u.op is Ops.ACCUMULATE:
-      acc, value = u.src
-      self.accumulate(acc.arg[1], acc.dtype, self.acc_ptrs[acc], self.operand(value))
-    elif u.op is Ops.STORE:
-      self.store(*u.src)
-    else:
-      self.values[u] = self.expression(u)
+    def add_to_slot(i: int, u: UOp) -> None:
+      self.prefix = f"v{i}{self.lane}"
+      self.accumulate(u.src[0].arg[1], u.src[0].dtype, slot, self.operand(u.src[1]))
+    self.walk_body(start, end, add_to_slot)
+    self.lane = ""
 
   # ---- memory
   def address(self, param: UOp, index: str, index_dt: DType) -> str:
@@ -285,25 +268,6 @@ class _Kernel:
     return self.emit(f"zext i1 {value} to i8") if dt == dtypes.bool else value
 
   # ---- values
-  def expression(self, u: UOp) -> str:
-    if u.op is Ops.CONST:
-      return literal(u.arg, u.dtype)
-    if u.op is Ops.LOAD:
-      return self.load(u)
-    srcs = [self.operand(s) for s in u.src]
-    if u.op is Ops.CAST:
-      return CAST_RULES[(cast_class(u.src[0].dtype), cast_class(u.dtype))](self, srcs[0], u.src[0].dtype, u.dtype)
-    if u.op is Ops.BITCAST:
-      return self.from_bits(self.bits(srcs[0], u.src[0].dtype), u.dtype)
-    if u.op is Ops.WHERE:
-      t = ll_type(u.dtype)
-      return self.emit(f"select i1 {srcs[0]}, {t} {srcs[1]}, {t} {srcs[2]}")
-    if u.op in GroupOp.Unary:
-      return UNARY_RULES[u.op](self, u.dtype, srcs[0])
-    if u.op in GroupOp.Binary:
-      return BINARY_RULES[u.op](self, u.src[0].dtype, *srcs)
-    raise NotImplementedError(f"the LLVM renderer has no rule for {u.op}")
-
   def bits(self, value: str, dt: DType) -> str:
     """The bit pattern of a value as an integer of its storage width."""
     if dt in EMULATED_16BIT:
@@ -320,8 +284,56 @@ class _Kernel:
     return bits
 
 
+# ---- statements and values that are not ALU ops: their rules get the uop
+def _parameter(k: _Kernel, u: UOp) -> None:
+  """A buffer is a parameter of the function (%data0, %data1, ...), named before the walk."""
+
+
+def _thread_index(k: _Kernel, u: UOp) -> str:
+  """The index of the thread loop on the axis (axes of size 1 have no loop: index 0)."""
+  return k.thread_index.get(u.arg[0], "0")
+
+
+def _open_loop(k: _Kernel, u: UOp) -> str:
+  k.open_ranges[u] = loop = k.open_loop("0", u.arg[1])
+  return loop.index
+
+
+def _close_loop(k: _Kernel, u: UOp) -> None:
+  k.close_loop(k.open_ranges.pop(u.src[0]))
+
+
+def _accumulator(k: _Kernel, u: UOp) -> None:
+  k.acc_ptrs[u] = k.new_slot(u.dtype, f"%acc{u.arg[0]}", u.arg[1])
+
+
+def _accumulate(k: _Kernel, u: UOp) -> None:
+  acc, value = u.src
+  k.accumulate(acc.arg[1], acc.dtype, k.acc_ptrs[acc], k.operand(value))
+
+
+def _store(k: _Kernel, u: UOp) -> None:
+  k.store(*u.src)
+
+
+def _constant(k: _Kernel, u: UOp) -> str:
+  return literal(u.arg, u.dtype)
+
+
+def _load(k: _Kernel, u: UOp) -> str:
+  return k.load(u)
+
+
+def _cast(k: _Kernel, u: UOp) -> str:
+  src, dst = u.src[0].dtype, u.dtype
+  return CAST_RULES[(cast_class(src), cast_class(dst))](k, k.operand(u.src[0]), src, dst)
+
+
+def _bitcast(k: _Kernel, u: UOp) -> str:
+  return k.from_bits(k.bits(k.operand(u.src[0]), u.src[0].dtype), u.dtype)
+
+
 # ---- ALU ops: one rule per op, chosen by the operand's kind (b bool, i signed, u unsigned, f float)
-Rule = Callable[..., str]
 
 
 def _arithmetic(by_kind: dict[str, str]) -> Rule:
@@ -392,23 +404,8 @@ def _math(name: str, rounds: bool = True) -> Rule:
   return render
 
 
-UNARY_RULES: dict[Ops, Rule] = {
-  Ops.NEG: _negate, Ops.RECIP: _reciprocal, Ops.SQRT: _math("sqrt"), Ops.EXP2: _math("exp2"),
-  Ops.LOG2: _math("log2"), Ops.SIN: _math("sin"), Ops.TRUNC: _math("trunc", rounds=False),  # integers are exact
-}
-
-BINARY_RULES: dict[Ops, Rule] = {
-  Ops.ADD: _arithmetic({"b": "or", "i": "add", "u": "add", "f": "fadd"}),
-  Ops.MUL: _arithmetic({"b": "and", "i": "mul", "u": "mul", "f": "fmul"}),
-  Ops.FDIV: _arithmetic({"f": "fdiv"}),
-  Ops.IDIV: _division({"i": "sdiv", "u": "udiv"}), Ops.MOD: _remainder,
-  Ops.MAX: _maximum,
-  Ops.CMPLT: _instruction({"b": "icmp ult", "i": "icmp slt", "u": "icmp ult", "f": "fcmp olt"}),  # i1 true is 1
-  Ops.CMPNE: _instruction({"b": "icmp ne", "i": "icmp ne", "u": "icmp ne", "f": "fcmp une"}),
-  Ops.AND: _instruction(dict.fromkeys("biu", "and")), Ops.OR: _instruction(dict.fromkeys("biu", "or")),
-  Ops.XOR: _instruction(dict.fromkeys("biu", "xor")),
-  Ops.SHL: _shift({"i": "shl", "u": "shl"}), Ops.SHR: _shift({"i": "ashr", "u": "lshr"}),
-}
+def _select(k: _Kernel, dt: DType, c: str, a: str, b: str) -> str:
+  return k.emit(f"select i1 {c}, {ll_type(dt)} {a}, {ll_type(dt)} {b}")
 
 
 # ---- casts: one rule per (source class, target class); classes are b bool, n integer, f float
@@ -467,3 +464,25 @@ CAST_RULES: dict[tuple[str, str], Rule] = {
   ("b", "n"): _from_bool, ("b", "f"): _from_bool, ("n", "n"): _int_to_int,
   ("n", "f"): _int_to_float, ("f", "f"): _float_to_float, ("f", "n"): _float_to_int,
 }
+
+
+# How each op is written in LLVM IR: the one table the walker (refgrad/codegen/walker.py) renders every uop through.
+LLVM_RULES: dict[Ops, Rule] = {
+  Ops.PARAM: _parameter, Ops.SPECIAL: _thread_index, Ops.RANGE: _open_loop, Ops.ENDRANGE: _close_loop,
+  Ops.DEFINE_ACC: _accumulator, Ops.ACCUMULATE: _accumulate, Ops.STORE: _store,
+  Ops.CONST: _constant, Ops.LOAD: _load, Ops.CAST: _cast, Ops.BITCAST: _bitcast,
+  Ops.NEG: _negate, Ops.RECIP: _reciprocal, Ops.SQRT: _math("sqrt"), Ops.EXP2: _math("exp2"),
+  Ops.LOG2: _math("log2"), Ops.SIN: _math("sin"), Ops.TRUNC: _math("trunc", rounds=False),  # integers are exact
+  Ops.ADD: _arithmetic({"b": "or", "i": "add", "u": "add", "f": "fadd"}),
+  Ops.MUL: _arithmetic({"b": "and", "i": "mul", "u": "mul", "f": "fmul"}),
+  Ops.FDIV: _arithmetic({"f": "fdiv"}),
+  Ops.IDIV: _division({"i": "sdiv", "u": "udiv"}), Ops.MOD: _remainder,
+  Ops.MAX: _maximum,
+  Ops.CMPLT: _instruction({"b": "icmp ult", "i": "icmp slt", "u": "icmp ult", "f": "fcmp olt"}),  # i1 true is 1
+  Ops.CMPNE: _instruction({"b": "icmp ne", "i": "icmp ne", "u": "icmp ne", "f": "fcmp une"}),
+  Ops.AND: _instruction(dict.fromkeys("biu", "and")), Ops.OR: _instruction(dict.fromkeys("biu", "or")),
+  Ops.XOR: _instruction(dict.fromkeys("biu", "xor")),
+  Ops.SHL: _shift({"i": "shl", "u": "shl"}), Ops.SHR: _shift({"i": "ashr", "u": "lshr"}),
+  Ops.WHERE: _select,
+}
+_Kernel.rules = LLVM_RULES

@@ -36,7 +36,7 @@ class Mutant:
   base: str = "CLANG"
   prelude: tuple[tuple[str, str], ...] = ()        # exact (old, new) edits of the rendered prelude; old occurs once
   source: Callable[[str], str] | None = None        # a rewrite of each rendered program (C, OpenCL C or LLVM IR)
-  binary: dict[Ops, Callable[..., str]] = field(default_factory=dict)  # replaced C-style BINARY_RULES entries
+  rules: dict[Ops, Callable[..., str]] = field(default_factory=dict)  # replaced entries of the render class's rules
   methods: dict[str, MethodPatch] = field(default_factory=dict)  # replaced methods of the backend's render class
   add_flags: tuple[str, ...] = ()     # compiler flags (CLANG) or build options (OPENCL)
   remove_flags: tuple[str, ...] = ()
@@ -49,7 +49,7 @@ class Mutant:
 
   @property
   def in_source(self) -> bool:
-    return bool(self.prelude or self.source or self.binary or self.methods)
+    return bool(self.prelude or self.source or self.rules or self.methods)
 
   @property
   def kind(self) -> str:

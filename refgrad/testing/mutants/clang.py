@@ -2,7 +2,7 @@
 
 A mutant is planted in one or both of two places:
 - the C source: an exact edit of the shared prelude (cstyle_prelude.py), a rewrite of every rendered translation
-  unit, a replaced `BINARY_RULES` entry, or a replaced method of the renderer's `_Render`;
+  unit, a replaced entry of the renderer's rule table (`C_RULES`), or a replaced method of its `_Render`;
 - the compiler flags of CLANG (`refgrad_clang.FLAGS`): flags added or removed.
 
 Each is one mistake that real backends ship (fast-math shortcuts, conversions with the wrong rounding mode, "compute
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.codegen.cstyle import BINARY_RULES, CDialect, CStyleRenderer, _Render, c_literal
+from refgrad.codegen.cstyle import C_RULES, CDialect, CStyleRenderer, _Render, c_literal
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
 from refgrad.device import DeviceImpl, numbered_source
 from refgrad.dtype import DType, dtypes
@@ -56,14 +56,14 @@ def _compute_type(dt: DType) -> DType:
   return F64 if dt == F64 else F32
 
 
-def _unary(op: Ops, expr: Callable[[_Render, DType, str], str]) -> dict[str, MethodPatch]:
-  """Replace how one float unary op is written (the result is still rounded to half/bfloat16)."""
-  def unary(r: _Render, original: Callable[..., str], uop: Ops, dt: DType, a: str) -> str:
-    return r.round16(expr(r, dt, a), dt) if uop is op and dtypes.is_float(dt) else original(uop, dt, a)
-  return {"unary": unary}
+def _unary(op: Ops, expr: Callable[[_Render, DType, str], str]) -> dict[Ops, Callable[..., str]]:
+  """Replace how one unary op is written on floats (the result is still rounded to half/bfloat16)."""
+  def unary(r: _Render, dt: DType, a: str) -> str:
+    return r.round16(expr(r, dt, a), dt) if dtypes.is_float(dt) else C_RULES[op](r, dt, a)
+  return {op: unary}
 
 
-def _off_by_ulps(fn: str) -> dict[str, MethodPatch]:
+def _off_by_ulps(fn: str) -> dict[Ops, Callable[..., str]]:
   """A libm call whose result is scaled by (1 + 4 eps): a few ULP off, like a fast vector approximation."""
   def expr(r: _Render, dt: DType, a: str) -> str:
     wide = _compute_type(dt)
@@ -112,7 +112,7 @@ def _signed_of(dt: DType) -> DType:
 
 def _for(kinds: Callable[[DType], bool], rule: BinaryRule, op: Ops) -> BinaryRule:
   """`rule` for the dtypes `kinds` selects, the real rule of `op` for the others."""
-  return lambda r, dt, a, b: rule(r, dt, a, b) if kinds(dt) else BINARY_RULES[op](r, dt, a, b)
+  return lambda r, dt, a, b: rule(r, dt, a, b) if kinds(dt) else C_RULES[op](r, dt, a, b)
 
 
 def _signed(dt: DType) -> bool:
@@ -121,14 +121,14 @@ def _signed(dt: DType) -> bool:
 
 def _floor_division(r: _Render, dt: DType, a: str, b: str) -> str:
   """C's truncating quotient, then one less when the signs differ and the division is inexact: Python's //."""
-  truncated = BINARY_RULES[Ops.IDIV](r, dt, a, b)
+  truncated = C_RULES[Ops.IDIV](r, dt, a, b)
   inexact = f"({b} != 0 && {b} != -1 && ({a} % {b}) != 0 && (({a} < 0) != ({b} < 0)))"
   return f"({r.ctype(dt)})({truncated} - {inexact})"
 
 
 def _remainder_sign_of_divisor(r: _Render, dt: DType, a: str, b: str) -> str:
   """Python's %: the remainder takes the divisor's sign."""
-  rem = BINARY_RULES[Ops.MOD](r, dt, a, b)
+  rem = C_RULES[Ops.MOD](r, dt, a, b)
   return f"({r.ctype(dt)})(({rem} != 0 && ({rem} < 0) != ({b} < 0)) ? {rem} + {b} : {rem})"
 
 
@@ -173,10 +173,10 @@ CLANG_MUTANTS: tuple[Mutant, ...] = (
   # comparisons, NaN and signed zeros
   Mutant("cmplt_le", "comparison", "CMPLT rendered as <=",
          witness(op(Ops.CMPLT), arr(F32, 1.0), arr(F32, 1.0)),
-         binary={Ops.CMPLT: lambda r, dt, a, b: f"({r.ctype(dtypes.bool)})({a} <= {b})"}),
+         rules={Ops.CMPLT: lambda r, dt, a, b: f"({r.ctype(dtypes.bool)})({a} <= {b})"}),
   Mutant("cmpne_ordered", "NaN", "CMPNE as (a < b || a > b): False for NaN operands",
          witness(op(Ops.CMPNE), arr(F32, math.nan), arr(F32, 1.0)),
-         binary={Ops.CMPNE: lambda r, dt, a, b: f"({r.ctype(dtypes.bool)})({a} < {b} || {a} > {b})"}),
+         rules={Ops.CMPNE: lambda r, dt, a, b: f"({r.ctype(dtypes.bool)})({a} < {b} || {a} > {b})"}),
   Mutant("max_drops_nan", "NaN", "float MAX like C fmax: a NaN operand is dropped",
          witness(op(Ops.MAX), arr(F32, 1.0), arr(F32, math.nan)),
          prelude=(("  float m = a == b ? tie : larger;\n  return (a != a || b != b) ? a + b : m;",
@@ -186,7 +186,7 @@ CLANG_MUTANTS: tuple[Mutant, ...] = (
          prelude=(("  float tie = (rg_f32_bits(a) >> 31) ? b : a;", "  float tie = b;"),)),
   Mutant("neg_as_sub", "signed zero", "float NEG as 0 - x: -(+0.0) gives +0.0",
          witness(op(Ops.NEG), arr(F32, 0.0)),
-         methods=_unary(Ops.NEG, lambda r, dt, a: f"({c_literal(0.0, _compute_type(dt), r.d)} - {a})")),
+         rules=_unary(Ops.NEG, lambda r, dt, a: f"({c_literal(0.0, _compute_type(dt), r.d)} - {a})")),
   Mutant("bool_store_mask", "storage", "bools stored as compare masks (255 for True)",
          witness(op(Ops.CMPLT), arr(F32, 1.0), arr(F32, 2.0)), methods={"to_storage": _mask_bool}),
   # conversions: rounding, saturation, double rounding
@@ -254,42 +254,42 @@ CLANG_MUTANTS: tuple[Mutant, ...] = (
   # float arithmetic and transcendentals
   Mutant("fdiv_reciprocal", "float arithmetic", "FDIV as a * (1 / b): two roundings",
          witness(op(Ops.FDIV), arr(F32, 3.0), arr(F32, 7.0)),
-         binary={Ops.FDIV: lambda r, dt, a, b: r.round16(f"({a} * ({c_literal(1.0, _compute_type(dt), r.d)} / {b}))",
+         rules={Ops.FDIV: lambda r, dt, a, b: r.round16(f"({a} * ({c_literal(1.0, _compute_type(dt), r.d)} / {b}))",
                                                          dt)}),
   Mutant("fmod_naive", "float arithmetic", "float MOD as a - trunc(a / b) * b",
          witness(op(Ops.MOD), arr(F32, -3.0), arr(F32, math.inf)),
-         binary={Ops.MOD: _for(dtypes.is_float, _naive_fmod, Ops.MOD)}),
+         rules={Ops.MOD: _for(dtypes.is_float, _naive_fmod, Ops.MOD)}),
   Mutant("trunc_via_int64", "float arithmetic", "TRUNC through an int64 cast: loses -0.0, inf, NaN and large values",
          witness(op(Ops.TRUNC), arr(F32, -0.5, 1e30)),
-         methods=_unary(Ops.TRUNC, lambda r, dt, a: f"(({r.ctype(dt)})({r.ctype(dtypes.int64)})({a}))")),
+         rules=_unary(Ops.TRUNC, lambda r, dt, a: f"(({r.ctype(dt)})({r.ctype(dtypes.int64)})({a}))")),
   Mutant("sqrt_4ulp", "transcendental", "SQRT 4 eps too large (SQRT must be correctly rounded)",
-         witness(op(Ops.SQRT), arr(F32, 4.0)), methods=_off_by_ulps("sqrt")),
+         witness(op(Ops.SQRT), arr(F32, 4.0)), rules=_off_by_ulps("sqrt")),
   Mutant("exp2_4ulp", "transcendental", "EXP2 4 eps too large", witness(op(Ops.EXP2), arr(F32, 3.0)),
-         methods=_off_by_ulps("exp2")),
+         rules=_off_by_ulps("exp2")),
   Mutant("log2_4ulp", "transcendental", "LOG2 4 eps too large", witness(op(Ops.LOG2), arr(F32, 8.0)),
-         methods=_off_by_ulps("log2")),
+         rules=_off_by_ulps("log2")),
   Mutant("sin_4ulp", "transcendental", "SIN 4 eps too large", witness(op(Ops.SIN), arr(F32, 1.0)),
-         methods=_off_by_ulps("sin")),
+         rules=_off_by_ulps("sin")),
   Mutant("exp2_via_exp", "transcendental", "EXP2 as exp(x * ln2): the rounded product costs ULPs for large x",
-         witness(op(Ops.EXP2), arr(F32, 100.0)), methods=_unary(Ops.EXP2, _exp2_via_exp)),
+         witness(op(Ops.EXP2), arr(F32, 100.0)), rules=_unary(Ops.EXP2, _exp2_via_exp)),
   Mutant("ftz_daz", "subnormals", "kernels run with flush-to-zero and denormals-are-zero set (x86 MXCSR)",
          witness(op(Ops.ADD), arr(F32, TINY_F32), arr(F32, 0.0)), source=_flush_subnormals,
          machines=("x86_64", "AMD64", "i686")),
   # integers
   Mutant("idiv_floors", "integer", "signed IDIV floors (Python //) instead of truncating",
          witness(op(Ops.IDIV), arr(dtypes.int32, -7), arr(dtypes.int32, 2)),
-         binary={Ops.IDIV: _for(_signed, _floor_division, Ops.IDIV)}),
+         rules={Ops.IDIV: _for(_signed, _floor_division, Ops.IDIV)}),
   Mutant("mod_sign_of_divisor", "integer", "signed MOD takes the divisor's sign (Python %), not the dividend's",
          witness(op(Ops.MOD), arr(dtypes.int32, -7), arr(dtypes.int32, 3)),
-         binary={Ops.MOD: _for(_signed, _remainder_sign_of_divisor, Ops.MOD)}),
+         rules={Ops.MOD: _for(_signed, _remainder_sign_of_divisor, Ops.MOD)}),
   Mutant("shl_guard_off_by_one", "integer", "SHL guard at bits - 1: x << (bits - 1) gives 0",
-         witness(op(Ops.SHL), arr(dtypes.int32, 1), arr(dtypes.int32, 31)), binary={Ops.SHL: _shift_guard_short}),
+         witness(op(Ops.SHL), arr(dtypes.int32, 1), arr(dtypes.int32, 31)), rules={Ops.SHL: _shift_guard_short}),
   Mutant("shr_logical_signed", "integer", "SHR of signed values shifts in zeros",
          witness(op(Ops.SHR), arr(dtypes.int32, -8), arr(dtypes.int32, 1)),
-         binary={Ops.SHR: _for(_signed, _logical_shr, Ops.SHR)}),
+         rules={Ops.SHR: _for(_signed, _logical_shr, Ops.SHR)}),
   Mutant("signed_overflow_ub", "integer", "signed + and * in the signed C type without -fwrapv (overflow is UB)",
          witness(lambda t: alu(Ops.CMPLT, t, t + 1), arr(dtypes.int32, 2 ** 31 - 1)),
-         binary={Ops.ADD: _in_signed_type("+", Ops.ADD), Ops.MUL: _in_signed_type("*", Ops.MUL)},
+         rules={Ops.ADD: _in_signed_type("+", Ops.ADD), Ops.MUL: _in_signed_type("*", Ops.MUL)},
          remove_flags=("-fwrapv",)),
   # fast-math style compiler flags
   Mutant("ffast_math", "fast-math", "-ffast-math", witness(op(Ops.MAX), arr(F32, math.nan), arr(F32, 1.0)),
@@ -318,9 +318,8 @@ def render_class(base: type, mutant: Mutant) -> type:
   for name, patch in mutant.methods.items():
     original = getattr(base, name)
     namespace[name] = lambda self, *args, _patch=patch, _original=original: _patch(self, _original.__get__(self), *args)
-  if mutant.binary:
-    rules = {**BINARY_RULES, **mutant.binary}
-    namespace["binary"] = lambda self, op, dt, a, b: rules[op](self, dt, a, b)
+  if mutant.rules:
+    namespace["rules"] = {**base.rules, **mutant.rules}
   return type(f"{base.__name__}_{mutant.name}", (base,), namespace)
 
 
