@@ -13,9 +13,11 @@ import sys
 import numpy as np
 
 from refgrad.codegen.contract import Capabilities
+from refgrad.codegen.walker import ProgramWalker
 from refgrad.device import DeviceImpl, DeviceSpec
 from refgrad.hookspecs import hookimpl
-from refgrad.uop import GroupOp, Ops, UOp
+from refgrad.ops import OP_FACTS
+from refgrad.uop import Ops, UOp
 
 
 class NumpyAllocator:
@@ -35,58 +37,109 @@ class NumpyAllocator:
 
 
 class PyLoopsRenderer:
-  """Program -> Python source. Values are numpy scalars named after their position in the program."""
+  """Program -> Python source: a function with one `for` per thread axis and per `RANGE`."""
   caps = Capabilities()
 
   def render(self, program) -> str:
-    lines = [f"def {program.name}({', '.join(f'data{p.arg[0]}' for p in program.params)}):"]
-    depth = 1
-    for axis, size in enumerate(program.global_shape):
-      if size > 1:
-        lines.append("  " * depth + f"for gidx{axis} in range({size}):")
-        depth += 1
-    names: dict[UOp, str] = {p: f"data{p.arg[0]}" for p in program.params}
-    for i, u in enumerate(program.uops):
-      line, names[u], depth = self.line(i, u, names, depth)
-      if line:
-        lines.append("  " * depth + line)
-        if u.op is Ops.RANGE:
-          depth += 1
-    return "\n".join(lines + ["  " * depth + "pass"]) + "\n"
+    return PyLoopsKernel(program).source()
 
-  def line(self, i: int, u: UOp, names: dict[UOp, str], depth: int) -> tuple[str, str, int]:
-    src = [names.get(s, "") for s in u.src]
-    name = f"v{i}"
-    if u.op is Ops.PARAM:
-      return "", names[u], depth
-    if u.op is Ops.SPECIAL:
-      return "", f"np.int64(gidx{u.arg[0]})", depth
-    if u.op is Ops.RANGE:
-      return f"for {name} in range({u.arg[1]}):", f"np.int64({name})", depth
-    if u.op is Ops.ENDRANGE:
-      return "", "", depth - 1
-    if u.op is Ops.CONST:  # inf and nan have no literal: float('inf') spells them
-      value = f"float('{u.arg}')" if isinstance(u.arg, float) and not math.isfinite(u.arg) else repr(u.arg)
-      return f"{name} = np.array({value}, dtype=dtypes.{u.dtype.name}.np)", name, depth
-    if u.op is Ops.DEFINE_ACC:
-      return f"{name} = np.array(alu.reduce_identity(Ops.{u.arg[1].name}, dtypes.{u.dtype.name}), " \
-             f"dtype=dtypes.{u.dtype.name}.np)", name, depth
-    if u.op is Ops.ACCUMULATE:
-      acc = u.src[0]
-      return f"{src[0]} = alu.exec_alu(Ops.{acc.arg[1].name}, dtypes.{acc.dtype.name}, {src[0]}, {src[1]})", "", depth
-    if u.op is Ops.LOAD:
-      value = f"{src[0]}.view(dtypes.{u.dtype.name}.np)[{src[1]}]"
-      if len(u.src) > 2:  # gated: never touch memory when the lane is masked off
-        value = f"({value} if {src[2]} else np.zeros((), dtypes.{u.dtype.name}.np))"
-      return f"{name} = np.asarray({value})", name, depth
-    if u.op is Ops.STORE:
-      return f"{src[0]}.view(dtypes.{u.src[2].dtype.name}.np)[{src[1]}] = {src[2]}", "", depth
-    if u.op in (Ops.CAST, Ops.BITCAST):
-      fn = "exec_cast" if u.op is Ops.CAST else "exec_bitcast"
-      return f"{name} = alu.{fn}(np.asarray({src[0]}), dtypes.{u.dtype.name})", name, depth
-    if u.op in GroupOp.ALU:
-      return f"{name} = alu.exec_alu(Ops.{u.op.name}, dtypes.{u.dtype.name}, {', '.join(src)})", name, depth
-    raise NotImplementedError(f"PYLOOPS cannot render {u.op}")
+
+class PyLoopsKernel(ProgramWalker):
+  """One program being written: its lines, and the name of each value (numpy scalars, named after their position
+  in the program). PYLOOPS_RULES says how each op is written."""
+
+  def __init__(self, program):
+    super().__init__(program)
+    self.names: dict[UOp, str] = {p: f"data{p.arg[0]}" for p in program.params}
+    self.lines = [f"def {program.name}({', '.join(self.names.values())}):"]
+    self.depth = 1
+
+  def emit(self, line: str) -> None:
+    self.lines.append("  " * self.depth + line)
+
+  def operand(self, u: UOp) -> str:
+    return self.names[u]
+
+  def bind(self, i: int, u: UOp, value: str) -> None:
+    self.names[u] = f"v{i}"
+    self.emit(f"v{i} = {value}")
+
+  def source(self) -> str:
+    for axis, size in enumerate(self.program.global_shape):
+      if size > 1:
+        self.emit(f"for gidx{axis} in range({size}):")
+        self.depth += 1
+    self.walk((i, None) for i in range(len(self.program.uops)))  # each uop on its own: no split reductions
+    self.emit("pass")
+    return "\n".join(self.lines) + "\n"
+
+
+def _parameter(k: PyLoopsKernel, u: UOp) -> None:
+  """A buffer is a parameter of the function (data0, data1, ...), named before the walk."""
+
+
+def _thread_index(k: PyLoopsKernel, u: UOp) -> None:
+  k.names[u] = f"np.int64(gidx{u.arg[0]})"
+
+
+def _open_loop(k: PyLoopsKernel, u: UOp) -> None:
+  k.emit(f"for ridx{u.arg[0]} in range({u.arg[1]}):")
+  k.names[u] = f"np.int64(ridx{u.arg[0]})"
+  k.depth += 1
+
+
+def _close_loop(k: PyLoopsKernel, u: UOp) -> None:
+  k.depth -= 1
+
+
+def _constant(k: PyLoopsKernel, u: UOp) -> str:
+  value = f"float('{u.arg}')" if isinstance(u.arg, float) and not math.isfinite(u.arg) else repr(u.arg)  # inf, nan
+  return f"np.array({value}, dtype=dtypes.{u.dtype.name}.np)"
+
+
+def _accumulator(k: PyLoopsKernel, u: UOp) -> str:
+  return f"np.array(alu.reduce_identity(Ops.{u.arg[1].name}, dtypes.{u.dtype.name}), dtype=dtypes.{u.dtype.name}.np)"
+
+
+def _accumulate(k: PyLoopsKernel, u: UOp) -> None:
+  acc, value = (k.names[s] for s in u.src)
+  k.emit(f"{acc} = {k.apply(u.src[0].arg[1], u.src[0].dtype, acc, value)}")
+
+
+def _load(k: PyLoopsKernel, u: UOp) -> str:
+  value = f"{k.names[u.src[0]]}.view(dtypes.{u.dtype.name}.np)[{k.names[u.src[1]]}]"
+  if len(u.src) > 2:  # gated: never touch memory when the lane is masked off
+    value = f"({value} if {k.names[u.src[2]]} else np.zeros((), dtypes.{u.dtype.name}.np))"
+  return f"np.asarray({value})"
+
+
+def _store(k: PyLoopsKernel, u: UOp) -> None:
+  buffer, index, value = (k.names[s] for s in u.src)
+  k.emit(f"{buffer}.view(dtypes.{u.src[2].dtype.name}.np)[{index}] = {value}")
+
+
+def _cast(k: PyLoopsKernel, u: UOp) -> str:
+  return f"alu.exec_cast(np.asarray({k.names[u.src[0]]}), dtypes.{u.dtype.name})"
+
+
+def _bitcast(k: PyLoopsKernel, u: UOp) -> str:
+  return f"alu.exec_bitcast(np.asarray({k.names[u.src[0]]}), dtypes.{u.dtype.name})"
+
+
+def _alu(op: Ops):
+  """An ALU op: alu.py's exec_alu on the operands, whose dtype the rule gets (a comparison's result is bool)."""
+  def rule(k: PyLoopsKernel, dtype, *operands: str) -> str:
+    result = "bool" if OP_FACTS[op].comparison else dtype.name
+    return f"alu.exec_alu(Ops.{op.name}, dtypes.{result}, {', '.join(operands)})"
+  return rule
+
+
+PYLOOPS_RULES = {
+  Ops.PARAM: _parameter, Ops.SPECIAL: _thread_index, Ops.RANGE: _open_loop, Ops.ENDRANGE: _close_loop,
+  Ops.CONST: _constant, Ops.DEFINE_ACC: _accumulator, Ops.ACCUMULATE: _accumulate, Ops.LOAD: _load,
+  Ops.STORE: _store, Ops.CAST: _cast, Ops.BITCAST: _bitcast, **{op: _alu(op) for op in OP_FACTS},
+}
+PyLoopsKernel.rules = PYLOOPS_RULES
 
 
 class PythonCompiler:
