@@ -214,3 +214,15 @@ def test_a_loop_llvms_vectorizer_aborts_on_runs_and_matches_the_reference(tmp_pa
     warnings.simplefilter("ignore", RuntimeWarning)  # whether this LLVM still aborts there is LLVM's business
     check_against_reference(program, x, zeros, zeros, zeros, zeros, device="LLVM")
     check_against_reference(program, x, ones, ones, ones, x, device="LLVM")
+
+
+def test_one_table_renders_every_op_of_a_cpu_program():
+  """LLVM_RULES, over the core's walker (refgrad/codegen/walker.py), has the rule of every ALU op of ops.py's
+  OP_FACTS and of every other op a program that is not GPU-shaped holds."""
+  from refgrad_llvm.render import LLVM_RULES
+
+  from refgrad.ops import OP_FACTS
+  from refgrad.uop import Ops
+  program_ops = {Ops.PARAM, Ops.SPECIAL, Ops.CONST, Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.DEFINE_ACC,
+                 Ops.RANGE, Ops.ENDRANGE, Ops.ACCUMULATE}
+  assert set(LLVM_RULES) == set(OP_FACTS) | program_ops
