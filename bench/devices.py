@@ -19,7 +19,7 @@ from timing import best_time  # noqa: E402  (bench/ is on sys.path when a script
 
 from refgrad import Device, Tensor  # noqa: E402
 from refgrad.codegen.pipeline import compile_ast  # noqa: E402
-from refgrad.device import cached_compile  # noqa: E402
+from refgrad.compile_cache import cached_compile  # noqa: E402
 
 
 def workloads(device: str) -> list[tuple[str, Callable, Callable, float]]:

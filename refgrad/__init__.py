@@ -1,9 +1,9 @@
 """refgrad: a tensor library whose PYTHON interpreter is the ground truth for every backend."""
 from refgrad import plugins
-from refgrad.device import Device
 from refgrad.dtype import DType, dtypes
 from refgrad.interp import plugin as _python_plugin
 from refgrad.jit import TinyJit
+from refgrad.registry import Device
 from refgrad.sizes import Variable
 from refgrad.tensor import Tensor
 from refgrad.version import __version__

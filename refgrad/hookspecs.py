@@ -14,7 +14,7 @@ A device has four parts (see refgrad/codegen/contract.py for their exact methods
 - a **compiler**: ``compile(source) -> bytes`` and ``cache_key`` (everything, besides the source, that changes
   the binary: compiler version, flags, the resolved target CPU and its features). refgrad caches binaries by
   content, so it runs once per source, in a folder machines may share (docs/writing-a-backend.md). A JIT that
-  cannot hand back a binary keeps its own cache in ``refgrad.device.backend_cache_dir(name)``;
+  cannot hand back a binary keeps its own cache in ``refgrad.compile_cache.backend_cache_dir(name)``;
 - a **runtime**: ``load(binary, program) -> runner``; ``runner(*handles)`` runs the kernel on the buffers'
   handles in the order of the program's PARAMs (0 is the output). Launch sizes are the program's
   (``program.global_shape``, and ``program.local_shape`` for GPU-shaped programs), fixed when it was rendered.
@@ -33,7 +33,7 @@ hookimpl = pluggy.HookimplMarker("refgrad")
 
 @hookspec
 def refgrad_devices() -> list:
-  """Return the devices this plugin provides, as a list of ``refgrad.device.DeviceSpec``.
+  """Return the devices this plugin provides, as a list of ``refgrad.registry.DeviceSpec``.
 
   Each spec names the device (``"CLANG"``), the plugin and its version, a ``probe()`` that returns None when
   the device can run on this machine or a sentence saying why not (``"no C compiler found: tried clang,

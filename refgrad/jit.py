@@ -44,7 +44,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from refgrad import realize
-from refgrad.device import Buffer
+from refgrad.buffer import Buffer
 from refgrad.frontend import random as rng_state
 from refgrad.multi import multi
 from refgrad.schedule import buffer_node, realized_buffer

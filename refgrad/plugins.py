@@ -13,7 +13,8 @@ from typing import Any
 import pluggy
 
 from refgrad import hookspecs
-from refgrad.device import Device, DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl
+from refgrad.registry import Device, DeviceSpec
 
 manager = pluggy.PluginManager("refgrad")
 manager.add_hookspecs(hookspecs)
@@ -54,9 +55,6 @@ def unregister(plugin: Any) -> None:
   manager.unregister(plugin)
 
 
-_deferred: list[Any] = []  # entry points whose module was still being imported when refgrad loaded them
-
-
 def _still_importing(module: Any) -> bool:
   """True while a module's own code is still running: `import my_plugin` before `import refgrad` gets here from
   the plugin's `from refgrad... import`, when its hooks are not defined yet."""
@@ -70,7 +68,7 @@ def _load(ep: Any) -> None:
     Device.add(_broken_plugin_spec(ep.name, e))
     return
   if _still_importing(plugin):
-    _deferred.append(ep)  # registered at the next device lookup, once the module has finished
+    Device.add_later(lambda: _load(ep))  # at the next device lookup, once the module has finished
     return
   if manager.is_registered(plugin):
     return
@@ -82,18 +80,10 @@ def _load(ep: Any) -> None:
     Device.add(_broken_plugin_spec(ep.name, e))
 
 
-def _register_deferred() -> None:
-  """Register the plugins whose import was under way at `import refgrad`, as soon as it has finished."""
-  waiting, _deferred[:] = list(_deferred), []
-  for ep in waiting:
-    _load(ep)
-
-
 def load_entry_points() -> None:
   """Import every installed plugin; one that fails to import is listed as an unavailable device. Registration does
   not depend on import order: a plugin imported first (whose module is half-done when it imports refgrad) is
   registered at the first device lookup after its import completes."""
-  Device.before_lookup = _register_deferred
   for ep in entry_points(group="refgrad"):
     _load(ep)
 

@@ -5,8 +5,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from refgrad.buffer import Buffer
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.device import Buffer, Device
+from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem
 from refgrad.search import opts_for
 from refgrad.uop import Ops, UOp

@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 from refgrad import multi, sizes
-from refgrad.device import Buffer
+from refgrad.buffer import Buffer
 from refgrad.dtype import dtypes
 from refgrad.ops import OP_FACTS
 from refgrad.sizes import max_shape, view_shape

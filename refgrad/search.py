@@ -18,10 +18,12 @@ import sys
 import time
 from dataclasses import dataclass
 
+from refgrad.buffer import Buffer
 from refgrad.codegen.contract import OptList, opts_text
 from refgrad.codegen.opt import OptError, parse_opts
 from refgrad.codegen.pipeline import compile_ast, random_kernel_opts
-from refgrad.device import Buffer, Device, cache_dir
+from refgrad.compile_cache import cache_dir
+from refgrad.registry import Device
 from refgrad.uop import Ops, UOp
 
 TIMED_RUNS = 3  # each candidate: one untimed run (loads caches), then the best of these

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from refgrad import multi
-from refgrad.device import Buffer, Device
+from refgrad.buffer import Buffer
 from refgrad.dtype import (
   PYTHON_INT_RANGE,
   DType,
@@ -35,6 +35,7 @@ from refgrad.frontend.reduce import ReduceMixin
 from refgrad.frontend.scatter import ScatterMixin
 from refgrad.frontend.shapes import Scalar, Shape, ShapeError, check_shape, normalize_dim, shape_args
 from refgrad.realize import run_schedule
+from refgrad.registry import Device
 from refgrad.schedule import (
   ScheduleItem,
   buffer_node,

@@ -18,11 +18,12 @@ import numpy as np
 from refgrad.alu import exec_reduce
 from refgrad.codegen import opt
 from refgrad.codegen.contract import Capabilities, Program
-from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl
 from refgrad.dtype import ALL_DTYPES, dtypes
 from refgrad.hookspecs import hookimpl
 from refgrad.interp.device import PythonAllocator
 from refgrad.interp.kernel import PythonKernel
+from refgrad.registry import DeviceSpec
 from refgrad.rewrite import PatternMatcher, UPat
 from refgrad.sizes import kernel_variables
 from refgrad.uop import Ops, UOp

@@ -9,9 +9,10 @@ import warnings
 import numpy as np
 import pytest
 
-import refgrad.device as device_module
+import refgrad.compile_cache as compile_cache
 from refgrad import Device, Tensor
-from refgrad.device import LRU, CacheWarning, cache_dir, cache_limit, cached_compile
+from refgrad.compile_cache import CacheWarning, cache_dir, cache_limit, cached_compile
+from refgrad.device import LRU
 
 INSTANCE = 4  # a numbered instance of the device under test, whose runners only these tests load
 X = np.arange(4, dtype=np.float32)
@@ -24,8 +25,8 @@ def device(refgrad_device, tmp_path, monkeypatch):
   if impl.compiler is None:
     pytest.skip(f"{refgrad_device} interprets programs: it has no compile cache")
   monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path / "cache"))
-  monkeypatch.setattr(device_module, "_cache_estimate", None)
-  monkeypatch.setattr(device_module, "_warned_old_format", False)
+  monkeypatch.setattr(compile_cache, "_cache_estimate", None)
+  monkeypatch.setattr(compile_cache, "_warned_old_format", False)
   return f"{refgrad_device}:{INSTANCE}"
 
 
@@ -127,7 +128,7 @@ def test_a_fresh_binary_that_does_not_load_raises_the_runtimes_error_without_a_c
   def refuse(binary):
     raise RuntimeError(f"cannot load {binary!r}")
   with no_cache_warnings(), pytest.raises(RuntimeError, match="cannot load b'garbage for k'"):
-    device_module.load_cached(GarbageCompiler(), "k", refuse)
+    compile_cache.load_cached(GarbageCompiler(), "k", refuse)
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "0.0", "nan", "inf", "-inf", "1e-9", "5MB"])

@@ -117,7 +117,7 @@ def test_pyloops_key_names_the_python_version(monkeypatch):
 def test_a_jit_backend_gets_its_own_folder_in_the_cache(tmp_path, monkeypatch):
   """backend_cache_dir: inside REFGRAD_CACHE (so it moves with a shared cache), one folder per backend, created on
   first use; names that could leave the cache are refused; pruning refgrad's entries leaves the backend's files."""
-  from refgrad.device import backend_cache_dir, prune_cache
+  from refgrad.compile_cache import backend_cache_dir, prune_cache
   monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
   numba, driver = backend_cache_dir("NUMBA"), backend_cache_dir("my-gpu_jit.v2")
   assert numba.is_dir() and driver.is_dir() and numba != driver

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from refgrad import Device, Tensor
-from refgrad.device import Buffer, DeviceImpl
+from refgrad.buffer import Buffer
+from refgrad.device import DeviceImpl
 from refgrad.dtype import dtypes
 from refgrad.interp.device import PythonAllocator
 from refgrad.interp.kernel import PythonKernel
@@ -91,7 +92,7 @@ def test_mixing_devices_raises_like_torch():
 
 def test_import_refgrad_probes_no_device():
   """Probes can be slow (OpenCL enumerates platforms): they run when a device is first listed or selected."""
-  code = ("import refgrad\nfrom refgrad.device import Device\n"
+  code = ("import refgrad\nfrom refgrad.registry import Device\n"
           "print(sorted(s.name for s in Device._specs.values() if s._probed))\n"
           "Device['PYTHON']\nprint(sorted(s.name for s in Device._specs.values() if s._probed))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
-import refgrad.device
+import refgrad.compile_cache
 import refgrad.testing.fuzz as fuzz
 import refgrad.testing.reference as reference
 from refgrad import Device, Tensor
@@ -27,7 +27,7 @@ def scaled_row_sums(t):
 @pytest.mark.skipif("OPENCL" not in Device.available(), reason="OPENCL is not available here")
 def test_mismatch_report_shows_the_kernel_the_device_compiled(monkeypatch):
   compiled = []
-  real_compile = refgrad.device.cached_compile
+  real_compile = refgrad.compile_cache.cached_compile
 
   def recording_compile(compiler, source):
     compiled.append(source)
@@ -38,7 +38,7 @@ def test_mismatch_report_shows_the_kernel_the_device_compiled(monkeypatch):
     result.mismatch_count, result.mismatches = 1, [0]
     return result
   real_compare = reference.compare
-  monkeypatch.setattr(refgrad.device, "cached_compile", recording_compile)
+  monkeypatch.setattr(refgrad.compile_cache, "cached_compile", recording_compile)
   monkeypatch.setattr(reference, "compare", every_lane_differs)
   monkeypatch.setattr(reference, "check_rewrites", lambda *args: "")  # the forced compare would fail that check first
   x = np.arange(12, dtype=np.float32).reshape(3, 4)

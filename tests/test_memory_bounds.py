@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from refgrad import Device, Tensor
-from refgrad import device as device_module
+from refgrad import Device, Tensor, compile_cache
 from refgrad.codegen import pipeline
 from refgrad.codegen.symbolic import simplify_index
-from refgrad.device import LRU, cache_dir, cached_compile, prune_cache
+from refgrad.compile_cache import cache_dir, cached_compile, prune_cache
+from refgrad.device import LRU
 
 
 # ---- the LRU itself
@@ -89,7 +89,7 @@ class EchoCompiler:
 
 def entries() -> dict[str, Path]:
   """source -> its entry's file, for every entry in the cache."""
-  header = len(device_module.CACHE_MAGIC) + 32
+  header = len(compile_cache.CACHE_MAGIC) + 32
   return {p.read_bytes()[header:].rstrip(b".").decode(): p for p in cache_dir().glob("??/*.bin")}
 
 
@@ -102,8 +102,8 @@ def small_cache(tmp_path, monkeypatch):
   """An empty cache folder limited to about ten entries, and a process that has not looked at it yet."""
   monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path / "cache"))
   monkeypatch.setenv("REFGRAD_CACHE_MAX_MB", str(10.5 * 1048 / 2**20))
-  monkeypatch.setattr(device_module, "_cache_estimate", None)
-  return device_module.cache_limit()
+  monkeypatch.setattr(compile_cache, "_cache_estimate", None)
+  return compile_cache.cache_limit()
 
 
 def age(sources: list[str]) -> None:
@@ -140,7 +140,7 @@ def test_a_hit_refreshes_an_entry(small_cache):
 
 def test_writes_prune_now_and_then_and_the_cache_stays_under_its_limit(small_cache, monkeypatch):
   scans = []
-  monkeypatch.setattr(device_module, "prune_cache", lambda: scans.append(1) or prune_cache())
+  monkeypatch.setattr(compile_cache, "prune_cache", lambda: scans.append(1) or prune_cache())
   compiler = EchoCompiler()
   for i in range(100):
     assert cached_compile(compiler, f"kernel {i}") == compiler.compile(f"kernel {i}")
@@ -167,6 +167,6 @@ def test_processes_sharing_a_cache_stay_safe(small_cache):
     results = pool.starmap(compile_many, [(cache, limit_mb, 20 * j, 300) for j in range(3)])
   assert results == [[], [], []]
   assert not list(cache_dir().glob("??/.tmp-*"))  # every write was renamed into place or cleaned up
-  assert all(device_module._read_entry(path) is not None for path in cache_dir().glob("??/*"))
+  assert all(compile_cache._read_entry(path) is not None for path in cache_dir().glob("??/*"))
   prune_cache()
   assert cache_bytes() <= small_cache

@@ -49,8 +49,8 @@ def test_unregistering_removes_the_device():
     @staticmethod
     @hookimpl
     def refgrad_devices():
-      from refgrad.device import DeviceSpec
       from refgrad.interp.plugin import make_python_device
+      from refgrad.registry import DeviceSpec
       return [DeviceSpec("TMPDEV", make_python_device, plugin="tmp")]
 
   plugin = Tmp()

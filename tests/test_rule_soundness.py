@@ -13,8 +13,9 @@ from refgrad import Tensor, dtypes
 from refgrad.codegen import symbolic
 from refgrad.codegen.pipeline import forget_compiled
 from refgrad.codegen.symbolic import symbolic_rules
-from refgrad.device import LRU, RUNNER_CACHE_SIZE, Device
+from refgrad.device import LRU, RUNNER_CACHE_SIZE
 from refgrad.ranges import INDEX_DTYPES
+from refgrad.registry import Device
 from refgrad.rewrite import PatternMatcher, UPat
 from refgrad.testing.conformance import FAIL, PASS, run_conformance
 from refgrad.testing.fuzz import fuzz
@@ -220,7 +221,8 @@ PLANTING_PLUGIN = '''"""Plants x / c -> x * (1/c) first in the symbolic rules of
 import multiprocessing
 
 from refgrad.codegen import symbolic
-from refgrad.device import LRU, RUNNER_CACHE_SIZE, Device
+from refgrad.device import LRU, RUNNER_CACHE_SIZE
+from refgrad.registry import Device
 from refgrad.rewrite import PatternMatcher
 from test_rule_soundness import RECIPROCAL
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.device import Device
 from refgrad.dtype import DType, dtypes, to_dtype
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.reduce import triangle_mask
 from refgrad.frontend.shapes import check_shape, shape_args
+from refgrad.registry import Device
 from refgrad.sizes import is_symbolic_shape, max_shape
 from refgrad.uop import prod
 

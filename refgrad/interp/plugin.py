@@ -1,8 +1,9 @@
 """Registers the PYTHON device through the same plugin contract as every other backend."""
 from __future__ import annotations
 
-from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
+from refgrad.registry import DeviceSpec
 from refgrad.version import __version__
 
 

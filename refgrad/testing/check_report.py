@@ -6,8 +6,8 @@ import html
 import json
 from dataclasses import asdict
 
-from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType
+from refgrad.registry import Device
 from refgrad.testing.conformance import FAIL, PASS, UNSUPPORTED, CaseResult, CheckRun
 from refgrad.testing.fuzz_report import ulp_charts_html
 

@@ -32,10 +32,10 @@ from refgrad.alu import result_dtype, ulp_distance
 from refgrad.codegen.contract import Opt, OptList
 from refgrad.codegen.opt import apply_opts, heuristic_amounts, legal_opts
 from refgrad.codegen.pipeline import compile_ast, lowered_kernel, random_kernel_opts
-from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes, from_numpy
 from refgrad.frontend.bitcast import UNSIGNED_OF_SIZE
 from refgrad.ops import OP_FACTS
+from refgrad.registry import Device
 from refgrad.sizes import Variable
 from refgrad.testing.compare import Comparison, add_histogram, compare, ulp_histogram
 from refgrad.testing.edges import cast_values, dtype_edges, result_class_inputs

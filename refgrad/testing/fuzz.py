@@ -37,9 +37,9 @@ from hypothesis import strategies as st
 
 from refgrad.codegen.contract import OptList
 from refgrad.codegen.pipeline import random_kernel_opts
-from refgrad.device import Device
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.plugins import load_plugin_file  # findings files and the pytest plugin import it from here
+from refgrad.registry import Device
 from refgrad.testing.compare import add_histogram, ulp_histogram
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
 from refgrad.uop import GroupOp, Ops, UOp

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from refgrad.alu import ulp_distance
+from refgrad.buffer import Buffer
 from refgrad.codegen.contract import OptList, opts_text
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.device import Buffer, Device
 from refgrad.realize import run_schedule, run_transfer
+from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem, create_schedule
 from refgrad.sizes import bound_region, concrete_graph, is_symbolic_shape, shape_value
 from refgrad.testing.bounds import kernel_error_bounds

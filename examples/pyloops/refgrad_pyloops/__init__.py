@@ -14,9 +14,10 @@ import numpy as np
 
 from refgrad.codegen.contract import Capabilities
 from refgrad.codegen.walker import ProgramWalker
-from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
 from refgrad.ops import OP_FACTS
+from refgrad.registry import DeviceSpec
 from refgrad.uop import Ops, UOp
 
 

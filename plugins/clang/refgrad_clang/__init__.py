@@ -17,10 +17,12 @@ import weakref
 
 import numpy as np
 
+from refgrad.backend_helpers import HostAllocator, distribution_version, numbered_source, run_ranges
 from refgrad.codegen.contract import Capabilities
 from refgrad.codegen.cstyle import CDialect, CStyleRenderer
-from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source, run_ranges
+from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
+from refgrad.registry import DeviceSpec
 
 FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
          "-fno-math-errno", "-Wno-everything", "-x", "c", "-std=c11")

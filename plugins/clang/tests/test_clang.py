@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from refgrad import Device, Tensor
-from refgrad.device import cache_dir, cached_compile
+from refgrad.compile_cache import cache_dir, cached_compile
 
 pytestmark = pytest.mark.skipif("CLANG" not in Device.available(), reason="refgrad-clang is not installed here")
 

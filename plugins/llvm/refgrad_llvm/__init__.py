@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.device import DeviceImpl, DeviceSpec, HostAllocator, distribution_version, numbered_source, run_ranges
+from refgrad.backend_helpers import HostAllocator, distribution_version, numbered_source, run_ranges
+from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
+from refgrad.registry import DeviceSpec
 from refgrad_llvm import isolation
 from refgrad_llvm.isolation import LLVMCrash
 from refgrad_llvm.render import LLVMRenderer

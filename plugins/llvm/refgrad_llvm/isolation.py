@@ -47,8 +47,8 @@ def receive(stream: IO[bytes]) -> Any:
 
 def _package_roots() -> list[str]:
   """Where refgrad and refgrad_llvm are imported from, so the child finds the same ones."""
-  import refgrad
-  return [str(Path(refgrad.__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent)]
+  refgrad = Path(sys.modules["refgrad"].__file__)  # loaded: this plugin imports refgrad's contract
+  return [str(refgrad.resolve().parent.parent), str(Path(__file__).resolve().parent.parent)]
 
 
 class CompileChild:

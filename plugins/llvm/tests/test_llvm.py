@@ -10,7 +10,7 @@ import pytest
 
 from refgrad import Device, Tensor, dtypes
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.device import cached_compile
+from refgrad.compile_cache import cached_compile
 
 pytestmark = pytest.mark.skipif("LLVM" not in Device.available(), reason="refgrad-llvm or llvmlite is not installed")
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from refgrad.backend_helpers import distribution_version
 from refgrad.codegen.cstyle import CStyleRenderer
-from refgrad.device import DeviceImpl, DeviceSpec, distribution_version
+from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
+from refgrad.registry import DeviceSpec
 
 # A kernel PoCL built from source in this process holds about 3.4 MB while loaded (measured: 500 new kernels took a
 # process from 111 to 544 MB with 128 kept); 64 still holds a whole training step of bench/train.py (46 kernels).

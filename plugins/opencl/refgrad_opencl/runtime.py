@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
+from refgrad.backend_helpers import numbered_source
 from refgrad.codegen.contract import Program
 from refgrad.codegen.gpu import largest_divisor
-from refgrad.device import numbered_source
 from refgrad.uop import Ops
 from refgrad_opencl.dialect import DeviceLimits
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from refgrad import Device, Tensor, dtypes
 from refgrad.codegen.contract import UnsupportedDTypeError
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.device import DeviceImpl, cached_compile
+from refgrad.compile_cache import cached_compile
+from refgrad.device import DeviceImpl
 from refgrad.uop import Ops
 
 pytestmark = pytest.mark.skipif("OPENCL" not in Device.available(), reason="OpenCL is not available here")

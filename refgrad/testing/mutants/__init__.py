@@ -28,8 +28,9 @@ import platform
 
 import numpy as np
 
-from refgrad.device import DeviceImpl, DeviceSpec
+from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
+from refgrad.registry import DeviceSpec
 from refgrad.testing.mutants import clang, llvm, opencl, optimizer
 from refgrad.testing.mutants.base import Backend, Mutant, MutantNotPlanted, OptRulesRenderer, same_bits
 from refgrad.testing.mutants.clang import clang_flags

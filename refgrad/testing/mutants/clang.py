@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from refgrad.backend_helpers import numbered_source
 from refgrad.codegen.cstyle import C_RULES, CDialect, CStyleRenderer, _Render, c_literal
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
-from refgrad.device import DeviceImpl, numbered_source
+from refgrad.device import DeviceImpl
 from refgrad.dtype import DType, dtypes
 from refgrad.testing.mutants.base import (
   BF16,

@@ -1,0 +1,57 @@
+"""Helpers a backend plugin may use: host memory for CPU kernels, a shared pool of CPU threads for threaded kernels,
+source listings for compile errors, and the version of the plugin's distribution."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+
+
+class HostAllocator:
+  """Buffers in host memory as numpy byte arrays, for CPU backends whose kernels take raw addresses
+  (`handle.ctypes.data`). Shared by CLANG and LLVM; third-party CPU backends can use it too."""
+
+  def alloc(self, nbytes: int) -> np.ndarray:
+    return np.zeros(max(nbytes, 1), dtype=np.uint8)
+
+  def free(self, handle: np.ndarray) -> None:
+    pass
+
+  def copyin(self, handle: np.ndarray, src: memoryview) -> None:
+    handle[:len(src)] = np.frombuffer(src, dtype=np.uint8)
+
+  def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
+    np.frombuffer(dest, dtype=np.uint8)[:] = handle[:len(dest)]
+
+
+_thread_pool: ThreadPoolExecutor | None = None
+
+
+def run_ranges(launch: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
+  """launch(start, end) for every range at once, on a pool of CPU threads shared by every CPU device (a ctypes call
+  releases the GIL, so the ranges really run in parallel); the first error raised by any range is raised here."""
+  global _thread_pool
+  if len(ranges) == 1:
+    launch(*ranges[0])
+    return
+  if _thread_pool is None:
+    _thread_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="refgrad-kernel")
+  for future in [_thread_pool.submit(launch, start, end) for start, end in ranges]:
+    future.result()
+
+
+def numbered_source(source: str) -> str:
+  """Source text with line numbers, as a backend's compile error shows it (the compiler's messages cite lines)."""
+  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
+
+
+def distribution_version(distribution: str, fallback: str = "0.1.0") -> str:
+  """The installed version of a plugin's distribution (for DeviceSpec.version), or `fallback` when it runs from a
+  source tree without being installed."""
+  try:
+    return version(distribution)
+  except PackageNotFoundError:
+    return fallback

@@ -1,0 +1,211 @@
+"""The compile cache on disk: content-addressed, verified, written atomically, pruned least recently used first.
+
+An entry is CACHE_MAGIC, a SHA-256 of its key and payload, then the payload; its file is named by its key. The
+checksum covering the key ties the payload to its name: an entry copied or renamed over another kernel's file
+fails the check like a corrupt one, instead of running the wrong kernel.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from refgrad.codegen.contract import Compiler
+
+CACHE_MAGIC = b"refgrad-cache-2\n"
+OLD_CACHE_MAGICS = (b"refgrad-cache-1\n",)  # earlier formats, whose checksum did not cover the key
+# The test suite's kernels take about 310 MB here (11,400 entries of 27 KB on average over the four devices), so
+# the default keeps a warm suite warm with room to spare. REFGRAD_CACHE_MAX_MB overrides it.
+CACHE_MAX_MB = 1024
+PRUNE_TO = 0.8  # a prune goes down to this share of the limit, so the next one is many compiles away
+STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed writer; a younger one may be in flight
+_cache_estimate: int | None = None  # bytes in the cache: its size at this process's last scan + what it wrote since
+_warned_old_format = False  # entries of an older format are many after an upgrade: one warning per process
+_last_hit = threading.local()  # the entry this thread's last cached_compile returned, None after a compile
+
+
+class CacheWarning(RuntimeWarning):
+  """A compile cache entry was evicted (not this kernel's, corrupt, of an older format, or unloadable) and its
+  kernel is compiled again."""
+
+
+def cache_dir() -> Path:
+  """REFGRAD_CACHE if set, else the user cache dir (XDG_CACHE_HOME or ~/.cache) / refgrad."""
+  if (explicit := os.environ.get("REFGRAD_CACHE")):
+    return Path(explicit)
+  return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "refgrad"
+
+
+def backend_cache_dir(backend: str) -> Path:
+  """A folder of the compile cache for one backend's own files, created on first use: for a JIT that cannot hand
+  back a binary from `compile` (numba, a driver's JIT) and keeps its own on-disk cache instead (docs/writing-a-
+  backend.md). The backend owns what is inside; refgrad's size limit and pruning cover only its own entries."""
+  if not backend or not all(c.isalnum() or c in "-_." for c in backend) or backend.strip(".") == "":
+    raise ValueError(f"backend_cache_dir: {backend!r} is not a valid folder name (letters, digits, '-', '_', '.')")
+  path = cache_dir() / "backends" / backend
+  path.mkdir(parents=True, exist_ok=True)
+  return path
+
+
+def _entry_digest(key: str, payload: bytes) -> bytes:
+  return hashlib.sha256(key.encode() + b"\0" + payload).digest()
+
+
+def _entry_fault(data: bytes, key: str) -> str | None:
+  """Why a cache file's bytes are not a valid entry of `key`, or None if they are."""
+  header = len(CACHE_MAGIC) + 32
+  if data.startswith(OLD_CACHE_MAGICS):
+    return ("is of an older cache format, which did not tie an entry to its key (other entries of that format are "
+            "replaced without a warning)")
+  if len(data) < header or not data.startswith(CACHE_MAGIC):
+    return "is not a refgrad compile cache entry (truncated, or another format)"
+  if _entry_digest(key, data[header:]) != data[len(CACHE_MAGIC):header]:
+    return "fails its checksum: it is corrupt, or another kernel's entry copied over this kernel's file"
+  return None
+
+
+def _read_entry(path: Path) -> bytes | None:
+  """The payload of the entry at `path` (named by its key), or None. An entry that is not valid for its key is
+  evicted with a CacheWarning, so it is compiled and written again rather than failing or running the wrong code."""
+  try:
+    data = path.read_bytes()
+  except OSError:  # missing (a miss), or pruned by another process just now
+    return None
+  if (fault := _entry_fault(data, path.stem)) is None:
+    return data[len(CACHE_MAGIC) + 32:]
+  _evict(path, fault, once=data.startswith(OLD_CACHE_MAGICS))
+  return None
+
+
+def _evict(path: Path, reason: str, once: bool = False) -> None:
+  """Delete a bad entry with a CacheWarning (`once`: warn only for the first entry of an older format)."""
+  global _warned_old_format
+  if not (once and _warned_old_format):
+    warnings.warn(f"compile cache entry {path} {reason}; evicted, the kernel is compiled again", CacheWarning,
+                  stacklevel=2)
+  _warned_old_format |= once
+  try:
+    path.unlink(missing_ok=True)
+  except OSError:  # a read-only cache: the entry stays, and every use compiles
+    pass
+
+
+def _write_entry(path: Path, payload: bytes) -> None:
+  """Write to a temporary file in the same folder, then rename: readers never see half a file."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(CACHE_MAGIC + _entry_digest(path.stem, payload) + payload)
+    os.replace(tmp, path)
+  except BaseException:
+    Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def cache_limit() -> int:
+  """The compile cache's size limit in bytes: REFGRAD_CACHE_MAX_MB megabytes, else CACHE_MAX_MB. A value that is not
+  a positive number raises ValueError: 0 would prune every entry on every write, and there is no "no cache" setting
+  (a throwaway REFGRAD_CACHE folder is one)."""
+  text = os.environ.get("REFGRAD_CACHE_MAX_MB") or ""
+  if not text.strip():
+    return CACHE_MAX_MB * 2**20
+  try:
+    limit = float(text) * 2**20
+  except ValueError:
+    limit = math.nan
+  if not math.isfinite(limit) or int(limit) <= 0:
+    raise ValueError(f"REFGRAD_CACHE_MAX_MB={text!r}: the compile cache's size limit must be a positive number of "
+                     f"megabytes, at least one byte (unset, it is {CACHE_MAX_MB})")
+  return int(limit)
+
+
+def prune_cache(limit: int | None = None) -> int:
+  """If the cache holds more than `limit` bytes (default: cache_limit()), delete the least recently used entries
+  (oldest modification time: an entry's time is refreshed on every hit) until it holds PRUNE_TO of the limit.
+  Returns the bytes left. Safe while other processes use the cache: a reader that loses an entry recompiles it."""
+  entries = []
+  for path in cache_dir().glob("??/*"):
+    try:
+      stat = path.stat()
+    except OSError:  # another process deleted or renamed it meanwhile
+      continue
+    if path.name.startswith(".tmp-") and time.time() - stat.st_mtime < STALE_TMP_SECONDS:
+      continue
+    entries.append((stat.st_mtime_ns, stat.st_size, path))
+  total = sum(size for _, size, _ in entries)
+  limit = cache_limit() if limit is None else limit
+  if total > limit:
+    for _, size, path in sorted(entries, key=lambda e: e[0]):
+      if total <= PRUNE_TO * limit:
+        break
+      path.unlink(missing_ok=True)
+      total -= size
+  return total
+
+
+def _note_write(nbytes: int) -> None:
+  """Scan the cache folder only on this process's first write and when what it wrote since its last scan may
+  have taken the cache over its limit, never on every write. Writes of other processes show at the next scan."""
+  global _cache_estimate
+  if _cache_estimate is not None and _cache_estimate + nbytes <= cache_limit():
+    _cache_estimate += nbytes
+    return
+  _cache_estimate = prune_cache()
+
+
+def _touch(path: Path) -> None:
+  """Mark an entry as just used, so pruning keeps it."""
+  try:
+    os.utime(path)
+  except OSError:  # a read-only cache, or another process pruned the entry just now
+    pass
+
+
+def cached_compile(compiler: Compiler, source: str) -> bytes:
+  """compiler.compile(source), run once per (compiler, source) across processes."""
+  cache_limit()  # a bad REFGRAD_CACHE_MAX_MB fails every run, not only runs that write
+  key = hashlib.sha256(f"{compiler.cache_key}\0{source}".encode()).hexdigest()
+  path = cache_dir() / key[:2] / f"{key}.bin"
+  if (payload := _read_entry(path)) is not None:
+    _touch(path)
+    _last_hit.path = path
+    return payload
+  _last_hit.path = None
+  return _compile_and_store(compiler, source, path)
+
+
+def _compile_and_store(compiler: Compiler, source: str, path: Path) -> bytes:
+  payload = compiler.compile(source)
+  try:
+    _write_entry(path, payload)
+    _note_write(len(CACHE_MAGIC) + 32 + len(payload))
+  except OSError:
+    pass  # a read-only or full cache folder only costs speed
+  return payload
+
+
+T = TypeVar("T")
+
+
+def load_cached(compiler: Compiler, source: str, load: Callable[[bytes], T]) -> T:
+  """load(cached_compile(compiler, source)). A cached binary that passes its checksum but that the runtime cannot
+  load (a payload that is no library of this backend) is evicted with a CacheWarning and compiled again, so it
+  costs one compile rather than failing every run. A freshly compiled binary that does not load is the backend's
+  error, raised as it is."""
+  _last_hit.path = None  # stays None if cached_compile is replaced (tests record what it compiles)
+  binary = cached_compile(compiler, source)
+  if (path := _last_hit.path) is None:
+    return load(binary)
+  try:
+    return load(binary)
+  except Exception as e:
+    _evict(path, f"does not load ({type(e).__name__}: {e})")
+  return load(_compile_and_store(compiler, source, path))
