@@ -235,8 +235,12 @@ def _truncated_in_range(x: np.ndarray, to: DType) -> tuple[np.ndarray, np.ndarra
 
 
 def _float_to_int(x: np.ndarray, to: DType) -> np.ndarray:
+  """Lanes out of range are UNDEFINED (undefined_cast_lanes); there the reference gives trunc(x) as int64 wrapped
+  into `to` (-1.0 -> 255 for uint8, as numpy on x86 for values within int32's range), 0 past int64 and for NaN."""
   t, ok = _truncated_in_range(x, to)
-  return np.where(ok, t, 0.0).astype(to.np)
+  wide, in_int64 = _truncated_in_range(x, dtypes.int64)
+  wrapped = np.where(in_int64, wide, 0.0).astype(np.int64).astype(to.np)
+  return np.where(ok, np.where(ok, t, 0.0).astype(to.np), wrapped)
 
 
 _KIND_CLASS = {"b": "b", "i": "n", "u": "n", "f": "f"}

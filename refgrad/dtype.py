@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,6 +257,10 @@ def least_upper_float(dt: DType) -> DType:
   return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
 
 
+class DTypeInferenceError(TypeError, RuntimeError):
+  """A value no dtype is inferred for (`dtypes.from_py(None)`): a TypeError, and tinygrad's RuntimeError."""
+
+
 def _dtype_of_python_value(x: Any) -> DType:
   if isinstance(x, (bool, np.bool_)):
     return dtypes.bool
@@ -265,7 +270,7 @@ def _dtype_of_python_value(x: Any) -> DType:
     return dtypes.default_float
   if isinstance(x, (list, tuple)):
     return least_upper_dtype(*map(_dtype_of_python_value, x)) if len(x) else dtypes.default_float
-  raise TypeError(f"cannot infer a dtype for {type(x).__name__} value {x!r}")
+  raise DTypeInferenceError(f"cannot infer a dtype for {type(x).__name__} value {x!r}")
 
 
 # A Python int must fit some 64-bit integer: inside this range a value given an integer dtype wraps modulo 2**bits,
@@ -315,3 +320,18 @@ def as_python_scalar(dt: DType, x: Any) -> Any:
     v = int(x) & ((1 << bits) - 1)
     return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v
   return float(x)
+
+
+def _default_float_from_environment() -> None:
+  """DEFAULT_FLOAT=HALF (any float dtype's name) sets dtypes.default_float at import, as tinygrad's variable does."""
+  name = os.environ.get("DEFAULT_FLOAT", "")
+  if not name:
+    return
+  chosen = _NAMED_DTYPES.get(name.lower())
+  if chosen is None or not dtypes.is_float(chosen):
+    floats = sorted(n for n, dt in _NAMED_DTYPES.items() if dtypes.is_float(dt))
+    raise ValueError(f"DEFAULT_FLOAT={name!r} is not a float dtype; use one of {', '.join(floats)}")
+  dtypes.default_float = chosen
+
+
+_default_float_from_environment()

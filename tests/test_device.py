@@ -106,3 +106,12 @@ def test_a_plugin_imported_before_refgrad_keeps_its_device(plugin):
   code = f"import {plugin}\nimport refgrad\nprint([s.name for s in refgrad.Device.specs()])"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
   assert f"'{name}'" in out
+
+
+def test_tinygrads_device_names_are_aliases():
+  """tinygrad 0.10 calls the C host device CPU and the OpenCL one GPU."""
+  if "CLANG" in Device.available():
+    assert Tensor.rand(2, device="CPU").device == "CLANG" and Tensor([1], device="cpu:1").device == "CLANG:1"
+    np.testing.assert_array_equal(Tensor([1, 2], device="CPU").numpy(), [1, 2])
+  if "OPENCL" in Device.available():
+    assert Tensor([1], device="GPU").device == "OPENCL"

@@ -1,6 +1,9 @@
 """The dtypes namespace as tinygrad 0.10 has it, and bitcast between dtypes of different item sizes, checked byte for
 byte against numpy's `.view()` (little-endian, as torch's `view(dtype)`) on every device."""
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -156,3 +159,24 @@ def test_struct_formats_are_those_of_the_struct_module():
     if d != dtypes.bfloat16:
       assert np.dtype(d.fmt).itemsize == d.itemsize and np.dtype(d.fmt) == NP_DTYPE[d]
   assert dtypes.bool.fmt == "?" and dtypes.int64.fmt == "q" and dtypes.bfloat16.fmt is None
+
+
+def test_from_py_of_what_has_no_dtype_is_a_runtime_error_too():
+  with pytest.raises(RuntimeError, match="NoneType"):
+    dtypes.from_py(None)
+  with pytest.raises(TypeError, match="object"):
+    dtypes.from_py(object())
+
+
+@pytest.mark.parametrize("value, expected", [("HALF", "float16"), ("bfloat16", "bfloat16"), ("double", "float64")])
+def test_default_float_from_the_environment(value, expected):
+  code = "from refgrad import Tensor; print(Tensor([1.5]).dtype.name, Tensor.rand(2).dtype.name)"
+  out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DEFAULT_FLOAT": value},
+                       capture_output=True, text=True, check=True).stdout.split()
+  assert out == [expected, expected]
+
+
+def test_default_float_that_is_not_a_float_is_refused():
+  run = subprocess.run([sys.executable, "-c", "import refgrad"], env={**os.environ, "DEFAULT_FLOAT": "int32"},
+                       capture_output=True, text=True)
+  assert run.returncode != 0 and "DEFAULT_FLOAT='int32' is not a float dtype" in run.stderr

@@ -189,3 +189,23 @@ def test_same_size_draws_reuse_one_kernel():
   Tensor.manual_seed(20)
   Tensor.rand(3)
   assert Tensor.rand(16).schedule()[-1].ast is first  # seed and offset are data, not constants
+
+
+def test_randn_and_uniform_into_other_dtypes_cast_the_floats_as_tinygrad():
+  """tinygrad draws floats and casts: uniform into an int dtype truncates the spread, then adds low."""
+  Tensor.manual_seed(3)
+  floats = Tensor.rand(1000).numpy()
+  Tensor.manual_seed(3)
+  ints = Tensor.uniform(1000, low=-100, high=100, dtype=dtypes.int32)
+  assert ints.dtype == dtypes.int32
+  np.testing.assert_array_equal(ints.numpy(), (floats * 200).astype(np.int32) - 100)
+  Tensor.manual_seed(3)
+  normal = Tensor.randn(64).numpy()
+  Tensor.manual_seed(3)
+  np.testing.assert_array_equal(Tensor.randn(64, dtype=dtypes.bool).numpy(), normal != 0)
+
+
+def test_multinomial_misuse_is_also_an_assertion_error():
+  for misuse in (lambda: Tensor(2.0).multinomial(1, replacement=False), lambda: Tensor.ones(3).multinomial(4)):
+    with pytest.raises(AssertionError):
+      misuse()

@@ -98,7 +98,7 @@ def empty_reduction(shape, axis):
 
 
 def with_ops(cases, ops=("sum", "prod", "max", "min")):
-  """(op, shape, axis) for every case; max and min over nothing are errors (see test_errors), so they are left out."""
+  """(op, shape, axis) for every case; max and min over nothing (the dtype's extremes) have a test of their own."""
   return [(op, shape, axis) for op in ops for shape, axis in cases
           if not (op in ("max", "min") and empty_reduction(shape, axis))]
 
@@ -114,6 +114,22 @@ def test_reduce_axes(op, shape, axis, keepdim, dtype):
   ulp, atol = reduce_tolerance(a, op, axis, keepdim, dtype)
   check(run_reduce(Tensor(a), op, axis, keepdim), reduce_oracle(a, op, axis, keepdim, dtype), dtype, ulp=ulp,
         atol=atol)
+
+
+EMPTY_EXTREMES = [(D.float32, -np.inf), (D.float16, -np.inf), (D.int32, np.iinfo(np.int32).min),
+                  (D.uint8, 0), (D.int8, -128), (D.bool, False)]
+
+
+@pytest.mark.parametrize("dtype, lowest", EMPTY_EXTREMES, ids=[d.name for d, _ in EMPTY_EXTREMES])
+@pytest.mark.parametrize("shape, axis", [((0,), None), ((2, 0), 1), ((0, 3), 0), ((2, 0, 3), (0, 1))])
+def test_max_and_min_over_nothing_are_the_dtype_extremes(dtype, lowest, shape, axis):
+  """As tinygrad: max over no element is the dtype's smallest value (min its largest), numpy's `initial`; torch
+  raises instead (docs/architecture.md)."""
+  a = np.zeros(shape, NP_DTYPE[dtype])
+  highest = np.inf if lowest == -np.inf else (True if dtype == D.bool else np.iinfo(NP_DTYPE[dtype]).max)
+  np.testing.assert_array_equal(Tensor(a).max(axis).numpy(), np.max(a, axis, initial=lowest))
+  np.testing.assert_array_equal(Tensor(a).min(axis).numpy(), np.min(a, axis, initial=highest))
+  assert Tensor(a).max(axis).dtype == dtype
 
 
 REDUCE_DTYPES = [D.bool, D.int8, D.int16, D.uint8, D.uint16, D.uint32, D.int64, D.uint64, D.float16, D.bfloat16,

@@ -125,6 +125,10 @@ def _finish(cls: type, flat: Any, shape: tuple[int, ...], kwargs: dict) -> Any:
   return cls(flat.reshape(shape).uop, **kwargs)
 
 
+class MultinomialError(RuntimeError, AssertionError):
+  """Weights multinomial cannot sample from: torch's RuntimeError, and the AssertionError tinygrad raises."""
+
+
 class RandomMixin(TensorBase):
   __slots__ = ()
 
@@ -157,8 +161,9 @@ class RandomMixin(TensorBase):
     >>> Tensor.manual_seed(0); Tensor.randn(2, 2).shape
     (2, 2)
     """
-    shape_ = _shape(shape)
-    return _finish(cls, _normal(cls, prod(shape_), _float_dtype(dtype), Device.canonicalize(device)), shape_, kwargs)
+    shape_, dt = _shape(shape), to_dtype(dtype) if dtype is not None else dtypes.default_float
+    drawn = _normal(cls, prod(shape_), dt if dtypes.is_float(dt) else dtypes.default_float, Device.canonicalize(device))
+    return _finish(cls, drawn.cast(dt), shape_, kwargs)  # another dtype casts the floats, as tinygrad does
 
   @classmethod
   def randint(cls, *shape: Any, low: int = 0, high: int = 10, device: str | None = None, dtype: Any = dtypes.int32,
@@ -198,7 +203,12 @@ class RandomMixin(TensorBase):
     >>> Tensor.manual_seed(0); t = Tensor.uniform(100, low=-2.0, high=-1.0); bool((t < -1).all().item())
     True
     """
-    return cls.rand(*shape, **kwargs) * (high - low) + low
+    dtype = kwargs.pop("dtype", None)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if dtypes.is_float(dt):
+      return cls.rand(*shape, dtype=dt, **kwargs) * (high - low) + low
+    requires_grad = kwargs.pop("requires_grad", None)  # an integer dtype: the spread is cast, then low added (tinygrad)
+    return cls((cls.rand(*shape, **kwargs) * (high - low)).cast(dt) + low, requires_grad=requires_grad)
 
   @classmethod
   def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Self:
@@ -268,11 +278,12 @@ class RandomMixin(TensorBase):
     [1, 1, 1, 1]
     """
     if self.ndim not in (1, 2):
-      raise RuntimeError(f"multinomial: weights must be 1-d or 2-d, got shape {self.shape}")
+      raise MultinomialError(f"multinomial: weights must be 1-d or 2-d, got shape {self.shape}")
     if not isinstance(num_samples, int) or num_samples < 1:
       raise ValueError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
     if not replacement and num_samples > self.shape[-1]:
-      raise RuntimeError(f"multinomial: cannot sample {num_samples} > {self.shape[-1]} categories without replacement")
+      raise MultinomialError(f"multinomial: cannot sample {num_samples} > {self.shape[-1]} categories without "
+                             f"replacement")
     weights = self.reshape(-1, self.shape[-1]).cast(dtypes.float32)
     samples = (_with_replacement if replacement else _without_replacement)(weights, num_samples)
     return samples if self.ndim == 2 else samples.reshape(num_samples)

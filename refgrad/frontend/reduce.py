@@ -56,12 +56,17 @@ class ReduceMixin(TensorBase):
     return out.cast(self.dtype) if acc_dtype is None and self.dtype in RETURNS_INPUT_DTYPE else out
 
   def max(self, axis: Any = None, keepdim: bool = False) -> Self:
-    self._check_nonempty(axis, "max")
+    """The largest value; over nothing, the smallest value of the dtype (-inf for floats), as in tinygrad (torch
+    raises there).
+
+    >>> Tensor([]).max().item()
+    -inf
+    """
     return self._reduce(Ops.MAX, axis, keepdim)
 
   def min(self, axis: Any = None, keepdim: bool = False) -> Self:
-    """min is max of the order-reversed values: -x for floats, ~x for ints and bools (exact for all)."""
-    self._check_nonempty(axis, "min")
+    """min is max of the order-reversed values: -x for floats, ~x for ints and bools (exact for all); over nothing,
+    the largest value of the dtype (inf for floats)."""
     flipped = self.neg() if dtypes.is_float(self.dtype) else self.bitwise_not()
     out = flipped._reduce(Ops.MAX, axis, keepdim)
     return out.neg() if dtypes.is_float(self.dtype) else out.bitwise_not()

@@ -128,3 +128,9 @@ def make_device() -> DeviceImpl:
 def refgrad_devices() -> list[DeviceSpec]:
   return [DeviceSpec("CLANG", make_device, plugin="refgrad-clang", version=distribution_version("refgrad-clang"),
                      probe=probe)]
+
+
+@hookimpl
+def refgrad_aliases() -> dict[str, str]:
+  """tinygrad 0.10 calls its C-on-the-host device CPU: code written for it runs here on CLANG."""
+  return {"CPU": "CLANG"}
