@@ -25,7 +25,7 @@ from refgrad.dtype import (
   short_int,
   to_dtype,
 )
-from refgrad.frontend import views
+from refgrad.frontend import autograd, views
 from refgrad.frontend.autograd import AutogradMixin
 from refgrad.frontend.elementwise import ElementwiseMixin
 from refgrad.frontend.movement import MovementMixin
@@ -99,6 +99,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     """Wrap a graph node (no checks, no device lookup): what every method returns."""
     t = object.__new__(cls)
     t._uop, t._view, t._requires_grad, t.grad = uop, None, None, None
+    if autograd.WANT_GRAD:
+      autograd.COMPUTED.add(t)
     return t
 
   @property

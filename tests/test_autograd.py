@@ -262,3 +262,23 @@ def test_backward_sets_grad_on_a_non_leaf_that_requires_grad():
   (ty * ty).sum().backward()
   np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy())
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+
+
+def test_tensors_computed_from_ones_that_require_grad_get_their_gradient_too():
+  """tinygrad's rule (torch keeps only the leaves' unless retain_grad): every live tensor in the graph that requires
+  grad gets .grad, also when the leaf it was computed from is gone; torch with retain_grad is the oracle."""
+  x0, w0 = np.array([[1.0, -2.0], [3.0, 0.5]], np.float32), np.array([[0.5, -1.0], [2.0, 0.0]], np.float32)
+  x, w = Tensor(x0), Tensor(w0, requires_grad=True)
+  hidden = x.matmul(w)
+  out = hidden.relu().sum()
+  out.backward()
+  tx, tw = torch.tensor(x0), torch.tensor(w0, requires_grad=True)
+  th = tx @ tw
+  th.retain_grad()
+  th.relu().sum().backward()
+  np.testing.assert_allclose(hidden.grad.numpy(), th.grad.numpy())
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy())
+  assert x.grad is None and out.grad is None  # no gradient wanted; the output itself gets none
+  column = Tensor([1.0, 2.0], requires_grad=True).reshape(2, 1)  # the leaf is dropped at once
+  column.square().sum().backward()
+  np.testing.assert_array_equal(column.grad.numpy(), [[2.0], [4.0]])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from refgrad.frontend.base import Self, TensorBase
@@ -16,7 +17,31 @@ from refgrad.schedule import computed_buffer, realized_buffer
 from refgrad.uop import Ops, UOp
 
 # tensors with requires_grad=True, so backward() can find the leaves of a graph
-_WANT_GRAD: weakref.WeakSet = weakref.WeakSet()
+WANT_GRAD: weakref.WeakSet = weakref.WeakSet()
+class LiveTensors:
+  """Weak references to tensors, cheaper to add to than a WeakSet (no callback per tensor): dead ones are dropped
+  when the list has doubled since the last sweep."""
+
+  def __init__(self):
+    self.refs: list[weakref.ref] = []
+    self.sweep_at = 1024
+
+  def add(self, t: Any) -> None:
+    self.refs.append(weakref.ref(t))
+    if len(self.refs) >= self.sweep_at:
+      self.refs = [r for r in self.refs if r() is not None]
+      self.sweep_at = max(1024, 2 * len(self.refs))
+
+  def __iter__(self) -> Iterator[Any]:
+    return (t for r in list(self.refs) if (t := r()) is not None)
+
+
+# tensors computed while some tensor wanted gradients: backward() gives each that requires grad (computed from one
+# that does) its gradient too, as tinygrad does (torch keeps only the leaves')
+COMPUTED = LiveTensors()
+# the nodes tensors held when they were made to require gradients: a tensor computed from one still requires them
+# after that tensor is gone (`t = Tensor(x, requires_grad=True).reshape(2, 1)`), as in tinygrad
+GRAD_NODES: weakref.WeakSet = weakref.WeakSet()
 
 
 class _ClassSwitch(contextlib.ContextDecorator):
@@ -60,9 +85,10 @@ class AutogradMixin(TensorBase):
   def requires_grad(self) -> bool | None:
     """True: gradients flow to it (set so, or, as in tinygrad, computed not through a detach from a tensor that is);
     False: they never do; None: not decided (an optimizer makes it True)."""
-    if self._requires_grad is not None or not _WANT_GRAD:
+    if self._requires_grad is not None or not (WANT_GRAD or GRAD_NODES):
       return self._requires_grad
-    wanted = {t.uop for t in list(_WANT_GRAD) if t._requires_grad and t is not self}
+    wanted = {t.uop for t in list(WANT_GRAD) if t._requires_grad and t is not self} | set(GRAD_NODES)
+    wanted.discard(self.uop)
     return True if wanted and not wanted.isdisjoint(reachable_without_detach(self.uop)) else None
 
   @requires_grad.setter
@@ -72,9 +98,11 @@ class AutogradMixin(TensorBase):
                          f"(cast it first: t.float())")
     self._requires_grad = value
     if value:
-      _WANT_GRAD.add(self)
+      WANT_GRAD.add(self)
+      GRAD_NODES.add(self.uop)
     else:
-      _WANT_GRAD.discard(self)
+      WANT_GRAD.discard(self)
+      GRAD_NODES.discard(self.uop)
 
   def requires_grad_(self, requires_grad: bool = True) -> Self:
     self.requires_grad = requires_grad
@@ -124,7 +152,7 @@ class AutogradMixin(TensorBase):
     to another tensor that wants gradients. Otherwise the buffer replaces the graph, which is then freed."""
     if type(self).no_grad:
       return False
-    wanted = {t.uop for t in list(_WANT_GRAD) if t.requires_grad and t is not self}
+    wanted = {t.uop for t in list(WANT_GRAD) if t.requires_grad and t is not self}
     return bool(wanted) and not wanted.isdisjoint(reachable_without_detach(self.uop))
 
   def _seed(self, gradient: Any) -> Self:
@@ -138,16 +166,18 @@ class AutogradMixin(TensorBase):
     return gradient
 
   def backward(self, gradient: Any = None) -> Self:
-    """Accumulate d(self)/d(t) into t.grad for every tensor t in the graph with requires_grad=True. As in torch,
-    the stored gradients carry no graph of their own (they are detached). Under Tensor.no_grad (inside
+    """Accumulate d(self)/d(t) into t.grad for every live tensor t in the graph with requires_grad=True: leaves and,
+    as in tinygrad, tensors computed from them (not self). As in torch, the stored gradients carry no graph of their
+    own (they are detached). Under Tensor.no_grad (inside
     `Tensor.test()` or `Tensor.inference_mode()`) nothing is stored, as in tinygrad; a wrong `gradient` still
     raises."""
     self._seed(gradient)
     if type(self).no_grad:
       return self
-    candidates = [t for t in list(_WANT_GRAD) if t.requires_grad]
+    candidates = list(dict.fromkeys([*WANT_GRAD, *COMPUTED]))
     in_graph = set(self.uop.toposort)
-    leaves = [t for t, ns in zip(candidates, self._target_nodes(tuple(candidates))) if any(n in in_graph for n in ns)]
+    leaves = [t for t, ns in zip(candidates, self._target_nodes(tuple(candidates)))
+              if t is not self and any(n in in_graph for n in ns) and t.requires_grad]
     if not leaves:
       return self
     grads = self.gradient(*leaves, gradient=gradient, materialize_grads=True)
