@@ -51,7 +51,7 @@ def layer_of(module: str) -> int:
     if any(module == p or module.startswith(p + ".") for p in prefixes if p != "refgrad") or \
        (module == "refgrad" and "refgrad" in prefixes):
       return i
-  raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+  raise AssertionError(f"{module} is in no layer: add it to the layer table of docs/architecture.md")
 
 
 def imports(path: Path, roots: frozenset[str] = frozenset({"refgrad"})) -> set[str]:

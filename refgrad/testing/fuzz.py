@@ -81,7 +81,7 @@ def kernel_pairs(ast: Any) -> set[tuple[str, str]]:
 # ---- the worker: runs one program at a time, in its own process
 def opts_for(program_text: str, device: str) -> Callable[[UOp], OptList]:
   """The opt lists `refgrad fuzz --opts` runs a program's kernels with on a device: random and legal
-  (linearize.random_kernel_opts), drawn in kernel order from a seed made of the program's text, so a finding
+  (pipeline.random_kernel_opts), drawn in kernel order from a seed made of the program's text, so a finding
   replays with the same opts."""
   caps = Device[device].caps
   rng = random.Random(hashlib.sha256(program_text.encode()).hexdigest())
