@@ -119,10 +119,3 @@ def test_the_plugin_checker_sees_an_import_from_refgrads_insides(tmp_path):
   bad.write_text("from refgrad.codegen.pipeline import compile_ast\nimport refgrad_clang\n")
   assert imports(bad) - PLUGIN_EXPORTS == {"refgrad.codegen.pipeline"}
   assert imports(bad, frozenset({"refgrad_clang"})) == {"refgrad_clang"}
-
-
-def test_the_old_path_of_the_semantics_is_the_same_module():
-  import refgrad.alu
-  import refgrad.interp.alu
-  from refgrad.interp.alu import exec_alu
-  assert refgrad.interp.alu is refgrad.alu and exec_alu is refgrad.alu.exec_alu
