@@ -1,10 +1,17 @@
 """pytest hooks of the suite: seeded sampling of long parametrizations on compiled devices, heap trimming, and
-skips for dtypes a device does not declare. Helpers for the test files are in helpers.py."""
+skips for dtypes a device does not declare. Helpers for the test files are in helpers.py.
+
+The sample rotates: it is seeded by the commit checked out (`git rev-parse HEAD`; a fixed seed outside a git
+checkout), so every commit runs another part of each long parametrization and no case stays deselected forever.
+REFGRAD_SAMPLE_SEED=<any string> picks the sample (to replay a run, use the seed its header printed);
+`--refgrad-full` (or REFGRAD_TEST_ALL=1) runs every case on every device. docs/testing.md says the same."""
 import ctypes
 import hashlib
 import math
 import os
+import subprocess
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,10 +24,47 @@ from helpers import declared_unsupported
 # boundaries, chains and reductions on every device (tests/test_oracle_kit.py). The sample is sized by what a new
 # kernel costs on the device, measured in a cold run of the suite (2026-12-01): about 0.45 s on OPENCL (PoCL builds
 # and then generates each kernel's work-group function), 0.12 s on CLANG (a clang process), 0.03 s on LLVM (in
-# process). REFGRAD_TEST_ALL=1 runs every case everywhere; REFGRAD_SAMPLE_SEED picks another sample. Deselected
-# cases are counted in pytest's summary ("N deselected"), under xdist too (pytest_testnodedown below).
+# process). The seed rotates with the commit (module docstring); `--refgrad-full` or REFGRAD_TEST_ALL=1 runs every
+# case everywhere. Deselected cases are counted in pytest's summary ("N deselected"), under xdist too
+# (pytest_testnodedown below), and the header names the seed.
 SAMPLE_SIZES: dict[str, tuple[int, float]] = {"LLVM": (8, 0.1), "CLANG": (4, 0.05), "OPENCL": (2, 0.05)}
 DEFAULT_SAMPLE = (4, 0.05)  # any other compiled device (a third-party backend under --refgrad-device)
+
+
+FIXED_SEED = "0"  # outside a git checkout (an sdist, a copied tree)
+
+
+def pytest_addoption(parser):
+  parser.addoption("--refgrad-full", action="store_true", default=False,
+                   help="run every case of long parametrizations on compiled devices (no seeded sample)")
+
+
+def _run_everything(config) -> bool:
+  return config.getoption("--refgrad-full") or os.environ.get("REFGRAD_TEST_ALL") == "1"
+
+
+def _sample_seed() -> str:
+  """REFGRAD_SAMPLE_SEED if set, else the commit checked out, else FIXED_SEED."""
+  if "REFGRAD_SAMPLE_SEED" in os.environ:
+    return os.environ["REFGRAD_SAMPLE_SEED"]
+  try:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True,
+                          timeout=10)
+  except (OSError, subprocess.SubprocessError):
+    return FIXED_SEED
+  return head.stdout.strip() if head.returncode == 0 and head.stdout.strip() else FIXED_SEED
+
+
+def pytest_configure(config):
+  # every xdist worker reads the same checkout, so all of them draw the same sample
+  config._refgrad_sample_seed = _sample_seed()
+
+
+def pytest_report_header(config):
+  if _run_everything(config):
+    return "refgrad: every case on every device (--refgrad-full)"
+  return f"refgrad: compiled devices run a sample of long parametrizations, seed {config._refgrad_sample_seed} " \
+         "(REFGRAD_SAMPLE_SEED=<seed> replays it, --refgrad-full runs everything)"
 
 
 def _sample_key(item, seed: str) -> str:
@@ -29,9 +73,9 @@ def _sample_key(item, seed: str) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-  if os.environ.get("REFGRAD_TEST_ALL") == "1":
+  if _run_everything(config):
     return
-  seed = os.environ.get("REFGRAD_SAMPLE_SEED", "0")
+  seed = config._refgrad_sample_seed
   groups: dict[tuple, list] = {}
   for item in items:
     device = getattr(item, "callspec", None) and item.callspec.params.get("refgrad_device")

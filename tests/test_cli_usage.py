@@ -209,19 +209,40 @@ def test_the_time_limit_counts_from_the_start_of_the_command(tmp_path):
   assert int(re.search(r"(\d+) programs in", out).group(1)) > 0, out
 
 
+SAMPLED_CASES = 30
+
+
+def run_sampled(tmp_path, *args: str, env: dict | None = None) -> str:
+  """tests/conftest.py on an inner suite of one test with SAMPLED_CASES cases on CLANG: pytest's -q output."""
+  inner = f"@pytest.mark.parametrize('case', range({SAMPLED_CASES}))\ndef test_sampled(case, refgrad_device):\n  pass\n"
+  (tmp_path / "test_sampled.py").write_text(f"import pytest\n\n\n{inner}")
+  run = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-q", "--refgrad-device", "CLANG",
+                        "-p", "no:cacheprovider", *args, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}, timeout=300)
+  assert run.returncode == 0, run.stdout + run.stderr
+  return run.stdout
+
+
 def test_deselected_cases_are_counted_under_xdist(tmp_path):
   """tests/conftest.py samples the cases of compiled devices; with -n 2 the controller, which collects nothing,
   counts them too."""
   spec = importlib.util.spec_from_file_location("sampling_conftest", TESTS / "conftest.py")
   sampling = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(sampling)
-  cases = 30
   above, fraction = sampling.SAMPLE_SIZES["CLANG"]
-  dropped = cases - above - math.ceil((cases - above) * fraction)
-  (tmp_path / "test_sampled.py").write_text(f"import pytest\n\n\n@pytest.mark.parametrize('case', range({cases}))\n"
-                                            "def test_sampled(case, refgrad_device):\n  pass\n")
-  run = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-n", "2", "-q", "--refgrad-device",
-                        "CLANG", "-p", "no:cacheprovider", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": str(TESTS)}, timeout=300)
-  assert run.returncode == 0, run.stdout + run.stderr
-  assert f"{cases - dropped} passed, {dropped} deselected" in run.stdout.strip().splitlines()[-1], run.stdout
+  dropped = SAMPLED_CASES - above - math.ceil((SAMPLED_CASES - above) * fraction)
+  out = run_sampled(tmp_path, "-n", "2")
+  assert f"{SAMPLED_CASES - dropped} passed, {dropped} deselected" in out.strip().splitlines()[-1], out
+
+
+def test_the_sample_rotates_with_its_seed_and_refgrad_full_runs_everything(tmp_path):
+  """A deselected case cannot fail, so no case may stay deselected: another seed (by default, another commit) draws
+  another sample; --refgrad-full and REFGRAD_TEST_ALL=1 deselect nothing."""
+  def sample(seed: str) -> set[str]:
+    out = run_sampled(tmp_path, "--co", env={"REFGRAD_SAMPLE_SEED": seed})
+    return {line for line in out.splitlines() if "::test_sampled[" in line}
+  samples = [sample(seed) for seed in ("a", "b", "c")]
+  assert len(set(map(frozenset, samples))) > 1, samples
+  assert all(len(cases) < SAMPLED_CASES for cases in samples)
+  assert f"{SAMPLED_CASES} tests collected" in run_sampled(tmp_path, "--co", "--refgrad-full")
+  assert f"{SAMPLED_CASES} tests collected" in run_sampled(tmp_path, "--co", env={"REFGRAD_TEST_ALL": "1"})
