@@ -2,23 +2,25 @@
 values, with constants, long rows and reductions) and random tensor programs, through check_against_reference:
 exact ops must match bit for bit, transcendentals within SPEC.md's ULP bound, reductions within its order-free
 bound, and lanes the reference marks undefined are skipped."""
+import functools
+
 import pytest
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from refgrad.codegen.contract import UnsupportedDTypeError
+from refgrad.testing.fuzz import claimed_dtypes
 from refgrad.testing.reference import check_against_reference
-from refgrad.testing.strategies import alu_kernels, tensor_programs
+from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, alu_kernels, tensor_programs
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS)
 
 
-def agrees(program, device):
-  """Raises ReferenceMismatch (an AssertionError) explaining any difference; examples with a dtype the device does
-  not claim are not examples for it."""
-  try:
-    check_against_reference(program.run, *program.inputs, device=device)
-  except UnsupportedDTypeError:
-    reject()
+def agrees(data, strategy, device):
+  """Draws a program of `strategy` over the dtypes the device claims (so no draw is rejected) and raises
+  ReferenceMismatch (an AssertionError) explaining any difference from the reference."""
+  claimed = claimed_dtypes(device)
+  program = data.draw(strategy(dtype_choices=claimed, allowed=claimed), label="program")
+  check_against_reference(program.run, *program.inputs, device=device)
 
 
 @pytest.fixture
@@ -29,12 +31,12 @@ def compiled_device(refgrad_device):
 
 
 @SETTINGS
-@given(kernel=alu_kernels())
-def test_random_kernels_match_the_reference(compiled_device, kernel):
-  agrees(kernel, compiled_device)
+@given(data=st.data())
+def test_random_kernels_match_the_reference(compiled_device, data):
+  agrees(data, alu_kernels, compiled_device)
 
 
 @SETTINGS
-@given(program=tensor_programs(transcendentals=False))
-def test_random_programs_match_the_reference(compiled_device, program):
-  agrees(program, compiled_device)
+@given(data=st.data())
+def test_random_programs_match_the_reference(compiled_device, data):
+  agrees(data, functools.partial(tensor_programs, transcendentals=False), compiled_device)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from refgrad import Device, Tensor, dtypes
 from refgrad.codegen.contract import Capabilities
@@ -17,7 +17,7 @@ from refgrad.device import DeviceImpl
 from refgrad.interp import kernel
 from refgrad.interp.device import PythonAllocator
 from refgrad.testing.reference import check_against_reference, undefined_lanes
-from refgrad.testing.strategies import tensor_programs
+from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, tensor_programs
 from refgrad.uop import Ops
 
 GPU_CAPS = Capabilities(local_memory=1 << 15, max_global_size=(1 << 31,) * 3, max_local_size=256)
@@ -116,7 +116,7 @@ def test_lockstep_interpreter_rejects_local_loads_outside_the_loops_of_their_sto
     kernel.PythonKernel(broken)
 
 
-SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS)
 
 
 @SETTINGS
@@ -127,7 +127,7 @@ def test_random_programs_gpu_shaped_match_plain(pygpu, program):
   check_against_reference(program.run, *program.inputs, device=pygpu)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS)
 @given(program=tensor_programs(transcendentals=False, max_steps=4))
 def test_gpu_shaped_programs_survive_tiny_blocks(pygpu, program):
   """With 4-element blocks the interpreter must still keep each work-group (and its local memory) in one block."""

@@ -1,22 +1,24 @@
 """The kernel optimizer (refgrad/codegen/opt.py): every opt list the fuzzer can draw gives, on every device, what the
 unoptimized reference gives (bit for bit where SPEC.md says exact, within the reduction bound where an unroll
 reassociates a float sum); illegal opts are refused with the reason; the device heuristics tile long reductions."""
+import functools
 import random
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refgrad import Device, Tensor
-from refgrad.codegen.contract import Opt, UnsupportedDTypeError, opts_text
+from refgrad.codegen.contract import Opt, opts_text
 from refgrad.codegen.opt import OptError, apply_opts, default_opts, legal_opts, parse_opts
 from refgrad.codegen.pipeline import compile_ast, lowered_kernel, random_kernel_opts
+from refgrad.testing.fuzz import claimed_dtypes
 from refgrad.testing.reference import check_against_reference
-from refgrad.testing.strategies import alu_kernels, tensor_programs
+from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, alu_kernels, tensor_programs
 from refgrad.uop import Ops
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS)
 
 
 def with_random_opts(seed: int, device: str):
@@ -26,23 +28,23 @@ def with_random_opts(seed: int, device: str):
   return lambda ast: random_kernel_opts(ast, caps, rng, max_opts=3)
 
 
-def agrees_with_opts(program, device, seed):
-  try:
-    check_against_reference(program.run, *program.inputs, device=device, opts=with_random_opts(seed, device))
-  except UnsupportedDTypeError:
-    reject()
+def agrees_with_opts(data, strategy, device, seed):
+  """A program of `strategy` over the dtypes the device claims (so no draw is rejected), under random opts."""
+  claimed = claimed_dtypes(device)
+  program = data.draw(strategy(dtype_choices=claimed, allowed=claimed), label="program")
+  check_against_reference(program.run, *program.inputs, device=device, opts=with_random_opts(seed, device))
 
 
 @SETTINGS
-@given(kernel=alu_kernels(), seed=st.integers(0, 2**32))
-def test_random_kernels_under_random_opts_match_the_reference(refgrad_device, kernel, seed):
-  agrees_with_opts(kernel, refgrad_device, seed)
+@given(data=st.data(), seed=st.integers(0, 2**32))
+def test_random_kernels_under_random_opts_match_the_reference(refgrad_device, data, seed):
+  agrees_with_opts(data, alu_kernels, refgrad_device, seed)
 
 
 @SETTINGS
-@given(program=tensor_programs(transcendentals=False), seed=st.integers(0, 2**32))
-def test_random_programs_under_random_opts_match_the_reference(refgrad_device, program, seed):
-  agrees_with_opts(program, refgrad_device, seed)
+@given(data=st.data(), seed=st.integers(0, 2**32))
+def test_random_programs_under_random_opts_match_the_reference(refgrad_device, data, seed):
+  agrees_with_opts(data, functools.partial(tensor_programs, transcendentals=False), refgrad_device, seed)
 
 
 SHAPED = {

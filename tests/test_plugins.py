@@ -4,13 +4,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from refgrad import Device, Tensor, plugins
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.hookspecs import hookimpl
 from refgrad.testing.reference import check_against_reference
-from refgrad.testing.strategies import tensor_programs
+from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, tensor_programs
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pyloops"
 
@@ -37,7 +37,7 @@ def test_example_plugin_registers_and_computes(pyloops):
   assert "def " in Device[pyloops].render(compile_ast((t + 1).schedule()[-1].ast))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS)
 @given(program=tensor_programs(transcendentals=False, max_steps=3))
 def test_example_plugin_matches_the_reference(pyloops, program):
   """Kernel by kernel, with SPEC.md's bounds: the example backend sums floats in its own (serial) order."""

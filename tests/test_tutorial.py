@@ -15,11 +15,11 @@ EXAMPLE = ROOT / "examples" / "pyloops" / "refgrad_pyloops" / "__init__.py"
 DRIVER = textwrap.dedent("""
   import numpy as np
   import tutorial_backend
-  from hypothesis import HealthCheck, given, settings
+  from hypothesis import given, settings
   from refgrad import Tensor, plugins
   from refgrad.testing.compare import compare
   from refgrad.testing.reference import check_against_reference, undefined_lanes
-  from refgrad.testing.strategies import tensor_programs
+  from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, tensor_programs
 
   assert plugins.register(tutorial_backend) == ["PYLOOPS"]
   x = np.array([[0.0, -0.0, 1.5], [np.inf, np.nan, -3.25]], np.float32)
@@ -31,7 +31,7 @@ DRIVER = textwrap.dedent("""
     result = compare(fn(Tensor(x, device="PYLOOPS")).numpy(), want.numpy(), undefined_lanes(want))
     assert result.ok, f"{name}: {result}"
 
-  @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+  @settings(max_examples=15, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS, database=None)
   @given(program=tensor_programs(transcendentals=False, max_steps=3))
   def random_programs(program):  # kernel by kernel, with SPEC.md's bounds: PYLOOPS sums in its own order
     check_against_reference(program.run, *program.inputs, device="PYLOOPS")

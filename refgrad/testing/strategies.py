@@ -10,6 +10,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from refgrad.dtype import ALL_DTYPES, DType, dtypes
@@ -20,6 +21,11 @@ INT_DTYPES = (dtypes.int32, dtypes.int8, dtypes.int16, dtypes.int64, dtypes.uint
               dtypes.uint64)
 ALL = (dtypes.float32, dtypes.int32, dtypes.bool) + FLOAT_DTYPES[1:] + INT_DTYPES[1:]
 assert set(ALL) == set(ALL_DTYPES.values())
+
+# What a test of random programs on a device may tell hypothesis to let pass, and nothing more: its device fixture is
+# function-scoped but the same for every example, and compiling a kernel per example is slow. Never filter_too_much:
+# a test that rejects most of its draws checks little, and must fail.
+PROGRAM_HEALTH_CHECKS = (HealthCheck.function_scoped_fixture, HealthCheck.too_slow)
 
 
 # Strategies made once and drawn from many times: hypothesis validates every new strategy object, which cost

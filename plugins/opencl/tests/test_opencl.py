@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refgrad import Device, Tensor, dtypes
@@ -14,6 +14,7 @@ from refgrad.codegen.contract import UnsupportedDTypeError
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.compile_cache import cached_compile
 from refgrad.device import DeviceImpl
+from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS
 from refgrad.uop import Ops
 
 pytestmark = pytest.mark.skipif("OPENCL" not in Device.available(), reason="OpenCL is not available here")
@@ -174,7 +175,7 @@ def test_no_platform_makes_opencl_unavailable_without_breaking_import(tmp_path):
   assert fail.returncode != 0 and "device OPENCL is unavailable: no OpenCL platform" in fail.stderr
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS)
 @given(data=st.data())
 def test_random_reductions_in_local_memory_match_the_reference(data):
   """Shapes large enough for work-groups of many items, every reduce op and dtype, against PYTHON bit for bit
