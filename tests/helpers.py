@@ -1,5 +1,6 @@
 """Helpers the test files share (`from helpers import ...`): dtype lists, numpy <-> torch conversion, edge values,
-and one value check used by every test file.
+one value check used by every test file, the gradient check against torch (grads_match) and the
+activations' table.
 
 The oracle is torch (CPU) wherever torch implements the op for the dtype, numpy otherwise (torch has only
 storage-level support for uint16, uint32 and uint64).
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 import ml_dtypes
 import numpy as np
 import torch
+import torch.nn.functional as F  # noqa: N812 -- the usual torch alias
 
 from refgrad import Tensor, dtypes
 from refgrad.codegen.contract import UnsupportedDTypeError
@@ -120,6 +122,58 @@ def edge_values(dt) -> np.ndarray:
   big = float(ml_dtypes.finfo(NP_DTYPE[dt]).max)
   vals = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, -7.0, 100.0, 1e-3, big, -big, np.inf, -np.inf, np.nan]
   return np.array(vals, dtype=np.float64).astype(NP_DTYPE[dt])
+
+
+def grads_match(fn_rg, fn_torch, *arrays: np.ndarray, rtol: float = 1e-4, seed=None) -> None:
+  """d(sum(f(*arrays) * w))/d(each input), refgrad against torch autograd, with fixed random weights w (or `seed`,
+  the weights given): the output shapes agree, each gradient has its input's dtype (inputs keep their numpy
+  dtype), and the values agree within rtol plus an atol of 1e-6 relative to the largest gradient. An input that is
+  not part of the graph has a zero gradient on both sides."""
+  ours = [Tensor(a, requires_grad=True) for a in arrays]
+  theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+  out_rg, out_t = fn_rg(*ours), fn_torch(*theirs)
+  assert tuple(out_rg.shape) == tuple(out_t.shape), f"shape {out_rg.shape}, torch {tuple(out_t.shape)}"
+  dt = arrays[0].dtype
+  weights = np.random.default_rng(1).standard_normal(out_t.shape).astype(dt) if seed is None else seed
+  (out_rg * Tensor(np.asarray(weights, dtype=dt))).sum().backward()
+  (out_t * torch.tensor(np.asarray(weights, dtype=dt))).sum().backward()
+  for a, ours_t, theirs_t in zip(arrays, ours, theirs):
+    want = theirs_t.grad.numpy() if theirs_t.grad is not None else np.zeros_like(a)
+    got = ours_t.grad.numpy() if ours_t.grad is not None else np.zeros_like(a)
+    assert got.dtype == a.dtype, f"gradient dtype {got.dtype}, input dtype {a.dtype}"
+    scale = float(np.abs(want).max()) if want.size else 1.0
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6 * max(scale, 1.0))
+
+
+# The elementwise activations, each as (refgrad, torch): forward and gradient checks over ordinary inputs
+# (test_method_gradients.py) and at every edge point (test_grad_edges.py) read this one table.
+ACTIVATIONS = {
+  "relu": (lambda x: x.relu(), torch.relu),
+  "relu6": (lambda x: x.relu6(), F.relu6),
+  "leakyrelu": (lambda x: x.leakyrelu(), F.leaky_relu),
+  "leakyrelu 0.2": (lambda x: x.leakyrelu(0.2), lambda x: F.leaky_relu(x, 0.2)),
+  "elu": (lambda x: x.elu(), F.elu),
+  "elu 0.7": (lambda x: x.elu(0.7), lambda x: F.elu(x, 0.7)),
+  "celu 0.5": (lambda x: x.celu(0.5), lambda x: F.celu(x, 0.5)),
+  "celu 1.3": (lambda x: x.celu(1.3), lambda x: F.celu(x, 1.3)),
+  "selu": (lambda x: x.selu(), F.selu),
+  "hardsigmoid": (lambda x: x.hardsigmoid(), F.hardsigmoid),
+  "sigmoid": (lambda x: x.sigmoid(), torch.sigmoid),
+  "logsigmoid": (lambda x: x.logsigmoid(), F.logsigmoid),
+  "silu": (lambda x: x.silu(), F.silu),
+  "swish": (lambda x: x.swish(), F.silu),
+  "hardswish": (lambda x: x.hardswish(), F.hardswish),
+  "gelu tanh": (lambda x: x.gelu(), lambda x: F.gelu(x, approximate="tanh")),
+  "gelu none": (lambda x: x.gelu("none"), F.gelu),
+  "quick_gelu": (lambda x: x.quick_gelu(), lambda x: x * torch.sigmoid(1.702 * x)),
+  "mish": (lambda x: x.mish(), F.mish),
+  "softplus": (lambda x: x.softplus(), F.softplus),
+  "softplus beta 2": (lambda x: x.softplus(beta=2.0), lambda x: F.softplus(x, beta=2.0)),
+  "softsign": (lambda x: x.softsign(), F.softsign),
+  "hardtanh": (lambda x: x.hardtanh(), F.hardtanh),
+  "hardtanh -0.5 2": (lambda x: x.hardtanh(-0.5, 2.0), lambda x: F.hardtanh(x, -0.5, 2.0)),
+  "hardtanh -3 6": (lambda x: x.hardtanh(-3, 6), lambda x: F.hardtanh(x, -3, 6)),
+}
 
 
 def training_step(model, optimizer):

@@ -1,6 +1,9 @@
 """Gradients against torch autograd, on every device. Tolerances: gradients are compositions of a few float32
 ops (and sums), so they are compared with rtol=1e-5 plus atol=1e-6 relative to the largest gradient, except
 where a transcendental is involved (rtol 1e-4)."""
+import functools
+
+import helpers
 import numpy as np
 import pytest
 import torch
@@ -17,18 +20,8 @@ def data(*shape, positive=False):
   return np.abs(x) + 0.5 if positive else x
 
 
-def grads_match(fn_rg, fn_torch, *arrays, rtol=1e-5, seed=None):
-  """Compare d(sum(f * seed))/d(inputs) between refgrad and torch."""
-  ours = [Tensor(a, requires_grad=True) for a in arrays]
-  theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-  out_rg, out_t = fn_rg(*ours), fn_torch(*theirs)
-  weights = np.random.default_rng(1).standard_normal(out_t.shape).astype(np.float32) if seed is None else seed
-  (out_rg * Tensor(weights)).sum().backward()
-  (out_t * torch.tensor(weights)).sum().backward()
-  for a, ours_t, theirs_t in zip(arrays, ours, theirs):
-    want = theirs_t.grad.numpy() if theirs_t.grad is not None else np.zeros_like(a)
-    scale = float(np.abs(want).max()) if want.size else 1.0
-    np.testing.assert_allclose(ours_t.grad.numpy(), want, rtol=rtol, atol=1e-6 * max(scale, 1.0))
+# helpers.grads_match (shapes, dtypes, values) at this file's tolerance: rtol=1e-5 unless a test says more
+grads_match = functools.partial(helpers.grads_match, rtol=1e-5)
 
 
 UNARY = {

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual torch alias
+from helpers import ACTIVATIONS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,29 +106,10 @@ UNARY = {
   "floor": (lambda x: x.floor() + x, lambda x: x.floor() + x),
   "ceil": (lambda x: x.ceil() + x, lambda x: x.ceil() + x),
   "round": (lambda x: x.round() + x, lambda x: x.round() + x),
-  "sigmoid": (lambda x: x.sigmoid(), torch.sigmoid),
-  "relu": (lambda x: x.relu(), torch.relu),
-  "relu6": (lambda x: x.relu6(), F.relu6),
-  "leakyrelu": (lambda x: x.leakyrelu(), F.leaky_relu),
-  "leakyrelu 0.2": (lambda x: x.leakyrelu(0.2), lambda x: F.leaky_relu(x, 0.2)),
-  "elu": (lambda x: x.elu(), F.elu),
-  "elu 0.7": (lambda x: x.elu(0.7), lambda x: F.elu(x, 0.7)),
-  "celu 0.5": (lambda x: x.celu(0.5), lambda x: F.celu(x, 0.5)),
-  "selu": (lambda x: x.selu(), F.selu),
-  "hardsigmoid": (lambda x: x.hardsigmoid(), F.hardsigmoid),
-  "silu": (lambda x: x.silu(), F.silu),
-  "swish": (lambda x: x.swish(), F.silu),
-  "hardswish": (lambda x: x.hardswish(), F.hardswish),
-  "gelu tanh": (lambda x: x.gelu(), lambda x: F.gelu(x, approximate="tanh")),
-  "gelu none": (lambda x: x.gelu("none"), F.gelu),
-  "quick_gelu": (lambda x: x.quick_gelu(), lambda x: x * torch.sigmoid(1.702 * x)),
-  "mish": (lambda x: x.mish(), F.mish),
-  "softplus": (lambda x: x.softplus(), F.softplus),
+  # all but celu with an alpha whose reciprocal float32 does not hold: torch's float64 backward rounds it, off by
+  # more as |x| grows (celu 0.5 is tested here)
+  **{name: fns for name, fns in ACTIVATIONS.items() if name != "celu 1.3"},
   "softplus beta threshold": (lambda x: x.softplus(2.0, 5.0), lambda x: F.softplus(x, 2.0, 5.0)),
-  "logsigmoid": (lambda x: x.logsigmoid(), F.logsigmoid),
-  "softsign": (lambda x: x.softsign(), F.softsign),
-  "hardtanh": (lambda x: x.hardtanh(), F.hardtanh),
-  "hardtanh -3 6": (lambda x: x.hardtanh(-3, 6), lambda x: F.hardtanh(x, -3, 6)),
   "clamp": (lambda x: x.clamp(-1, 1), lambda x: x.clamp(-1, 1)),
   "clamp min": (lambda x: x.clamp(min_=0), lambda x: x.clamp(min=0)),
   "clip max": (lambda x: x.clip(max_=3), lambda x: x.clip(max=3)),
