@@ -124,6 +124,28 @@ def edge_values(dt) -> np.ndarray:
   return np.array(vals, dtype=np.float64).astype(NP_DTYPE[dt])
 
 
+# Inputs of shape (2, 3, 4) built in different ways, so ops also run on permuted, sliced, flipped, expanded and padded
+# views. Each entry builds the view from `make` (ndarray -> tensor) and `pad` (tensor, flat padding -> tensor).
+VIEW_BASES = {
+  "contiguous": lambda make, pad: make(np.arange(24).reshape(2, 3, 4)),
+  "permuted": lambda make, pad: make(np.arange(24).reshape(4, 3, 2)).permute(2, 1, 0),
+  "sliced": lambda make, pad: make(np.arange(120).reshape(4, 6, 5))[1:3, ::2, 1:5],
+  "flipped": lambda make, pad: make(np.arange(24).reshape(2, 3, 4)).flip(1),
+  "expanded": lambda make, pad: make(np.arange(12).reshape(1, 3, 4)).expand(2, 3, 4),
+  "padded": lambda make, pad: pad(make(np.arange(12).reshape(2, 3, 2)), (1, 1)),
+}
+
+
+def view_pair(base: str, dtype=dtypes.float32) -> tuple[Tensor, torch.Tensor]:
+  """The same (2, 3, 4) view VIEW_BASES[base] as a refgrad Tensor and as a torch tensor."""
+  def make_refgrad(a):
+    return Tensor(np.asarray(a).astype(NP_DTYPE[dtype]))
+
+  def make_torch(a):
+    return to_torch(np.asarray(a).astype(NP_DTYPE[dtype]))
+  return VIEW_BASES[base](make_refgrad, Tensor.pad), VIEW_BASES[base](make_torch, F.pad)
+
+
 def grads_match(fn_rg, fn_torch, *arrays: np.ndarray, rtol: float = 1e-4, seed=None) -> None:
   """d(sum(f(*arrays) * w))/d(each input), refgrad against torch autograd, with fixed random weights w (or `seed`,
   the weights given): the output shapes agree, each gradient has its input's dtype (inputs keep their numpy

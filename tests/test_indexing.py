@@ -7,25 +7,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from helpers import NP_DTYPE, check, edge_values, to_torch
+from helpers import NP_DTYPE, check, edge_values, to_torch, view_pair
 
 from refgrad import Tensor, dtypes
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
 
-BASES = {
-  "contiguous": lambda make: make(np.arange(24).reshape(2, 3, 4)),
-  "permuted": lambda make: make(np.arange(24).reshape(4, 3, 2)).permute(2, 1, 0),
-  "sliced": lambda make: make(np.arange(120).reshape(4, 6, 5))[1:3, ::2, 1:5],
-  "expanded": lambda make: make(np.arange(12).reshape(1, 3, 4)).expand(2, 3, 4),
-}
-VIEWS = [b for b in BASES if b != "contiguous"]
-
-
-def pair(base, dtype=dtypes.float32):
-  ours = BASES[base](lambda a: Tensor(np.asarray(a).astype(NP_DTYPE[dtype])))
-  theirs = BASES[base](lambda a: to_torch(np.asarray(a).astype(NP_DTYPE[dtype])))
-  return ours, theirs
+VIEWS = ["permuted", "sliced", "expanded"]  # of helpers.VIEW_BASES
 
 
 def idx(values, dtype=dtypes.int32):
@@ -67,12 +55,12 @@ GET = {
 @pytest.mark.parametrize("case, base", [(c, b) for i, c in enumerate(GET) for b in ("contiguous", VIEWS[i % 3])])
 def test_getitem_advanced(case, base):
   ours, theirs = GET[case]
-  t, tt = pair(base)
+  t, tt = view_pair(base)
   check(t[ours], tt[theirs], dtypes.float32)
 
 
 def test_getitem_bool_masks():
-  t, tt = pair("permuted")
+  t, tt = view_pair("permuted")
   check(t[t > 10], tt[tt > 10], dtypes.float32)
   mask = np.array([[True, False, True], [False, False, True]])
   check(t[Tensor(mask)], tt[torch.from_numpy(mask)], dtypes.float32)
@@ -208,7 +196,7 @@ def test_gather(shape, dim, index_shape):
 
 
 def test_gather_views_and_index_dtypes():
-  t, tt = pair("sliced")
+  t, tt = view_pair("sliced")
   index = np.array([[[3, 0, 1, 2]], [[1, 1, 0, 3]]])
   expanded = Tensor(index.astype(np.uint8)).expand(2, 3, 4)  # an expanded index of another int dtype
   check(t.gather(2, expanded), tt.gather(2, torch.from_numpy(index).expand(2, 3, 4)), dtypes.float32)
@@ -281,7 +269,7 @@ def test_scatter_reduce_nan_and_negative_zero():
 @pytest.mark.parametrize("dtype", [dtypes.bool, dtypes.int16, dtypes.bfloat16, dtypes.float32],
                          ids=["bool", "int16", "bfloat16", "float32"])
 def test_masked_fill(dtype):
-  t, tt = pair("expanded", dtype)
+  t, tt = view_pair("expanded", dtype)
   mask = np.array([[True], [False], [True]])
   for value in (1, 0.5, float("nan")) if dtype.kind == "f" else (1, 0):
     check(t.masked_fill(Tensor(mask), value), tt.masked_fill(torch.from_numpy(mask), value), dtype)

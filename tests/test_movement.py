@@ -4,33 +4,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from helpers import NP_DTYPE, check, edge_values, to_numpy, to_torch
+from helpers import NP_DTYPE, VIEW_BASES, check, edge_values, to_numpy, to_torch, view_pair
 
 from refgrad import Tensor, dtypes
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
-
-# Inputs of shape (2, 3, 4) built in different ways, so ops also run on permuted, sliced, flipped, expanded and padded
-# views. Each entry builds the view from `make` (ndarray -> tensor) and `pad` (tensor, flat padding -> tensor).
-BASES = {
-  "contiguous": lambda make, pad: make(np.arange(24).reshape(2, 3, 4)),
-  "permuted": lambda make, pad: make(np.arange(24).reshape(4, 3, 2)).permute(2, 1, 0),
-  "sliced": lambda make, pad: make(np.arange(120).reshape(4, 6, 5))[1:3, ::2, 1:5],
-  "flipped": lambda make, pad: make(np.arange(24).reshape(2, 3, 4)).flip(1),
-  "expanded": lambda make, pad: make(np.arange(12).reshape(1, 3, 4)).expand(2, 3, 4),
-  "padded": lambda make, pad: pad(make(np.arange(12).reshape(2, 3, 2)), (1, 1)),
-}
-
-
-def pair(base, dtype=dtypes.float32):
-  """The same (2, 3, 4) view as a refgrad Tensor and as a torch tensor."""
-  def make_refgrad(a):
-    return Tensor(np.asarray(a).astype(NP_DTYPE[dtype]))
-
-  def make_torch(a):
-    return to_torch(np.asarray(a).astype(NP_DTYPE[dtype]))
-  return BASES[base](make_refgrad, Tensor.pad), BASES[base](make_torch, F.pad)
-
 
 # name: (refgrad op, torch op); one lambda serves both when the APIs agree
 SAME = lambda f: (f, f)  # noqa: E731
@@ -98,11 +76,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("base", list(BASES))
+@pytest.mark.parametrize("base", list(VIEW_BASES))
 @pytest.mark.parametrize("case", list(CASES))
 def test_movement(case, base):
   ours, theirs = CASES[case]
-  t, tt = pair(base)
+  t, tt = view_pair(base)
   check(ours(t), theirs(tt), dtypes.float32)
 
 
@@ -149,7 +127,7 @@ def test_zero_d():
 
 
 def test_movement_after_realize():
-  t, tt = pair("sliced")
+  t, tt = view_pair("sliced")
   v, tv = t.permute(2, 0, 1)[::2], tt.permute(2, 0, 1)[::2]
   v.realize()
   check(v, tv, dtypes.float32)
@@ -158,8 +136,8 @@ def test_movement_after_realize():
 
 
 def test_elementwise_on_views():
-  t, tt = pair("permuted")
-  u, tu = pair("flipped")
+  t, tt = view_pair("permuted")
+  u, tu = view_pair("flipped")
   check(t[:, ::-1] * u + 1, torch.from_numpy(to_numpy(tt)[:, ::-1].copy()) * tu + 1, dtypes.float32)
   check(t.T.reshape(4, 6) - u.reshape(4, 6), tt.permute(2, 1, 0).reshape(4, 6) - tu.reshape(4, 6), dtypes.float32)
 
