@@ -5,7 +5,7 @@ refgrad/codegen/contract.py; the registry of devices: refgrad/registry.py).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -16,14 +16,17 @@ from refgrad.codegen.contract import (
   Allocator,
   Capabilities,
   Compiler,
+  OptList,
   Program,
   Renderer,
   Runner,
   Runtime,
   UnsupportedDTypeError,
 )
+from refgrad.codegen.pipeline import compile_ast
 from refgrad.compile_cache import load_cached
 from refgrad.dtype import ALL_DTYPES
+from refgrad.uop import UOp
 
 if TYPE_CHECKING:
   from refgrad.buffer import Buffer
@@ -104,6 +107,24 @@ class DeviceImpl:
       runner = self._build_runner(program)
       self._runners.put(key, runner)
     return runner
+
+  def run_kernel(self, ast: UOp, buffers: Sequence[Buffer], opts: OptList | None = None,
+                 variables: Sequence[tuple[UOp, int]] = ()) -> tuple[Program, Runner]:
+    """The one way a kernel runs (realize, the oracle and the search call it): compile `ast` with `opts` (None: this
+    device's heuristic), load it (get_runner), write the values of its Variables into its last buffer and launch it
+    on `buffers`, one per PARAM. `variables` are (Variable, value) in the order the kernel reads them (the
+    ScheduleItem's); each value must lie in its Variable's range. Returns the program that ran (its name, opts and
+    code paths) and its runner, which launches it again (a jit's replay, the search's timing)."""
+    for var, value in variables:
+      name, low, high = var.arg
+      if not low <= value <= high:
+        raise ValueError(f"Variable {name!r} = {value} is outside its range [{low}, {high}]")
+    if variables:
+      buffers[-1].copyin(np.array([value for _, value in variables], np.int64))
+    program = compile_ast(ast, self.caps, opts)
+    runner = self.get_runner(program)
+    runner(*(b.handle for b in buffers))
+    return program, runner
 
   def copy_from(self, dest: Buffer, src: Buffer) -> None:
     """Copy src (a buffer of any device) into dest, a buffer of this device."""

@@ -58,11 +58,10 @@ def kernel_key(ast: UOp, device: str) -> str:
 def time_opts(ast: UOp, device: str, opts: OptList | None) -> float:
   """Seconds one run of the kernel takes on the device with `opts` (None: its heuristic), on scratch buffers."""
   impl = Device[device]
-  program = compile_ast(ast, impl.caps, opts)
-  runner = impl.get_runner(program)
-  buffers = [Buffer(device, p.arg[1], p.dtype) for p in program.params]
+  params = sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+  buffers = [Buffer(device, p.arg[1], p.dtype) for p in params]
+  _, runner = impl.run_kernel(ast, buffers, opts)
   handles = [b.handle for b in buffers]
-  runner(*handles)
   impl.synchronize()
   best = float("inf")
   for _ in range(TIMED_RUNS):

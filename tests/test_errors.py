@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import check
 
-import refgrad.realize
+import refgrad.device
 from refgrad import Tensor, dtypes
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
@@ -125,14 +125,14 @@ def test_failed_realize_leaves_other_tensors_usable(monkeypatch):
   y = a * 2 + 1
   assert len(x.schedule()) == 2
   compiled = []
-  real_compile = refgrad.realize.compile_ast
+  real_compile = refgrad.device.compile_ast
 
   def fails_on_second_kernel(ast, *caps):
     compiled.append(ast)
     if len(compiled) == 2:
       raise RuntimeError("injected compile failure")
     return real_compile(ast, *caps)
-  monkeypatch.setattr(refgrad.realize, "compile_ast", fails_on_second_kernel)
+  monkeypatch.setattr(refgrad.device, "compile_ast", fails_on_second_kernel)
   with pytest.raises(RuntimeError, match="injected"):
     x.realize()
   monkeypatch.undo()

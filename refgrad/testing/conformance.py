@@ -29,9 +29,9 @@ import ml_dtypes
 import numpy as np
 
 from refgrad.alu import result_dtype, ulp_distance
-from refgrad.codegen.contract import Opt, OptList
+from refgrad.codegen.contract import Opt, OptList, Program
 from refgrad.codegen.opt import apply_opts, heuristic_amounts, legal_opts
-from refgrad.codegen.pipeline import compile_ast, lowered_kernel, random_kernel_opts
+from refgrad.codegen.pipeline import lowered_kernel, random_kernel_opts
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes, from_numpy
 from refgrad.frontend.bitcast import UNSIGNED_OF_SIZE
 from refgrad.ops import OP_FACTS
@@ -66,8 +66,7 @@ class CaseResult:
 @dataclass
 class UnitOutcome:
   results: list[CaseResult]
-  # the kernels that ran, each with the opt list it ran with (None: the device's own), for the code-path report
-  kernels: list[tuple[UOp, OptList | None]] = field(default_factory=list)
+  programs: list[Program] = field(default_factory=list)  # what ran on the device, for the code-path report
 
 
 # ---- building blocks: primitive ops on tensors
@@ -122,16 +121,16 @@ class Batch:
     sizes: list[int] = []
     report = check_against_reference(self.program(sizes), *self.inputs, device=device, raise_on_mismatch=False,
                                      keep_lanes=True)
-    kernels = [(k.ast, None) for k in report.kernels]
+    programs = [k.program for k in report.kernels if k.program is not None]
     earlier = next((k for k in report.kernels[:-1] if not k.ok), None)
     if earlier is not None:  # a kernel before the output failed: every segment depends on it
       return UnitOutcome([CaseResult(s.row, s.column, FAIL, detail=earlier.explanation) for s in self.segments],
-                         kernels)
+                         programs)
     final, start, results = report.kernels[-1], 0, []
     for segment, size in zip(self.segments, sizes):
       results.append(judge_segment(segment, final, slice(start, start + size), self.inputs))
       start += size
-    return UnitOutcome(results, kernels)
+    return UnitOutcome(results, programs)
 
 
 def judge_segment(segment: Segment, kernel: Any, lanes: slice, inputs: list[np.ndarray]) -> CaseResult:
@@ -566,20 +565,10 @@ class ProgramCase:
     if self.forced is not None:
       caps = Device[device].caps
       opts = lambda ast: largest_opts(ast, self.forced, caps)  # noqa: E731
-    chosen: dict[UOp, OptList] = {}
-    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device,
-                                                      opts=None if opts is None else recorded(opts, chosen))
+    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device, opts=opts)
     return UnitOutcome([CaseResult(self.label, "program", PASS, report.worst_ulp, report.checked,
                                    report.undefined + report.unbounded)],
-                       [(k.ast, chosen.get(k.ast)) for k in report.kernels if k.ast is not None])
-
-
-def recorded(opts: Callable[[UOp], OptList], chosen: dict[UOp, OptList]) -> Callable[[UOp], OptList]:
-  """opts, writing down each kernel's choice (for the code-path report: a random draw cannot be made again)."""
-  def choose(ast: UOp) -> OptList:
-    chosen[ast] = opts(ast)
-    return chosen[ast]
-  return choose
+                       [k.program for k in report.kernels if k.program is not None])
 
 
 def largest_opts(ast: UOp, kind: str, caps: Any) -> OptList:
@@ -637,7 +626,7 @@ def run_unit(unit: Unit, device: str) -> UnitOutcome:
   except Exception as e:  # a crash of the device under test is a failure with its message
     status, detail = FAIL, f"{type(e).__name__}: {e}"
   else:
-    paths = sorted(code_paths(device, outcome.kernels))
+    paths = sorted(code_paths(device, outcome.programs))
     for result in outcome.results:
       result.paths = paths
     return outcome
@@ -661,16 +650,15 @@ def merge(results: list[CaseResult]) -> list[CaseResult]:
   return list(cells.values())
 
 
-def code_paths(device: str, kernels: list[tuple[UOp, OptList | None]]) -> Counter[str]:
-  """Which of the device's code paths these kernels took, each compiled with the opts it ran with, as its renderer
-  reports them (an optional `code_paths(program)` method: split reductions, remainder loops, grouped reductions,
-  each opt and its amount, ...)."""
-  impl = Device[device]
-  report = getattr(impl.renderer, "code_paths", None)
+def code_paths(device: str, programs: list[Program]) -> Counter[str]:
+  """Which of the device's code paths these programs (as they ran) took, as its renderer reports them (an optional
+  `code_paths(program)` method: split reductions, remainder loops, grouped reductions, each opt and its amount,
+  ...)."""
+  report = getattr(Device[device].renderer, "code_paths", None)
   found: Counter[str] = Counter()
   if report is not None:
-    for ast, opts in kernels:
-      found.update(report(compile_ast(ast, impl.caps, opts)))
+    for program in programs:
+      found.update(report(program))
   return found
 
 
@@ -690,17 +678,17 @@ def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | No
   device = Device.canonicalize(device)
   started = time.perf_counter()
   units = [u for u in all_units() if only is None or any(only in row for row in u.rows)]
-  results, kernels = [], []
+  results, programs = [], []
   for i, unit in enumerate(units):
     if progress:
       progress(i, len(units), unit)
     outcome = run_unit(unit, device)
     results += outcome.results
-    kernels += outcome.kernels
+    programs += outcome.programs
     if stop_on_failure and any(r.status == FAIL for r in outcome.results):
       break
   reports = getattr(Device[device].renderer, "code_paths", None) is not None
-  return CheckRun(device, merge(results), code_paths(device, kernels), reports, time.perf_counter() - started)
+  return CheckRun(device, merge(results), code_paths(device, programs), reports, time.perf_counter() - started)
 
 
 # ---- progress

@@ -18,11 +18,12 @@ import numpy as np
 
 from refgrad.alu import ulp_distance
 from refgrad.buffer import Buffer
-from refgrad.codegen.contract import OptList, opts_text
+from refgrad.codegen.contract import OptList, Program, opts_text
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.realize import run_schedule, run_transfer
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem, create_schedule
+from refgrad.search import opts_for
 from refgrad.sizes import bound_region, concrete_graph, is_symbolic_shape, shape_value
 from refgrad.testing.bounds import kernel_error_bounds
 from refgrad.testing.compare import Comparison, compare
@@ -52,7 +53,7 @@ class Lanes:
 class KernelResult:
   name: str
   comparison: Comparison
-  ast: UOp | None = None          # the kernel, so a report can say which backend code paths it took (None: a transfer)
+  program: Program | None = None  # what ran on the device: its opts and code paths (None: a transfer)
   lanes: Lanes | None = None      # kept when asked (check_against_reference(keep_lanes=True))
   explanation: str = ""           # why it failed, when it did and the check did not raise
   rewrite_error: str = ""         # the reference's kernel path against the graph evaluator, when they disagree
@@ -60,6 +61,11 @@ class KernelResult:
   @property
   def ok(self) -> bool:
     return self.comparison.ok and not self.rewrite_error
+
+  @property
+  def ast(self) -> UOp | None:
+    """The scheduled kernel (None: a transfer)."""
+    return None if self.program is None else self.program.key
 
 
 @dataclass
@@ -109,11 +115,13 @@ def instance_of(device: str, reference: str) -> str:
   return device if index in ("", "0") else f"{device.partition(':')[0]}:{index}"
 
 
-def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray], opts: OptList | None) -> np.ndarray:
-  """Run one kernel or transfer on `device` (a kernel with `opts`, else the device's own), each buffer on the
-  device's instance standing for the reference's and its inputs copied from the reference's buffers. The output
-  starts filled with POISON, so a lane the kernel never writes is caught even where the allocator hands back memory
-  that still holds the right answer from an earlier run."""
+def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray],
+                opts: OptList | None) -> tuple[np.ndarray, Program | None]:
+  """Run one kernel or transfer on `device` (a kernel with `opts`, else with what realize would choose), each buffer
+  on the device's instance standing for the reference's and its inputs copied from the reference's buffers. The
+  output starts filled with POISON, so a lane the kernel never writes is caught even where the allocator hands back
+  memory that still holds the right answer from an earlier run. Returns the output and the program that ran (None:
+  a transfer)."""
   out = item.buffers[0]
   poison = np.full(out.nbytes, POISON, np.uint8).view(out.dtype.np)
   buffers = [Buffer(instance_of(device, out.device), out.size, out.dtype).copyin(poison)]
@@ -121,12 +129,11 @@ def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray], opts:
               for b, x in zip(item.buffers[1:], inputs[1:])]
   if item.is_transfer:
     run_transfer(item.ast, buffers)
-  elif opts is None:
-    run_schedule([ScheduleItem(item.ast, tuple(buffers))])
-  else:
-    impl = Device[buffers[0].device]
-    impl.get_runner(compile_ast(item.ast, impl.caps, opts))(*(b.handle for b in buffers))
-  return buffers[0].numpy()
+    return buffers[0].numpy(), None
+  impl = Device[buffers[0].device]
+  chosen = opts_for(item.ast, impl.name) if opts is None else opts
+  program, _ = impl.run_kernel(item.ast, buffers, chosen, item.var_vals)
+  return buffers[0].numpy(), program
 
 
 def transfer_name(item: ScheduleItem) -> str:
@@ -198,9 +205,9 @@ def raised_by_device(error: BaseException) -> bool:
 
 
 def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, expected: np.ndarray,
-            result: Comparison, inputs: tuple, opts: OptList | None = None, shape: tuple | None = None) -> str:
-  """`shape`: the output's, when it is not the kernel's own (a symbolic kernel's, at this schedule's values)."""
-  program = compile_ast(item.ast, Device[device].caps, opts)  # as the device compiled it: GPU-shaped on OPENCL
+            result: Comparison, inputs: tuple, program: Program, shape: tuple | None = None) -> str:
+  """`program`: the one that ran on the device (GPU-shaped on OPENCL). `shape`: the output's, when it is not the
+  kernel's own (a symbolic kernel's, at this schedule's values)."""
   shape = item.ast.src[0].src[1].shape if shape is None else shape
   lines = [f"{device} differs from the reference in kernel {index} ({program.name}, output "
            f"{result.dtype.name}{list(shape)}, opts {opts_text(program.opts)}): {result.mismatch_count} of "
@@ -224,10 +231,10 @@ def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, exp
 def _check_transfer(item: ScheduleItem, index: int, device: str, contents: list[np.ndarray],
                     keep_lanes: bool) -> KernelResult:
   """A copy or all-reduce of a sharded program, run by the device's instances on the reference's inputs."""
-  actual = _device_run(item, device, contents, None)
+  actual, _ = _device_run(item, device, contents, None)
   bound = transfer_bound(item, contents)
   result = compare(actual, contents[0], None, abs_bound=bound)
-  kernel = KernelResult(transfer_name(item), result, None)
+  kernel = KernelResult(transfer_name(item), result)
   if keep_lanes:
     zero = np.zeros(actual.shape) if bound is None else bound
     kernel.lanes = Lanes(actual.reshape(-1), contents[0].reshape(-1), None, zero.reshape(-1))
@@ -340,8 +347,7 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
     if reference_undefined is not None:
       reference_undefined = inside(np.asarray(reference_undefined))
       undefined = reference_undefined if undefined is None else undefined | reference_undefined
-    kernel_opts = None if opts is None else opts(item.ast)
-    actual = _device_run(item, device, contents, kernel_opts)
+    actual, program = _device_run(item, device, contents, None if opts is None else opts(item.ast))
     if subnormals_flushed():
       raise ReferenceMismatch(
         f"{device} switched this process to flush-to-zero / denormals-are-zero (x86 MXCSR FTZ/DAZ; loading a library "
@@ -349,14 +355,14 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
         "process, can no longer be trusted. Build the backend without -ffast-math (or restore the FP mode).")
     actual, expected = inside(actual), inside(contents[0])
     result = compare(actual, expected, undefined, abs_bound=bound)
-    kernel = KernelResult(compile_ast(item.ast).name, result, item.ast, rewrite_error=rewrite_error)
+    kernel = KernelResult(program.name, result, program, rewrite_error=rewrite_error)
     if keep_lanes:
       kernel.lanes = Lanes(actual, expected, undefined, bound, graph)
     report.kernels.append(kernel)
     kernel.explanation = rewrite_error
     if not result.ok:
       shown = "".join(f"with {var.arg[0]}={value}: " for var, value in item.var_vals)
-      explained = shown + explain(item, index, device, actual, expected, result, inputs, kernel_opts, shape)
+      explained = shown + explain(item, index, device, actual, expected, result, inputs, program, shape)
       kernel.explanation = "\n\n".join(text for text in (rewrite_error, explained) if text)
       if raise_on_mismatch:
         raise ReferenceMismatch(kernel.explanation)
