@@ -265,7 +265,7 @@ def test_state_dict_round_trip_and_strict_errors(tmp_path):
   before = other.weight.numpy().copy()
   with pytest.raises(KeyError, match="missing keys \\['bias'\\]"):
     load_state_dict(other, {"weight": Tensor.zeros(2, 3)})
-  mismatch = r"Shape mismatch in layer 'weight': Expected shape \(2, 3\), but found \(3, 3\)"  # tinygrad's words
+  mismatch = r"Shape mismatch in layer `weight`: Expected shape \(2, 3\), but found \(3, 3\)"  # tinygrad's words
   with pytest.raises(ValueError, match=mismatch):
     load_state_dict(other, {"weight": Tensor.zeros(3, 3), "bias": Tensor.zeros(2)})
   np.testing.assert_array_equal(other.weight.numpy(), before)  # a failed load changes nothing

@@ -206,6 +206,7 @@ def test_randn_and_uniform_into_other_dtypes_cast_the_floats_as_tinygrad():
 
 
 def test_multinomial_misuse_is_also_an_assertion_error():
-  for misuse in (lambda: Tensor(2.0).multinomial(1, replacement=False), lambda: Tensor.ones(3).multinomial(4)):
+  for misuse in (lambda: Tensor(2.0).multinomial(1, replacement=False), lambda: Tensor.ones(3).multinomial(4),
+                 lambda: Tensor([1.0, 9.0]).multinomial(0, replacement=False)):
     with pytest.raises(AssertionError):
       misuse()

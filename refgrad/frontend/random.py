@@ -125,8 +125,9 @@ def _finish(cls: type, flat: Any, shape: tuple[int, ...], kwargs: dict) -> Any:
   return cls(flat.reshape(shape).uop, **kwargs)
 
 
-class MultinomialError(RuntimeError, AssertionError):
-  """Weights multinomial cannot sample from: torch's RuntimeError, and the AssertionError tinygrad raises."""
+class MultinomialError(RuntimeError, ValueError, AssertionError):
+  """Weights or a count multinomial cannot sample: torch's RuntimeError (ValueError for the count), and the
+  AssertionError tinygrad raises."""
 
 
 class RandomMixin(TensorBase):
@@ -280,7 +281,7 @@ class RandomMixin(TensorBase):
     if self.ndim not in (1, 2):
       raise MultinomialError(f"multinomial: weights must be 1-d or 2-d, got shape {self.shape}")
     if not isinstance(num_samples, int) or num_samples < 1:
-      raise ValueError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+      raise MultinomialError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
     if not replacement and num_samples > self.shape[-1]:
       raise MultinomialError(f"multinomial: cannot sample {num_samples} > {self.shape[-1]} categories without "
                              f"replacement")

@@ -61,7 +61,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
   for name in own.keys() & state_dict.keys():
     if own[name].shape != state_dict[name].shape:
-      raise ValueError(f"load_state_dict: Shape mismatch in layer {name!r}: Expected shape {own[name].shape}, but "
+      raise ValueError(f"load_state_dict: Shape mismatch in layer `{name}`: Expected shape {own[name].shape}, but "
                        f"found {state_dict[name].shape} in state dict.")
   for name in own.keys() & state_dict.keys():
     value = state_dict[name].to(own[name].device).cast(own[name].dtype).contiguous().realize()
