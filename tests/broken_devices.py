@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import sys
 from collections.abc import Callable, Iterator
@@ -186,18 +187,7 @@ _upcast_wraps_at_8 = _upcast_reading(lambda lane, amount: lane % 8)
 
 def _unroll_with(lanes: Callable[[int], range], op_of: Callable[[Ops], Ops]):
   """An UNROLL that combines the iterations `lanes(amount)` of each group with `op_of(reduce op)`."""
-  def rule(sink: UOp, shape: tuple, axis: int, amount: int):
-    loop = opt.reduce_loop(sink, axis)
-    opt.check_amount(f"UNROLL: reduce loop {axis}", loop.arg[1], amount)
-    outer = UOp(Ops.RANGE, loop.dtype, (), (axis, loop.arg[1] // amount))
-    mapping = {}
-    for node in sink.toposort:
-      if node.op is Ops.REDUCE and loop in node.src[1:]:
-        bodies = [node.src[0].substitute({loop: outer * amount + lane}) for lane in lanes(amount)]
-        ranges = tuple(outer if r is loop else r for r in node.src[1:])
-        mapping[node] = node.replace(src=(opt.combine(op_of(node.arg), bodies), *ranges))
-    return sink.substitute(mapping), shape
-  return rule
+  return functools.partial(opt.unroll, lanes=lanes, meet=op_of)
 
 
 def _padloop_reads_past_the_edge(sink: UOp, shape: tuple, axis: int, amount: int):

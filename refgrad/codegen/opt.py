@@ -106,16 +106,20 @@ def reduce_loop(sink: UOp, axis: int, opt: str = "UNROLL") -> UOp:
   return loops[0]
 
 
-def unroll(sink: UOp, shape: tuple[int, ...], axis: int, amount: int) -> tuple[UOp, tuple[int, ...]]:
+def unroll(sink: UOp, shape: tuple[int, ...], axis: int, amount: int, lanes: Callable[[int], range] = range,
+           meet: Callable[[Ops], Ops] = lambda op: op) -> tuple[UOp, tuple[int, ...]]:
+  """Each iteration of reduce loop `axis` does `amount` of the old ones, combined with the reduce's own op. `lanes`
+  (which of the amount iterations are kept) and `meet` (the op that combines them) are there for the planted
+  optimizer bugs of the self-test (tests/broken_devices.py), which get them wrong."""
   loop = reduce_loop(sink, axis)
   check_amount(f"UNROLL: reduce loop {axis}", loop.arg[1], amount)
   outer = UOp(Ops.RANGE, loop.dtype, (), (axis, loop.arg[1] // amount))
   mapping = {}
   for node in sink.toposort:
     if node.op is Ops.REDUCE and loop in node.src[1:]:
-      bodies = [node.src[0].substitute({loop: outer * amount + lane}) for lane in range(amount)]
+      bodies = [node.src[0].substitute({loop: outer * amount + lane}) for lane in lanes(amount)]
       ranges = tuple(outer if r is loop else r for r in node.src[1:])
-      mapping[node] = node.replace(src=(combine(node.arg, bodies), *ranges))
+      mapping[node] = node.replace(src=(combine(meet(node.arg), bodies), *ranges))
   return sink.substitute(mapping), shape
 
 

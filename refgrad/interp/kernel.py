@@ -96,20 +96,16 @@ class PythonKernel:
     self.axis_of: dict[UOp, int] = {u: u.arg[0] for u in self.uops if u.op is Ops.SPECIAL}
     self.axis_of.update({r: self.n_globals + i for i, r in enumerate(ranges)})
     self.loop_size = {self.n_globals + i: r.arg[1] for i, r in enumerate(ranges)}
-    self.loop_end: dict[int, int] = {}
-    open_loops: list[int] = []
+    self.loop_end = program.loop_ends
+    loops = sorted(self.loop_end.items())
+    acc_position = {u: i for i, u in enumerate(self.uops) if u.op is Ops.DEFINE_ACC}
+    # an accumulator's axes: the loops open at its ACCUMULATE that it was defined outside of, outermost first
     self.acc_axes: dict[UOp, tuple[int, ...]] = {}
-    acc_position: dict[UOp, int] = {}
     for i, u in enumerate(self.uops):
-      if u.op is Ops.RANGE:
-        open_loops.append(i)
-      elif u.op is Ops.ENDRANGE:
-        self.loop_end[open_loops.pop()] = i
-      elif u.op is Ops.DEFINE_ACC:
-        acc_position[u] = i
-      elif u.op is Ops.ACCUMULATE:
-        acc = u.src[0]
-        self.acc_axes[acc] = tuple(self.axis_of[self.uops[p]] for p in open_loops if p > acc_position[acc])
+      if u.op is Ops.ACCUMULATE:
+        defined = acc_position[u.src[0]]
+        open_loops = [start for start, end in loops if defined < start < i < end]
+        self.acc_axes[u.src[0]] = tuple(self.axis_of[self.uops[start]] for start in open_loops)
     self.affine = {u: None if _is_local(u.src[0]) or len(u.src) > 3 else affine_form(u.src[1], self.axis_of)
                    for u in self.uops if u.op in (Ops.LOAD, Ops.STORE)}
     uses_local = any(u.op is Ops.DEFINE_LOCAL for u in self.uops)
