@@ -367,6 +367,27 @@ def test_pow_int_tensor_exponent(dtype):
   check(Tensor(a) ** Tensor(b), oracle(operator.pow, a, b), dtype)
 
 
+def exact_int_pow(base: int, exponent: int, dtype) -> int:
+  """torch's integer pow in Python ints: the power modulo 2^bits, read back in the dtype's range; a negative
+  exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise."""
+  if exponent < 0:
+    return 1 if base == 1 else (-1 if exponent % 2 else 1) if base == -1 else 0
+  wrapped = pow(base, exponent, 2 ** dtype.bits)
+  return wrapped - 2 ** dtype.bits if dtype.kind == "i" and wrapped >= 2 ** (dtype.bits - 1) else wrapped
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=ids(INT_DTYPES))
+def test_pow_int_tensor_exponent_wraps_exactly(dtype):
+  """Every pair of edge values, powers far past the dtype's range and negative exponents included: exact, as in
+  torch (a float32 detour gave 11 ** 7 = 19487186 and 3 ** 40 = 0)."""
+  a, b = outer(dtype, [v for v in edge_values(dtype).tolist() + [11, -3] if np.iinfo(NP_DTYPE[dtype]).min <= v])
+  b = np.concatenate([b, np.array([[40, 63, 100]]).astype(NP_DTYPE[dtype])], axis=1) if dtype.bits > 8 else b
+  want = np.array([[exact_int_pow(int(x), int(y), dtype) for y in b[0]] for x in a[:, 0]], dtype=NP_DTYPE[dtype])
+  check(Tensor(a) ** Tensor(b), want, dtype)
+  if torch_ok(dtype):
+    check(Tensor(a) ** Tensor(b), to_torch(a) ** to_torch(b), dtype)
+
+
 def test_int_pow_float_exponent_is_float32():
   v = np.array([0, 1, 4, 9], np.int32)
   check(Tensor(v) ** 0.5, torch.tensor(v) ** 0.5, D.float32)

@@ -191,9 +191,10 @@ class ElementwiseMixin(TensorBase):
     if not reverse and isinstance(y, int) and not isinstance(y, bool) and 0 <= y <= 64:
       return self._int_power(y)
     x, y = self._broadcasted(y, reverse)
-    if dtypes.is_int(x.dtype) or x.dtype == dtypes.bool:
-      out = x.dtype
-      return x.cast(dtypes.float32).pow(y.cast(dtypes.float32)).round().cast(out)
+    if dtypes.is_int(x.dtype):
+      return _int_pow(x, y)
+    if x.dtype == dtypes.bool:  # 0 and 1: float32 is exact
+      return x.cast(dtypes.float32).pow(y.cast(dtypes.float32)).cast(dtypes.bool)
     return custom_gradient(_float_pow(x, y), ("pow",), x, y)
 
   def _int_power(self, n: int) -> Self:
@@ -734,6 +735,21 @@ def _float_floordiv(x: Any, y: Any) -> Any:
   nearest = (q - floor).gt(0.5).where(floor + 1, floor)
   zero = x.div(y) * 0.0  # a zero quotient takes the sign of x / y
   return y.eq(0).where(x.div(y), q.ne(0).where(nearest, zero))
+
+
+def _int_pow(x: Any, y: Any) -> Any:
+  """x ** y for int tensors as torch computes it: square and multiply over y's bits, so the result wraps modulo
+  2^bits like any int product; a negative y gives 1 for x = 1, +-1 for x = -1 (by y's parity) and 0 otherwise."""
+  result, square = x.ones_like(), x
+  for bit in range(y.dtype.bits - (y.dtype.kind == "i")):  # a signed y's sign bit: the negative case below
+    # times square where the bit is set, as a 0/1 factor: LLVM compiled a chain of 31 or more wheres for minutes
+    result = result * ((y >> bit & 1) * (square - 1) + 1)
+    square = square * square
+  if y.dtype.kind != "i":
+    return result
+  odd = (y & 1).ne(0)
+  negative_power = x.eq(1).where(1, (x.eq(-1) & odd).where(-1, x.eq(-1).where(1, 0)))
+  return y.lt(0).where(negative_power.cast(x.dtype), result)
 
 
 def _float_pow(x: Any, y: Any) -> Any:
