@@ -34,13 +34,14 @@ def test_mismatch_report_shows_the_kernel_the_device_compiled(monkeypatch):
     return real_compile(compiler, source)
 
   def every_lane_differs(actual, expected, *args, **kwargs):  # force a report whatever the device computed
-    result = real_compare(actual, expected, *args, **kwargs)
-    result.mismatch_count, result.mismatches = 1, [0]
-    return result
-  real_compare = reference.compare
+    verdicts = real_compare(actual, expected, *args, **kwargs)
+    verdicts.good[:] = False
+    return verdicts
+  real_compare = reference.compare_lanes
   monkeypatch.setattr(refgrad.compile_cache, "cached_compile", recording_compile)
-  monkeypatch.setattr(reference, "compare", every_lane_differs)
-  monkeypatch.setattr(reference, "check_rewrites", lambda *args: "")  # the forced compare would fail that check first
+  monkeypatch.setattr(reference, "compare_lanes", every_lane_differs)
+  # the forced comparison would fail that check first
+  monkeypatch.setattr(reference, "check_rewrites", lambda *args: ("", None))
   x = np.arange(12, dtype=np.float32).reshape(3, 4)
   with pytest.raises(reference.ReferenceMismatch) as info:
     reference.check_against_reference(scaled_row_sums, x, device="OPENCL")
@@ -76,7 +77,7 @@ def test_fuzz_counts_a_device_failure_as_a_finding(raising_device):
 def test_fuzz_lets_a_harness_bug_in_the_comparison_propagate(monkeypatch):
   def broken_compare(*args, **kwargs):
     raise ZeroDivisionError("planted harness bug")
-  monkeypatch.setattr(reference, "compare", broken_compare)
+  monkeypatch.setattr(reference, "compare_lanes", broken_compare)
   with pytest.raises(ZeroDivisionError, match="planted harness bug"):
     fuzz.run_one(a_program(), "PYTHON")
 
@@ -97,7 +98,7 @@ def test_fuzz_exits_with_the_traceback_of_a_harness_bug_in_a_worker(tmp_path):
   plugin = tmp_path / "plant_bug.py"
   plugin.write_text("import refgrad.testing.reference as reference\n\n\n"
                     "def broken_compare(*args, **kwargs):\n  raise ZeroDivisionError('planted harness bug')\n\n\n"
-                    "reference.compare = broken_compare\n")
+                    "reference.compare_lanes = broken_compare\n")
   findings = tmp_path / "findings"
   run = subprocess.run([sys.executable, "-m", "refgrad.cli", "fuzz", "--device", "PYTHON", "--seconds", "20",
                         "--findings", str(findings), "--plugin", str(plugin)], capture_output=True, text=True,

@@ -5,6 +5,9 @@
 - an absolute bound per lane (refgrad.testing.bounds): |actual - expected| <= bound[i], where inf means no
   bound exists and the lane is skipped and counted, and 0 means exact (so `-0.0` never passes for `+0.0`);
 and lanes the reference marks undefined are skipped and counted.
+
+`compare_lanes` keeps the verdict of every lane (`LaneVerdicts`), so that a run of lanes (one cell of a batch that
+refgrad check runs as one kernel) is summed up without comparing again; `compare` sums up all of them.
 """
 from __future__ import annotations
 
@@ -43,23 +46,53 @@ def _is_nan(x: np.ndarray) -> np.ndarray:
   return np.zeros(x.shape, dtype=bool)
 
 
-def compare(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarray | None = None, ulp_bound: int = 0,
-            abs_bound: np.ndarray | None = None, keep: int = 5) -> Comparison:
-  """Compare flat copies of two arrays of one dtype lane by lane."""
+@dataclass
+class LaneVerdicts:
+  """What compare_lanes found in each lane of one output (flat arrays, one entry per lane)."""
+  dtype: DType
+  undefined: np.ndarray  # the reference leaves the lane undefined: skipped
+  unbounded: np.ndarray  # no error bound exists for the lane: skipped where defined
+  good: np.ndarray       # the two values agree as the spec requires
+  numbers: np.ndarray    # neither value is NaN
+  ulps: np.ndarray | None  # ULP distance per lane, for floats compared with a bound (None: not measured)
+
+  def summary(self, lanes: slice = slice(None), undefined: np.ndarray | None = None, keep: int = 5) -> Comparison:
+    """The Comparison of `lanes` (flat indices in it count from the slice's start); `undefined` skips more lanes."""
+    skipped = self.undefined[lanes] if undefined is None else self.undefined[lanes] | undefined[lanes]
+    unbounded = self.unbounded[lanes] & ~skipped
+    defined = ~skipped & ~unbounded
+    result = Comparison(self.dtype, checked=int(defined.sum()), undefined=int(skipped.sum()),
+                        unbounded=int(unbounded.sum()))
+    if self.ulps is not None:
+      measured = self.ulps[lanes][defined & self.numbers[lanes]]
+      result.worst_ulp = int(measured.max()) if measured.size else 0
+    bad = np.flatnonzero(defined & ~self.good[lanes])
+    result.mismatch_count, result.mismatches = int(bad.size), bad[:keep].tolist()
+    return result
+
+  def histogram(self, lanes: slice = slice(None)) -> dict[int, int]:
+    """ulp_histogram of `lanes`: lanes per ULP bucket, over the defined lanes where both values are numbers."""
+    if self.ulps is None:
+      raise ValueError("a ULP histogram needs float lanes compared with a bound")
+    return bucket_counts(self.ulps[lanes][self.numbers[lanes] & ~self.undefined[lanes]])
+
+
+def compare_lanes(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarray | None = None, ulp_bound: int = 0,
+                  abs_bound: np.ndarray | None = None) -> LaneVerdicts:
+  """Compare flat copies of two arrays of one dtype lane by lane, keeping each lane's verdict."""
   actual, expected = np.ascontiguousarray(actual).reshape(-1), np.ascontiguousarray(expected).reshape(-1)
   if actual.dtype != expected.dtype or actual.shape != expected.shape:
     raise ValueError(f"cannot compare {actual.dtype}{list(actual.shape)} with {expected.dtype}{list(expected.shape)}")
   dtype = from_numpy(actual.dtype)
-  defined = np.ones(actual.shape, dtype=bool) if undefined is None else ~np.asarray(undefined).reshape(-1)
-  undefined_count = int((~defined).sum())
-  unbounded = 0
+  skipped = np.zeros(actual.shape, dtype=bool) if undefined is None else \
+    np.broadcast_to(np.asarray(undefined).reshape(-1), actual.shape)
+  unbounded = np.zeros(actual.shape, dtype=bool)
   if abs_bound is not None:
     abs_bound = np.broadcast_to(np.asarray(abs_bound, dtype=np.float64), actual.shape)
-    skip = np.isinf(abs_bound) & defined
-    unbounded, defined = int(skip.sum()), defined & ~skip
-  result = Comparison(dtype, checked=int(defined.sum()), undefined=undefined_count, unbounded=unbounded)
-  both_nan = _is_nan(actual) & _is_nan(expected)
-  good = (_bits(actual) == _bits(expected)) | both_nan
+    unbounded = np.isinf(abs_bound)
+  nan_actual, nan_expected = _is_nan(actual), _is_nan(expected)
+  good = (_bits(actual) == _bits(expected)) | (nan_actual & nan_expected)
+  ulps = None
   if dtype.kind == "f" and (ulp_bound or abs_bound is not None):
     ulps = ulp_distance(actual, expected)
     if ulp_bound:  # ULP distance puts +0.0 and -0.0 at one point: only a real bound may accept the other zero
@@ -68,11 +101,13 @@ def compare(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarray | No
       with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
       good |= (abs_bound > 0) & (diff <= abs_bound)  # a zero bound means bit-exact: -0.0 is not +0.0
-    checked_ulps = ulps[defined & ~both_nan & ~(_is_nan(actual) ^ _is_nan(expected))]
-    result.worst_ulp = int(checked_ulps.max()) if checked_ulps.size else 0
-  bad = np.flatnonzero(defined & ~good)
-  result.mismatch_count, result.mismatches = int(bad.size), bad[:keep].tolist()
-  return result
+  return LaneVerdicts(dtype, skipped, unbounded, good, ~nan_actual & ~nan_expected, ulps)
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarray | None = None, ulp_bound: int = 0,
+            abs_bound: np.ndarray | None = None, keep: int = 5) -> Comparison:
+  """Compare flat copies of two arrays of one dtype lane by lane."""
+  return compare_lanes(actual, expected, undefined, ulp_bound, abs_bound).summary(keep=keep)
 
 
 def ulp_bucket(distance: int) -> int:
@@ -87,7 +122,12 @@ def ulp_histogram(actual: np.ndarray, expected: np.ndarray, undefined: np.ndarra
   keep = ~(_is_nan(actual) | _is_nan(expected))
   if undefined is not None:
     keep &= ~np.broadcast_to(np.asarray(undefined), actual.shape).reshape(-1)
-  values, counts = np.unique(ulp_distance(actual[keep], expected[keep]), return_counts=True)
+  return bucket_counts(ulp_distance(actual[keep], expected[keep]))
+
+
+def bucket_counts(distances: np.ndarray) -> dict[int, int]:
+  """How many of these ULP distances fall in each ulp_bucket."""
+  values, counts = np.unique(distances, return_counts=True)
   histogram: dict[int, int] = {}
   for value, count in zip(values.tolist(), counts.tolist()):
     bucket = ulp_bucket(value)

@@ -37,10 +37,16 @@ from refgrad.frontend.bitcast import UNSIGNED_OF_SIZE
 from refgrad.ops import OP_FACTS
 from refgrad.registry import Device
 from refgrad.sizes import Variable
-from refgrad.testing.compare import Comparison, add_histogram, compare, ulp_histogram
+from refgrad.testing.compare import Comparison, add_histogram
 from refgrad.testing.edges import cast_values, dtype_edges, result_class_inputs
 from refgrad.testing.jit_check import check_jit_replay
-from refgrad.testing.reference import ReferenceMismatch, ReferenceReport, check_against_reference, lane_text
+from refgrad.testing.reference import (
+  KernelResult,
+  ReferenceMismatch,
+  ReferenceReport,
+  check_against_reference,
+  lane_text,
+)
 from refgrad.uop import GroupOp, Ops, UOp
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
@@ -133,19 +139,18 @@ class Batch:
     return UnitOutcome(results, programs)
 
 
-def judge_segment(segment: Segment, kernel: Any, lanes: slice, inputs: list[np.ndarray]) -> CaseResult:
-  """The verdict on one segment's lanes of a batch's output kernel."""
+def judge_segment(segment: Segment, kernel: KernelResult, lanes: slice, inputs: list[np.ndarray]) -> CaseResult:
+  """The verdict on one segment's lanes of a batch's output kernel, summed up from the check's verdict on each lane
+  (nothing is compared again)."""
   seen = kernel.lanes
-  part = lambda x: None if x is None else np.broadcast_to(x, seen.actual.shape)[lanes]  # noqa: E731
   if kernel.rewrite_error:  # the reference itself against the graph evaluator: a rewrite every device shares
-    wrong = compare(seen.expected[lanes], seen.graph[lanes], part(seen.undefined), abs_bound=part(seen.bound))
+    wrong = seen.rewrites.summary(lanes, undefined=seen.verdicts.undefined)  # the lanes the device may differ in
     if not wrong.ok:
       return CaseResult(segment.row, segment.column, FAIL, 0, wrong.checked, wrong.undefined + wrong.unbounded,
                         f"{segment.row} on {segment.column}: {wrong.mismatch_count} of {wrong.checked} lanes of the "
                         f"reference differ from the graph evaluator\n{kernel.rewrite_error}")
-  result = compare(seen.actual[lanes], seen.expected[lanes], part(seen.undefined), abs_bound=part(seen.bound))
-  histogram = ulp_histogram(seen.actual[lanes], seen.expected[lanes], part(seen.undefined)) \
-    if segment.row in TRANSCENDENTAL_ROWS else {}
+  result = seen.verdicts.summary(lanes)
+  histogram = seen.verdicts.histogram(lanes) if segment.row in TRANSCENDENTAL_ROWS else {}
   if result.ok:
     return CaseResult(segment.row, segment.column, PASS, result.worst_ulp, result.checked,
                       result.undefined + result.unbounded, ulp_histogram=histogram)

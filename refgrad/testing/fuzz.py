@@ -40,7 +40,7 @@ from refgrad.codegen.pipeline import random_kernel_opts
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.plugins import load_plugin_file
 from refgrad.registry import Device
-from refgrad.testing.compare import add_histogram, ulp_histogram
+from refgrad.testing.compare import add_histogram
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
 from refgrad.uop import GroupOp, Ops, UOp
 
@@ -122,8 +122,7 @@ def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = N
       if kernel.ast is not None:  # None: a transfer between devices
         coverage |= kernel_pairs(kernel.ast)
   if measured is not None:
-    lanes = report.kernels[-1].lanes
-    add_histogram(ulp.setdefault(measured, {}), ulp_histogram(lanes.actual, lanes.expected, lanes.undefined))
+    add_histogram(ulp.setdefault(measured, {}), report.kernels[-1].lanes.verdicts.histogram())
   return "ok", ""
 
 

@@ -26,7 +26,7 @@ from refgrad.schedule import ScheduleItem, create_schedule
 from refgrad.search import opts_for
 from refgrad.sizes import bound_region, concrete_graph, is_symbolic_shape, shape_value
 from refgrad.testing.bounds import kernel_error_bounds
-from refgrad.testing.compare import Comparison, compare
+from refgrad.testing.compare import Comparison, LaneVerdicts, compare_lanes
 from refgrad.uop import Ops, UOp
 
 
@@ -41,12 +41,11 @@ class RewriteMismatch(ReferenceMismatch):
 
 @dataclass
 class Lanes:
-  """One kernel's output, flat, as compared: the device's values, the reference's, and the spec's allowances."""
+  """One kernel's output, flat, as compared: the device's values, the reference's, and the verdict on each lane."""
   actual: np.ndarray
   expected: np.ndarray
-  undefined: np.ndarray | None
-  bound: np.ndarray
-  graph: np.ndarray | None = None  # the graph evaluator's values, which the reference's must match within `bound`
+  verdicts: LaneVerdicts  # the device's lanes against the reference's
+  rewrites: LaneVerdicts | None = None  # the reference's lanes against the graph evaluator's (None: a transfer)
 
 
 @dataclass
@@ -233,11 +232,11 @@ def _check_transfer(item: ScheduleItem, index: int, device: str, contents: list[
   """A copy or all-reduce of a sharded program, run by the device's instances on the reference's inputs."""
   actual, _ = _device_run(item, device, contents, None)
   bound = transfer_bound(item, contents)
-  result = compare(actual, contents[0], None, abs_bound=bound)
+  verdicts = compare_lanes(actual, contents[0], None, abs_bound=bound)
+  result = verdicts.summary()
   kernel = KernelResult(transfer_name(item), result)
   if keep_lanes:
-    zero = np.zeros(actual.shape) if bound is None else bound
-    kernel.lanes = Lanes(actual.reshape(-1), contents[0].reshape(-1), None, zero.reshape(-1))
+    kernel.lanes = Lanes(actual.reshape(-1), contents[0].reshape(-1), verdicts)
   if not result.ok:
     kernel.explanation = explain_transfer(item, index, device, actual, contents[0], result, contents)
   return kernel
@@ -267,29 +266,32 @@ def _interpret_again(item: ScheduleItem, contents: list[np.ndarray]) -> tuple[np
 
 
 def _against_graph(kernel: np.ndarray, kernel_undefined: np.ndarray | None, graph: np.ndarray,
-                   graph_undefined: np.ndarray | None, bound: np.ndarray) -> tuple[Comparison, np.ndarray]:
+                   graph_undefined: np.ndarray | None, bound: np.ndarray) -> tuple[LaneVerdicts, np.ndarray]:
   """The kernel path's lanes against the graph evaluator's, and the lanes it made undefined that the graph defines
   (a rewrite may define an undefined lane, never the reverse)."""
   made = np.zeros(kernel.shape, bool) if kernel_undefined is None else kernel_undefined.copy()
   if graph_undefined is not None:
     made &= ~graph_undefined
-  return compare(kernel, graph, graph_undefined, abs_bound=bound), made
+  return compare_lanes(kernel, graph, graph_undefined, abs_bound=bound), made
 
 
 def check_rewrites(item: ScheduleItem, index: int, contents: list[np.ndarray], inside: Callable[[np.ndarray],
-                   np.ndarray], graph: np.ndarray, graph_undefined: np.ndarray | None, bound: np.ndarray) -> str:
-  """'' if the reference's output of this kernel (contents[0], as lowered, rewritten and interpreted) matches the
-  graph evaluator's; else what differs and which rewrite rule is to blame (refgrad.testing.blame)."""
+                   np.ndarray], graph: np.ndarray, graph_undefined: np.ndarray | None,
+                   bound: np.ndarray) -> tuple[str, LaneVerdicts]:
+  """The reference's output of this kernel (contents[0], as lowered, rewritten and interpreted) against the graph
+  evaluator's: '' if they match, else what differs and which rewrite rule is to blame (refgrad.testing.blame); and
+  the verdict on each lane."""
   from refgrad.testing.blame import blame  # blame imports codegen's rule sets, which only a disagreement needs
-  def outcome(out: np.ndarray, undefined: np.ndarray | None) -> tuple[Comparison, np.ndarray]:
+  def outcome(out: np.ndarray, undefined: np.ndarray | None) -> tuple[LaneVerdicts, np.ndarray]:
     return _against_graph(inside(out), None if undefined is None else inside(np.asarray(undefined)), graph,
                           graph_undefined, bound)
-  result, made = outcome(contents[0], item.buffers[0].undefined)
+  verdicts, made = outcome(contents[0], item.buffers[0].undefined)
+  result = verdicts.summary()
   if result.ok and not made.any():
-    return ""
+    return "", verdicts
   def agrees() -> bool:
     again, undefined = outcome(*_interpret_again(item, contents))
-    return again.ok and not undefined.any()
+    return again.summary().ok and not undefined.any()
   kernel = inside(contents[0])
   lines = [f"the reference's kernel path disagrees with the graph evaluator in kernel {index} "
            f"({compile_ast(item.ast).name}, output {result.dtype.name}): {result.mismatch_count} of {result.checked} "
@@ -298,7 +300,7 @@ def check_rewrites(item: ScheduleItem, index: int, contents: list[np.ndarray], i
             for flat in result.mismatches]
   lines.append("every device shares the lowering and the rewrite rules, so no device comparison can see it; "
                "leaving out each rule in turn:")
-  return "\n".join(lines + [blame(agrees)])
+  return "\n".join(lines + [blame(agrees)]), verdicts
 
 
 def reference_schedule(fn: Callable[..., Any], *inputs: Any) -> list[ScheduleItem]:
@@ -340,7 +342,7 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
     graph, bound, undefined = kernel_error_bounds(concrete_graph(item.ast, values) if values else item.ast,
                                                   dict(enumerate(contents)),
                                                   {i: b.undefined for i, b in enumerate(item.buffers) if i})
-    rewrite_error = check_rewrites(item, index, contents, inside, graph, undefined, bound)
+    rewrite_error, rewrites = check_rewrites(item, index, contents, inside, graph, undefined, bound)
     if rewrite_error and raise_on_mismatch:
       raise RewriteMismatch(rewrite_error)
     reference_undefined = item.buffers[0].undefined
@@ -354,10 +356,11 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
         "built with -ffast-math does it): docs/SPEC.md requires subnormals, and the reference, which runs in this "
         "process, can no longer be trusted. Build the backend without -ffast-math (or restore the FP mode).")
     actual, expected = inside(actual), inside(contents[0])
-    result = compare(actual, expected, undefined, abs_bound=bound)
+    verdicts = compare_lanes(actual, expected, undefined, abs_bound=bound)
+    result = verdicts.summary()
     kernel = KernelResult(program.name, result, program, rewrite_error=rewrite_error)
     if keep_lanes:
-      kernel.lanes = Lanes(actual, expected, undefined, bound, graph)
+      kernel.lanes = Lanes(actual, expected, verdicts, rewrites)
     report.kernels.append(kernel)
     kernel.explanation = rewrite_error
     if not result.ok:
