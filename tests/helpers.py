@@ -21,6 +21,7 @@ import torch.nn.functional as F  # noqa: N812 -- the usual torch alias
 from refgrad import Tensor, dtypes
 from refgrad.codegen.contract import UnsupportedDTypeError
 from refgrad.device import DeviceImpl
+from refgrad.testing.strategies import edge_values as kit_edge_values
 
 ALL_DTYPES = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
               dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
@@ -110,18 +111,14 @@ def check(got: Tensor, want, dtype=None, ulp=0, atol=0.0, mask=None, signed_zero
 
 
 def edge_values(dt) -> np.ndarray:
-  """A small array of interesting values of dtype dt: zeros, ones, extremes, NaN and infinities."""
-  if dt == dtypes.bool:
-    return np.array([False, True])
+  """The oracle kit's edge values of dtype dt (refgrad.testing.strategies.edge_values: zeros, ones, extremes, NaN,
+  infinities, subnormals) and a few ordinary values beside them, as one array."""
+  ordinary = [] if dt == dtypes.bool else [3, 100, -3, -100] if dt.kind in "iu" else [-2.5, -7.0]
+  values = kit_edge_values(dt) + ordinary
   if dt.kind in "iu":
-    info = np.iinfo(NP_DTYPE[dt])
-    vals = [0, 1, 2, 3, 7, 100, info.max, info.max - 1, info.min]
-    if dt.kind == "i":
-      vals += [-1, -2, -3, -7, -100, info.min + 1]
-    return np.array(sorted({v for v in vals if info.min <= v <= info.max}), dtype=NP_DTYPE[dt])
-  big = float(ml_dtypes.finfo(NP_DTYPE[dt]).max)
-  vals = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, -7.0, 100.0, 1e-3, big, -big, np.inf, -np.inf, np.nan]
-  return np.array(vals, dtype=np.float64).astype(NP_DTYPE[dt])
+    info = np.iinfo(NP_DTYPE[dt])  # an ordinary value outside the dtype (-3 for uint8) is left out
+    return np.array(sorted({v for v in values if info.min <= v <= info.max}), dtype=NP_DTYPE[dt])
+  return np.array(values, dtype=np.float64).astype(NP_DTYPE[dt])
 
 
 # Inputs of shape (2, 3, 4) built in different ways, so ops also run on permuted, sliced, flipped, expanded and padded
