@@ -189,6 +189,9 @@ HOW: dict[str, object] = {
   "python -m pytest --refgrad-database redis://fuzz-db:6379 --refgrad-device MYDEV [--refgrad-plugin my_backend.py]":
     Run(300, prints=("collected 0 items", "1 passed"), needs=(MYDEV,), own_project=True),
   "refgrad check --device BROKEN_CMPLT --plugin tests/broken_devices.py": Run(600, status=1, prints=("FAIL",)),
+  "pytest tests/ --refgrad-full                 # every case on every device (REFGRAD_TEST_ALL=1 does the same)":
+    Elsewhere("tests/test_cli_usage.py", "runs --refgrad-full, REFGRAD_TEST_ALL=1 and several REFGRAD_SAMPLE_SEEDs "
+              "on an inner suite (the whole suite is .ci/run's)"),
   "refgrad selftest --device CLANG|LLVM|OPENCL [--fuzz-seconds 30] [--only NAME ...] [--rows ROW ...] [--list]":
     Run(120, prints=("15 mutants",), needs=("LLVM",), instead="refgrad selftest --device LLVM --list"),
   "from refgrad.codegen.symbolic import symbolic_rules  # or your own PatternMatcher, or a list of rules":
