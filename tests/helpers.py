@@ -173,6 +173,7 @@ ACTIVATIONS = {
   "leakyrelu 0.2": (lambda x: x.leakyrelu(0.2), lambda x: F.leaky_relu(x, 0.2)),
   "elu": (lambda x: x.elu(), F.elu),
   "elu 0.7": (lambda x: x.elu(0.7), lambda x: F.elu(x, 0.7)),
+  "celu": (lambda x: x.celu(), F.celu),
   "celu 0.5": (lambda x: x.celu(0.5), lambda x: F.celu(x, 0.5)),
   "celu 1.3": (lambda x: x.celu(1.3), lambda x: F.celu(x, 1.3)),
   "selu": (lambda x: x.selu(), F.selu),
@@ -193,6 +194,15 @@ ACTIVATIONS = {
   "hardtanh -0.5 2": (lambda x: x.hardtanh(-0.5, 2.0), lambda x: F.hardtanh(x, -0.5, 2.0)),
   "hardtanh -3 6": (lambda x: x.hardtanh(-3, 6), lambda x: F.hardtanh(x, -3, 6)),
 }
+# Each activation's forward bound in float32 against torch in float64, in ULP (test_nn_functional.py): the exp- and
+# expm1-based ones follow exp's 3 + |x| rule (|x| <= 6 there); piecewise-linear ones are exact.
+ACTIVATION_ULP = {
+  "relu": 0, "relu6": 0, "leakyrelu": 0, "leakyrelu 0.2": 0, "elu": 10, "elu 0.7": 10, "celu": 10, "celu 0.5": 10,
+  "celu 1.3": 10, "selu": 10, "hardsigmoid": 2, "sigmoid": 10, "logsigmoid": 12, "silu": 12, "swish": 12,
+  "hardswish": 2, "gelu tanh": 16, "gelu none": 4, "quick_gelu": 14, "mish": 20, "softplus": 12,
+  "softplus beta 2": 12, "softsign": 1, "hardtanh": 0, "hardtanh -0.5 2": 0, "hardtanh -3 6": 0,
+}
+assert ACTIVATION_ULP.keys() == ACTIVATIONS.keys()
 
 
 def training_step(model, optimizer):
