@@ -51,9 +51,9 @@ def test_every_mutant_plants(name):
 
 
 @pytest.mark.parametrize("edit", [
-  {"binary": {}, "prelude": (("RG_FN float rg_no_such_function(", "x"),)},  # text that is not in the prelude
-  {"binary": {}, "source": lambda c: c.replace("no such C text", "x")},     # a rewrite that never matches
-  {"binary": {}, "add_flags": ("-fwrapv",)},                                # a flag CLANG already has
+  {"rules": {}, "prelude": (("RG_FN float rg_no_such_function(", "x"),)},  # text that is not in the prelude
+  {"rules": {}, "source": lambda c: c.replace("no such C text", "x")},     # a rewrite that never matches
+  {"rules": {}, "add_flags": ("-fwrapv",)},                                # a flag CLANG already has
 ])
 def test_an_edit_that_does_not_apply_fails_loudly(edit):
   if "add_flags" in edit:
