@@ -101,27 +101,26 @@ class JitError(ValueError, AssertionError):
   AssertionError, the type tinygrad raises."""
 
 
-def tensors_in(value: Any) -> list[Tensor]:
-  """The tensors in a call's arguments or result: itself, or inside tuples, lists and dict values."""
-  if isinstance(value, Tensor):
+def found_in(value: Any, wanted: Callable[[Any], bool]) -> list[Any]:
+  """The items of a call's arguments or result that are `wanted`: the value itself, or inside tuples, lists and dict
+  values."""
+  if wanted(value):
     return [value]
   if isinstance(value, (tuple, list)):
-    return [t for v in value for t in tensors_in(v)]
+    return [found for v in value for found in found_in(v, wanted)]
   if isinstance(value, dict):
-    return [t for v in value.values() for t in tensors_in(v)]
+    return [found for v in value.values() for found in found_in(v, wanted)]
   return []
+
+
+def tensors_in(value: Any) -> list[Tensor]:
+  """The tensors in a call's arguments or result."""
+  return found_in(value, lambda v: isinstance(v, Tensor))
 
 
 def variables_passed(value: Any) -> list[UOp]:
-  """The bound Variables among a call's arguments (`f(x, v)`), inside tuples, lists and dict values too: a replay
-  runs with their values."""
-  if isinstance(value, UOp) and value.op is Ops.BIND:
-    return [value]
-  if isinstance(value, (tuple, list)):
-    return [v for item in value for v in variables_passed(item)]
-  if isinstance(value, dict):
-    return [v for item in value.values() for v in variables_passed(item)]
-  return []
+  """The bound Variables among a call's arguments (`f(x, v)`): a replay runs with their values."""
+  return found_in(value, lambda v: isinstance(v, UOp) and v.op is Ops.BIND)
 
 
 def parts_of(node: UOp) -> tuple[UOp, ...]:
