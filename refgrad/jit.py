@@ -293,11 +293,11 @@ class CapturedCall:
   """The launches of one call, ready to run again with other inputs."""
 
   def __init__(self, launches: list[Launch], inputs: list[Buffer], signature: tuple, reads: list[Read],
-               writes: list[Write], draws: list[Draw], result: Any, arguments: list[Tensor]):
+               writes: list[Write], draws: list[Draw], result: Any, arguments: list[Tensor],
+               size_checks: SizeChecks):
     self.launches, self.inputs, self.signature, self.result = launches, inputs, signature, result
     self.reads, self.writes, self.draws = reads, writes, draws
-    self.replays = 0
-    self.size_checks = SizeChecks([], {})
+    self.replays, self.size_checks = 0, size_checks
     written = {launch.buffers[0] for launch in launches}
     self.fresh = list(dict.fromkeys(w.buffer for w in writes if w.buffer in written))
     position = {id(t): i for i, t in reversed(list(enumerate(arguments)))}
@@ -556,8 +556,8 @@ class TinyJit(Generic[ReturnType]):
     read_of = {id(h): (read, h) for read in reads for h in read.holders}
     writes = [Write(position.get(id(h.tensor()), h.tensor), h.part, whole_buffer(node), read_of.get(id(h)))
               for h, node in changes]
-    self.captured = CapturedCall(launches, inputs, signature, reads, writes, draws, result, tensors)
-    self.captured.size_checks = SizeChecks.of(conditions, values)
+    self.captured = CapturedCall(launches, inputs, signature, reads, writes, draws, result, tensors,
+                                 SizeChecks.of(conditions, values))
     return result
 
 
