@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples import mlp  # noqa: E402
-from refgrad import Device, Tensor, realize  # noqa: E402
+from refgrad import Device, Tensor, execute  # noqa: E402
 from refgrad.nn.optim import Adam  # noqa: E402
 from refgrad.nn.state import get_parameters  # noqa: E402
 
@@ -54,13 +54,13 @@ def run(device: str, shard: tuple[str, ...] | None, steps: int) -> tuple[float, 
 
 def count_items(opt: Adam, loss: Tensor) -> dict[str, int]:
   """Run one step's update and loss while counting what run_schedule launches."""
-  realize.CAPTURE = []
+  execute.CAPTURE = []
   try:
     opt.step()
     loss.realize()
-    launched = list(realize.CAPTURE)
+    launched = list(execute.CAPTURE)
   finally:
-    realize.CAPTURE = None
+    execute.CAPTURE = None
   kinds: dict[str, int] = {}
   for runner, item in launched:
     kind = "kernels" if runner is not None else item.ast.op.name.lower()

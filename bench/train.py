@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples import cnn, mlp  # noqa: E402
-from refgrad import Device, Tensor, realize  # noqa: E402
+from refgrad import Device, Tensor, execute  # noqa: E402
 from refgrad.nn.optim import Adam  # noqa: E402
 from refgrad.nn.state import get_parameters  # noqa: E402
 
@@ -23,7 +23,7 @@ from refgrad.nn.state import get_parameters  # noqa: E402
 def kernel_counter() -> list[int]:
   """Count the kernels run_schedule launches (wraps it; returns the list it appends to)."""
   counts: list[int] = []
-  original = realize.run_schedule
+  original = execute.run_schedule
 
   def counting(items):
     if counts:

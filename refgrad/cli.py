@@ -110,7 +110,7 @@ def _load_plugins(args: argparse.Namespace) -> None:
   """Each --plugin file once; one that fails to load is a usage error naming it, one that adds no device a warning
   (it may only patch refgrad or add aliases)."""
   from refgrad import Device
-  from refgrad.plugins import PluginFileError, load_plugin_file, why_not_loaded
+  from refgrad.plugin_loader import PluginFileError, load_plugin_file, why_not_loaded
   for path in dict.fromkeys(getattr(args, "plugin", None) or []):
     before = {spec.name for spec in Device.specs()}
     try:

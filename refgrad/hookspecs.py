@@ -1,7 +1,7 @@
 """The plugin contract: the hooks a refgrad plugin implements, one docstring each.
 
 A plugin is a module or object with functions marked `@hookimpl`. Installed plugins are found through the
-entry-point group ``refgrad``; tests and notebooks can also call ``refgrad.plugins.register(obj)``.
+entry-point group ``refgrad``; tests and notebooks can also call ``refgrad.plugin_loader.register(obj)``.
 The PYTHON device is registered through this same contract (``refgrad/interp/plugin.py``).
 
 A device has four parts (see refgrad/codegen/contract.py for their exact methods):

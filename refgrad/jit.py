@@ -1,7 +1,7 @@
 """Capture and replay: `TinyJit` runs a function's kernels again without building graphs, scheduling or compiling.
 
 The first call runs the function as it is. The second runs it too, and records every kernel launch and copy it
-makes (`realize.run_schedule` appends them to `realize.CAPTURE`), with the buffers each one used. From the third
+makes (`execute.run_schedule` appends them to `execute.CAPTURE`), with the buffers each one used. From the third
 call on, the jit replays those launches and the function's Python body does not run. What each captured buffer
 stands for decides which buffer a replay uses in its place:
 
@@ -43,12 +43,12 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from refgrad import realize
+from refgrad import execute
 from refgrad.buffer import Buffer
 from refgrad.frontend import random as rng_state
 from refgrad.multi import multi
 from refgrad.schedule import buffer_node, realized_buffer
-from refgrad.sizes import RECORDING, holds_size, max_shape, rebind, unbind_arg
+from refgrad.symbolic_shapes import RECORDING, holds_size, max_shape, rebind, unbind_arg
 from refgrad.tensor import Tensor
 from refgrad.uop import Ops, UOp, evaluate, prod
 
@@ -56,7 +56,7 @@ ReturnType = TypeVar("ReturnType")
 
 
 class ThreadCapture:
-  """What `realize.CAPTURE` and `random.DRAWS` hold once a capture has begun: a stand-in for their list that appends
+  """What `execute.CAPTURE` and `random.DRAWS` hold once a capture has begun: a stand-in for their list that appends
   to the calling thread's capture and drops what a thread that is not capturing launches or draws. It stays in
   place after the capture, not set back to None: a thread that has just read `CAPTURE is not None` must not find
   it gone when it appends."""
@@ -197,7 +197,7 @@ def changed_part(holding: Holding) -> UOp | None:
 @dataclass
 class Launch:
   """One captured kernel launch or transfer; `prg` and `bufs` are tinygrad's names for its runner and buffers."""
-  runner: Callable[..., None] | None  # None: a transfer between devices, realize.run_transfer(ast, buffers)
+  runner: Callable[..., None] | None  # None: a transfer between devices, execute.run_transfer(ast, buffers)
   buffers: tuple[Buffer, ...]
   ast: UOp
   var_vals: tuple[tuple[UOp, int], ...] = ()  # a kernel compiled for Variables: their values at capture
@@ -343,7 +343,7 @@ class CapturedCall:
       if launch.var_vals:  # the inputs' Variables take this call's values; others keep the captured ones
         buffers[-1].copyin(np.array([values.get(var, value) for var, value in launch.var_vals], np.int64))
       if launch.runner is None:
-        realize.run_transfer(launch.ast, buffers)
+        execute.run_transfer(launch.ast, buffers)
       else:
         launch.runner(*(b.handle for b in buffers))
     for write in self.writes:
@@ -532,7 +532,7 @@ class TinyJit(Generic[ReturnType]):
                signature: tuple, values: dict[UOp, int]) -> ReturnType:
     arguments = [Holding(weakref.ref(t), part, node) for t in tensors for part, node in enumerate(parts_of(t.uop))]
     held = live_holdings({id(t) for t in tensors})
-    realize.CAPTURE, rng_state.DRAWS = LAUNCHES, DRAWS  # again each time: bench/multi.py sets CAPTURE itself
+    execute.CAPTURE, rng_state.DRAWS = LAUNCHES, DRAWS  # again each time: bench/multi.py sets CAPTURE itself
     RECORDING.conditions = conditions = []
     try:
       with LAUNCHES.recording() as launched, DRAWS.recording() as drawn:

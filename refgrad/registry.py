@@ -1,6 +1,6 @@
 """The registry of devices: `Device[name]` gives a working device, `Device.DEFAULT` the default one.
 
-Devices come from plugins (refgrad/hookspecs.py, refgrad/plugins.py) as `DeviceSpec`s; a device that cannot run
+Devices come from plugins (refgrad/hookspecs.py, refgrad/plugin_loader.py) as `DeviceSpec`s; a device that cannot run
 here is still listed, with the reason, and selecting it raises that reason.
 """
 from __future__ import annotations

@@ -20,11 +20,11 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from refgrad import multi, sizes
+from refgrad import multi, symbolic_shapes
 from refgrad.buffer import Buffer
 from refgrad.dtype import dtypes
 from refgrad.ops import OP_FACTS
-from refgrad.sizes import max_shape, view_shape
+from refgrad.symbolic_shapes import max_shape, view_shape
 from refgrad.uop import GroupOp, Ops, UOp, prod, walk
 
 # Where a node is built, relative to the kernel's output: only elementwise ops above it (a reduce may be inlined),
@@ -215,11 +215,11 @@ class Scheduler:
     builder = _KernelBuilder(self, out, value)
     body = builder.build(value, where)
     found = {}
-    if sizes.in_use():
-      body, found = sizes.unbind_graph(body)
+    if symbolic_shapes.in_use():
+      body, found = symbolic_shapes.unbind_graph(body)
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, node.dtype, (), (0, out.size)), body))
-    var_vals = tuple(sorted(found.items(), key=lambda kv: sizes.slot_order(kv[0])))
-    extra = (builder.param(Buffer(node.device, len(var_vals), sizes.VARIABLE_DTYPE)),) if var_vals else ()
+    var_vals = tuple(sorted(found.items(), key=lambda kv: symbolic_shapes.slot_order(kv[0])))
+    extra = (builder.param(Buffer(node.device, len(var_vals), symbolic_shapes.VARIABLE_DTYPE)),) if var_vals else ()
     self.items.append(ScheduleItem(UOp(Ops.SINK, dtypes.void, (store, *extra)), tuple(builder.buffers), var_vals))
     return out
 

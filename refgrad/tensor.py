@@ -25,6 +25,7 @@ from refgrad.dtype import (
   short_int,
   to_dtype,
 )
+from refgrad.execute import run_schedule
 from refgrad.frontend import autograd, views
 from refgrad.frontend.autograd import AutogradMixin
 from refgrad.frontend.elementwise import ElementwiseMixin
@@ -34,7 +35,6 @@ from refgrad.frontend.random import RandomMixin
 from refgrad.frontend.reduce import ReduceMixin
 from refgrad.frontend.scatter import ScatterMixin
 from refgrad.frontend.shapes import Scalar, Shape, ShapeError, check_shape, normalize_dim, shape_args
-from refgrad.realize import run_schedule
 from refgrad.registry import Device
 from refgrad.schedule import (
   ScheduleItem,
@@ -45,7 +45,7 @@ from refgrad.schedule import (
   realized_node,
   remember_realized,
 )
-from refgrad.sizes import (
+from refgrad.symbolic_shapes import (
   bound_region,
   canonical,
   is_size_expression,
@@ -390,7 +390,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
 
   def schedule_with_vars(self, *others: Tensor) -> tuple[list[ScheduleItem], dict[UOp, int]]:
     """The kernels that realizing these tensors would run, and the value of each Variable bound in them. Each kernel
-    is compiled for its Variables, not their values: `refgrad.realize.run_schedule(items, var_vals)` runs it for
+    is compiled for its Variables, not their values: `refgrad.execute.run_schedule(items, var_vals)` runs it for
     any values in their ranges.
 
     >>> from refgrad import Variable

@@ -12,7 +12,7 @@ import numpy as np
 from refgrad.alu import exec_alu, exec_cast, result_dtype
 from refgrad.dtype import DType, as_python_scalar, dtypes
 from refgrad.ops import GroupOp, Ops  # noqa: F401  (re-exported: the IR's users import them from here)
-from refgrad.ranges import value_range
+from refgrad.value_ranges import value_range
 
 _KEYED = (float, bool, tuple)  # the arg types whose == would merge values a kernel must keep apart
 
@@ -172,7 +172,7 @@ class UOp:
 
   @functools.cached_property
   def vrange(self) -> tuple[Any, Any]:
-    """(lowest, highest) value this integer node can take; see refgrad/ranges.py."""
+    """(lowest, highest) value this integer node can take; see refgrad/value_ranges.py."""
     return value_range(self)
 
   @property
@@ -183,7 +183,7 @@ class UOp:
   def vmax(self) -> Any:
     return self.vrange[1]
 
-  # ---- symbolic sizes (refgrad/sizes.py)
+  # ---- symbolic sizes (refgrad/symbolic_shapes.py)
   def bind(self, value: int) -> UOp:
     """This Variable bound to a value in [min, max]: usable as a size, and run with that value."""
     if self.op is not Ops.DEFINE_VAR:
@@ -326,8 +326,9 @@ def _shrink_shape(u: UOp) -> tuple[int, ...]:
   return tuple(size_sum((end, 1), (start, -1)) for start, end in u.arg)
 
 
-# ---- sums of sizes (a size is an int or an expression of bound Variables, refgrad/sizes.py), kept in one form so
-# that sizes equal for every value are one node: n + (6 - n) is 6, and n + 2 is one node however it was built
+# ---- sums of sizes (a size is an int or an expression of bound Variables, refgrad/symbolic_shapes.py), kept in
+# one form so that sizes equal for every value are one node: n + (6 - n) is 6, and n + 2 is one node however it
+# was built
 def _terms(size: Any, scale: int, into: dict[UOp, int]) -> int:
   """Add scale * size to `into` (atom -> coefficient); returns the constant part."""
   if not isinstance(size, UOp):

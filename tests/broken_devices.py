@@ -2,7 +2,7 @@
 
 Each one rewrites the program it is given with one wrong rule, the kind of mistake a backend author makes,
 then interprets it. Load it as a plugin: `refgrad check --plugin tests/broken_devices.py --device BROKEN_...`
-or `refgrad.plugins.register(module)`.
+or `refgrad.plugin_loader.register(module)`.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from refgrad.interp.device import PythonAllocator
 from refgrad.interp.kernel import PythonKernel
 from refgrad.registry import DeviceSpec
 from refgrad.rewrite import PatternMatcher, UPat
-from refgrad.sizes import kernel_variables
+from refgrad.symbolic_shapes import kernel_variables
 from refgrad.uop import Ops, UOp
 
 SIGNED = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
@@ -444,12 +444,12 @@ def make_fatal(name: str) -> DeviceImpl:
 @contextlib.contextmanager
 def registered() -> Iterator[None]:
   """These devices registered for the duration; left as they are if a test module already registered them."""
-  from refgrad import Device, plugins
+  from refgrad import Device, plugin_loader
   fresh = "BROKEN_CMPLT" not in Device.available()
   if fresh:
-    plugins.register(sys.modules[__name__], name="tests.broken_devices")
+    plugin_loader.register(sys.modules[__name__], name="tests.broken_devices")
   try:
     yield
   finally:
     if fresh:
-      plugins.unregister(sys.modules[__name__])
+      plugin_loader.unregister(sys.modules[__name__])

@@ -23,15 +23,15 @@ from refgrad.codegen.contract import UnsupportedDTypeError
 from refgrad.device import DeviceImpl
 from refgrad.testing.strategies import edge_values as kit_edge_values
 
-ALL_DTYPES = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
+DTYPE_LIST = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
               dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
-INT_DTYPES = [d for d in ALL_DTYPES if d.kind in "iu"]
-FLOAT_DTYPES = [d for d in ALL_DTYPES if d.kind == "f"]
+INT_DTYPES = [d for d in DTYPE_LIST if d.kind in "iu"]
+FLOAT_DTYPES = [d for d in DTYPE_LIST if d.kind == "f"]
 NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-NP_DTYPE = {d: (BF16 if d.name == "bfloat16" else np.dtype(d.name)) for d in ALL_DTYPES}
-TORCH_DTYPE = {d: getattr(torch, d.name) for d in ALL_DTYPES if d.name not in ("uint16", "uint32", "uint64")}
+NP_DTYPE = {d: (BF16 if d.name == "bfloat16" else np.dtype(d.name)) for d in DTYPE_LIST}
+TORCH_DTYPE = {d: getattr(torch, d.name) for d in DTYPE_LIST if d.name not in ("uint16", "uint32", "uint64")}
 
 
 def declared_unsupported(error: BaseException) -> bool:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import torch
-from helpers import ALL_DTYPES, NP_DTYPE, check, edge_values, ids, to_numpy
+from helpers import DTYPE_LIST, NP_DTYPE, check, edge_values, ids, to_numpy
 
 from refgrad import Tensor, dtypes
 
@@ -48,14 +48,14 @@ def test_nested_lists(data, dtype):
   assert t.tolist() == want.to(torch.float32 if dtype == dtypes.float32 else want.dtype).tolist()
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))
 def test_list_with_dtype(dtype):
   data = [[0, 1, 1], [1, 0, 1]]
   check(Tensor(data, dtype=dtype), np.array(data).astype(NP_DTYPE[dtype]), dtype)
   check(Tensor(data, dtype=dtype.name), np.array(data).astype(NP_DTYPE[dtype]), dtype)
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))
 @pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3), (2, 0, 4)])
 def test_numpy_array_keeps_dtype(dtype, shape):
   values = np.resize(edge_values(dtype), shape)
@@ -102,7 +102,7 @@ def test_full(fill, dtype):
   check(Tensor.full((2, 3), fill), torch.full((2, 3), fill), dtype)
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))
 def test_full_with_dtype(dtype):
   check(Tensor.full((3, 1), 1, dtype=dtype), np.full((3, 1), 1).astype(NP_DTYPE[dtype]), dtype)
 
@@ -206,7 +206,7 @@ def test_a_list_of_arrays_takes_a_dtype_and_refuses_ragged_arrays():
     Tensor([np.array([1, 2]), np.array([1, 2, 3])])
 
 
-DATA_DTYPES = [d for d in ALL_DTYPES if d != dtypes.bfloat16]
+DATA_DTYPES = [d for d in DTYPE_LIST if d != dtypes.bfloat16]
 
 
 @pytest.mark.parametrize("dtype", DATA_DTYPES, ids=ids(DATA_DTYPES))

@@ -194,7 +194,7 @@ HOW: dict[str, object] = {
               "on an inner suite (the whole suite is .ci/run's)"),
   "refgrad selftest --device CLANG|LLVM|OPENCL [--fuzz-seconds 30] [--only NAME ...] [--rows ROW ...] [--list]":
     Run(120, prints=("15 mutants",), needs=("LLVM",), instead="refgrad selftest --device LLVM --list"),
-  "from refgrad.codegen.symbolic import symbolic_rules  # or your own PatternMatcher, or a list of rules":
+  "from refgrad.codegen.simplify import symbolic_rules  # or your own PatternMatcher, or a list of rules":
     Run(120, prints=("rules", "instances")),
   "the reference's kernel path disagrees with the graph evaluator in kernel 0 (E_16, output float32): 1 of 16 ...":
     Sample("refgrad/testing/reference.py"),

@@ -7,14 +7,14 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ALL_DTYPES, NP_DTYPE
+from helpers import DTYPE_LIST, NP_DTYPE
 
 from refgrad import Tensor, dtypes
 from refgrad.testing.edges import dtype_edges
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
 
-SIZED = [d for d in ALL_DTYPES if d != dtypes.bool]
+SIZED = [d for d in DTYPE_LIST if d != dtypes.bool]
 RESIZING = [(s, d) for s in SIZED for d in SIZED if s.itemsize != d.itemsize]
 BLOCK = 64  # bytes: a whole number of elements of every dtype, and of 8 elements of every dtype along the last axis
 
@@ -120,9 +120,9 @@ TINYGRAD_NAMES = {"bool": "bool", "char": "int8", "uchar": "uint8", "short": "in
 
 def test_fields_name_every_dtype_by_its_names_and_aliases():
   fields = dtypes.fields()
-  assert set(fields) == {d.name for d in ALL_DTYPES} | set(TINYGRAD_NAMES)
+  assert set(fields) == {d.name for d in DTYPE_LIST} | set(TINYGRAD_NAMES)
   assert all(fields[alias].name == name for alias, name in TINYGRAD_NAMES.items())
-  assert all(fields[d.name] is d for d in ALL_DTYPES)
+  assert all(fields[d.name] is d for d in DTYPE_LIST)
 
 
 def test_fields_leave_out_the_defaults_and_stay_the_same_when_a_default_changes():

@@ -12,7 +12,7 @@ import torch
 from helpers import NP_DTYPE, check
 
 from refgrad import Tensor, dtypes, nn
-from refgrad.sizes import Variable
+from refgrad.symbolic_shapes import Variable
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")
 

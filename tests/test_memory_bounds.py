@@ -12,7 +12,7 @@ import pytest
 
 from refgrad import Device, Tensor, compile_cache
 from refgrad.codegen import pipeline
-from refgrad.codegen.symbolic import simplify_index
+from refgrad.codegen.simplify import simplify_index
 from refgrad.compile_cache import cache_dir, cached_compile, prune_cache
 from refgrad.device import LRU
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from refgrad import Device, Tensor, plugins
+from refgrad import Device, Tensor, plugin_loader
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.hookspecs import hookimpl
 from refgrad.testing.reference import check_against_reference
@@ -21,9 +21,9 @@ def pyloops():
   try:
     import refgrad_pyloops
     if "PYLOOPS" not in Device.available():
-      plugins.register(refgrad_pyloops)
+      plugin_loader.register(refgrad_pyloops)
     yield "PYLOOPS"
-    plugins.unregister(refgrad_pyloops)
+    plugin_loader.unregister(refgrad_pyloops)
   finally:
     sys.path.remove(str(EXAMPLE))
 
@@ -55,16 +55,16 @@ def test_unregistering_removes_the_device():
 
   plugin = Tmp()
   try:
-    assert plugins.register(plugin) == ["TMPDEV"]
+    assert plugin_loader.register(plugin) == ["TMPDEV"]
     assert Tensor([1, 2], device="TMPDEV").tolist() == [1, 2]
   finally:
-    plugins.unregister(plugin)
+    plugin_loader.unregister(plugin)
   with pytest.raises(ValueError, match="unknown device"):
     Tensor([1], device="TMPDEV")
 
 
 def test_a_plugin_that_fails_to_import_is_listed_unavailable():
-  spec = plugins._broken_plugin_spec("badplugin", ImportError("No module named 'missing_dep'"))
+  spec = plugin_loader._broken_plugin_spec("badplugin", ImportError("No module named 'missing_dep'"))
   Device.add(spec)
   try:
     with pytest.raises(RuntimeError, match="BADPLUGIN is unavailable: plugin failed to load: ImportError"):

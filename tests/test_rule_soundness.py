@@ -10,11 +10,10 @@ import pytest
 from helpers import INT_DTYPES, NP_DTYPE, check, ids
 
 from refgrad import Tensor, dtypes
-from refgrad.codegen import symbolic
+from refgrad.codegen import simplify
 from refgrad.codegen.pipeline import forget_compiled
-from refgrad.codegen.symbolic import symbolic_rules
+from refgrad.codegen.simplify import symbolic_rules
 from refgrad.device import LRU, RUNNER_CACHE_SIZE
-from refgrad.ranges import INDEX_DTYPES
 from refgrad.registry import Device
 from refgrad.rewrite import PatternMatcher, UPat
 from refgrad.testing.conformance import FAIL, PASS, run_conformance
@@ -22,6 +21,7 @@ from refgrad.testing.fuzz import fuzz
 from refgrad.testing.reference import RewriteMismatch, check_against_reference
 from refgrad.testing.rules import check_rewrite, evaluate, leaf, points, prove_rule, prove_rules
 from refgrad.uop import Ops, UOp
+from refgrad.value_ranges import INDEX_DTYPES
 
 x_, c_ = UPat.var("x"), UPat.cvar("c")
 
@@ -175,7 +175,7 @@ def planted(monkeypatch):
   """plant(rule): the rule goes first in the symbolic rules until the test ends; compiled kernels are forgotten, and
   the reference's loaded ones (its runner caches key programs by their kernel graph, which the rules do not change)."""
   def plant(rule):
-    monkeypatch.setattr(symbolic, "symbolic_rules", PatternMatcher([rule] + symbolic.symbolic_rules.rules))
+    monkeypatch.setattr(simplify, "symbolic_rules", PatternMatcher([rule] + simplify.symbolic_rules.rules))
     forget_compiled()
     for instance in ("PYTHON", "PYTHON:1"):
       monkeypatch.setattr(Device[instance], "_runners", LRU(RUNNER_CACHE_SIZE))
@@ -220,14 +220,14 @@ def test_refgrad_check_reports_a_planted_wrong_rewrite_with_its_rule(planted):
 PLANTING_PLUGIN = '''"""Plants x / c -> x * (1/c) first in the symbolic rules of fuzz workers, not of the test's."""
 import multiprocessing
 
-from refgrad.codegen import symbolic
+from refgrad.codegen import simplify
 from refgrad.device import LRU, RUNNER_CACHE_SIZE
 from refgrad.registry import Device
 from refgrad.rewrite import PatternMatcher
 from test_rule_soundness import RECIPROCAL
 
 if multiprocessing.parent_process() is not None:
-  symbolic.symbolic_rules = PatternMatcher([RECIPROCAL] + symbolic.symbolic_rules.rules)
+  simplify.symbolic_rules = PatternMatcher([RECIPROCAL] + simplify.symbolic_rules.rules)
 '''
 
 
@@ -239,4 +239,4 @@ def test_a_fuzz_campaign_finds_a_planted_wrong_rewrite(tmp_path, monkeypatch):
   report = fuzz("PYTHON", 90, findings_dir=str(tmp_path / "findings"), plugin_files=[str(plugin)], max_findings=1)
   details = [f.detail for f in report.signatures.values()]
   assert details and all("graph evaluator" in d and "by_reciprocal" in d and "proven wrong" in d for d in details)
-  assert symbolic.symbolic_rules.rules[0] is not RECIPROCAL  # the campaign's process kept the honest rules
+  assert simplify.symbolic_rules.rules[0] is not RECIPROCAL  # the campaign's process kept the honest rules

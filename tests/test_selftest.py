@@ -66,8 +66,8 @@ def test_an_edit_that_does_not_apply_fails_loudly(edit):
 def _witness_verdicts(names: list[str]) -> dict[str, str]:
   """In a fresh process: 'live' if the mutant computes its witness differently from the reference while the real
   base device does not, else what went wrong."""
-  from refgrad import plugins
-  plugins.register(mutants, name="refgrad.testing.mutants")
+  from refgrad import plugin_loader
+  plugin_loader.register(mutants, name="refgrad.testing.mutants")
   verdicts = {}
   for name in names:
     mutant = mutants.BY_NAME[name]

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from refgrad.codegen.symbolic import simplify
+from refgrad.codegen.simplify import simplify
 from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp
 
@@ -109,7 +109,7 @@ def gated_expressions():
 
 @pytest.mark.parametrize("index, gate", gated_expressions())
 def test_a_gated_index_simplifies_to_the_same_values_where_the_gate_holds(index, gate):
-  from refgrad.codegen.symbolic import simplify_given
+  from refgrad.codegen.simplify import simplify_given
   x, y = var("x", 40), var("y", 6)
   simplified = simplify_given(simplify(index), simplify(gate))
   held = [(i, j) for i in range(40) for j in range(6) if evaluate(gate, {x: i, y: j})]
@@ -117,7 +117,7 @@ def test_a_gated_index_simplifies_to_the_same_values_where_the_gate_holds(index,
 
 
 def test_the_gate_removes_the_divisions_a_bound_makes_trivial():
-  from refgrad.codegen.symbolic import simplify_given
+  from refgrad.codegen.simplify import simplify_given
   x, y = var("x", 40), var("y", 6)
   divisions = lambda u: sum(n.op in (Ops.IDIV, Ops.MOD) for n in u.toposort)  # noqa: E731
   assert divisions(simplify_given(simplify(x // 8 + y), x.lt(8))) == 0

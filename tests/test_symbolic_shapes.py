@@ -1,12 +1,12 @@
-"""Symbolic shapes (refgrad/sizes.py): tensors whose sizes are bound Variables, on every device, against numpy for
-every bound value including the ends of the range; one compiled kernel serves every value; schedule_with_vars and
-run_schedule with other values; gradients through symbolic shrinks; the errors."""
+"""Symbolic shapes (refgrad/symbolic_shapes.py): tensors whose sizes are bound Variables, on every device, against
+numpy for every bound value including the ends of the range; one compiled kernel serves every value;
+schedule_with_vars and run_schedule with other values; gradients through symbolic shrinks; the errors."""
 import numpy as np
 import pytest
 
 from refgrad import Tensor, TinyJit, Variable
 from refgrad.codegen.pipeline import _compile
-from refgrad.realize import run_schedule
+from refgrad.execute import run_schedule
 from refgrad.schedule import realized_buffer
 
 ROWS = 6

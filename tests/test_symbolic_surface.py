@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from refgrad import Tensor, TinyJit, Variable
 from refgrad.jit import JitError
-from refgrad.sizes import size_value
+from refgrad.symbolic_shapes import size_value
 
 LOW, HIGH = 1, 6
 VALUES = st.sampled_from([LOW, HIGH]) | st.integers(LOW, HIGH)

@@ -16,12 +16,12 @@ DRIVER = textwrap.dedent("""
   import numpy as np
   import tutorial_backend
   from hypothesis import given, settings
-  from refgrad import Tensor, plugins
+  from refgrad import Tensor, plugin_loader
   from refgrad.testing.compare import compare
   from refgrad.testing.reference import check_against_reference, undefined_lanes
   from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, tensor_programs
 
-  assert plugins.register(tutorial_backend) == ["PYLOOPS"]
+  assert plugin_loader.register(tutorial_backend) == ["PYLOOPS"]
   x = np.array([[0.0, -0.0, 1.5], [np.inf, np.nan, -3.25]], np.float32)
   cases = {"affine": lambda t: t * 2 + 1, "row max": lambda t: t.max(1), "sum": lambda t: t.sum(),
            "where": lambda t: (t < 1).where(t, -t), "flip and pad": lambda t: t.flip(1).pad(((1, 0), (0, 2))),

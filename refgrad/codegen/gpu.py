@@ -43,7 +43,7 @@ from __future__ import annotations
 from refgrad.alu import reduce_identity
 from refgrad.codegen.contract import Capabilities, Opt, OptList
 from refgrad.codegen.opt import OptError
-from refgrad.codegen.symbolic import simplify
+from refgrad.codegen.simplify import simplify
 from refgrad.dtype import dtypes
 from refgrad.uop import Ops, UOp, prod
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from refgrad.alu import reduce_identity
-from refgrad.codegen.symbolic import simplify_index
+from refgrad.codegen.simplify import simplify_index
 from refgrad.dtype import DType, dtypes
-from refgrad.sizes import kernel_variables, max_shape, max_size
+from refgrad.symbolic_shapes import kernel_variables, max_shape, max_size
 from refgrad.uop import GroupOp, Ops, UOp, prod
 
 INDEX = dtypes.int64  # every index is int64: no overflow on any buffer size
@@ -24,7 +24,7 @@ def idx_const(value: int) -> UOp:
 
 
 def as_index(value: int | UOp) -> UOp:
-  """An index node for a size: a constant, or a symbolic size's expression (refgrad/sizes.py)."""
+  """An index node for a size: a constant, or a symbolic size's expression (refgrad/symbolic_shapes.py)."""
   return value if isinstance(value, UOp) else idx_const(value)
 
 

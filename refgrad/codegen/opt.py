@@ -46,7 +46,7 @@ from collections.abc import Callable
 
 from refgrad.alu import reduce_identity, result_dtype
 from refgrad.codegen.contract import Opt, OptList
-from refgrad.codegen.symbolic import simplify_index
+from refgrad.codegen.simplify import simplify_index
 from refgrad.ops import OP_FACTS
 from refgrad.uop import GroupOp, Ops, UOp, prod
 

@@ -16,7 +16,7 @@ from refgrad.codegen.gpu import WORK_GROUP_RULES, gpu_opts, to_gpu
 from refgrad.codegen.linearize import linearize
 from refgrad.codegen.lowering import lower_kernel
 from refgrad.codegen.opt import apply_opts, default_opts, heuristic_amounts, random_opts
-from refgrad.codegen.symbolic import simplify, simplify_gated_loads, simplify_index
+from refgrad.codegen.simplify import simplify, simplify_gated_loads, simplify_index
 from refgrad.uop import Ops, UOp
 
 

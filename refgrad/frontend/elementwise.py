@@ -24,7 +24,7 @@ from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.bitcast import check_bitcast, resized_bitcast
 from refgrad.frontend.shapes import ShapeError, broadcast_shape
 from refgrad.gradient import custom_gradient
-from refgrad.sizes import is_size_expression
+from refgrad.symbolic_shapes import is_size_expression
 from refgrad.uop import Ops, UOp
 
 LOG2_E = math.log2(math.e)

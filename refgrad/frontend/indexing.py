@@ -64,8 +64,9 @@ class BasicPlan:
 
 
 def _symbolic_slices(index: Any, shape: tuple) -> tuple | None:
-  """t[:n] and t[a:n, ...] with a symbolic size n (refgrad/sizes.py): the shrink they are, when every item is a slice
-  of step 1 with non-negative bounds, at least one of them symbolic; None otherwise (ordinary indexing)."""
+  """t[:n] and t[a:n, ...] with a symbolic size n (refgrad/symbolic_shapes.py): the shrink they are, when every
+  item is a slice of step 1 with non-negative bounds, at least one of them symbolic; None otherwise (ordinary
+  indexing)."""
   items = index if isinstance(index, tuple) else (index,)
   if len(items) > len(shape) or not all(isinstance(i, slice) and i.step in (None, 1) for i in items):
     return None

@@ -18,7 +18,7 @@ from refgrad.frontend.indexing import IndexingMixin
 from refgrad.frontend.rearrange import plan_rearrange
 from refgrad.frontend.shapes import ShapeError, is_size, normalize_dim, shape_args
 from refgrad.gradient import custom_gradient
-from refgrad.sizes import canonical, is_symbolic, is_symbolic_shape, shape_value, size_check, sizes_equal
+from refgrad.symbolic_shapes import canonical, is_symbolic, is_symbolic_shape, shape_value, size_check, sizes_equal
 from refgrad.uop import Ops, UOp, prod
 
 

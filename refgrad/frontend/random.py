@@ -20,7 +20,7 @@ from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.reduce import triangle_mask
 from refgrad.frontend.shapes import check_shape, shape_args
 from refgrad.registry import Device
-from refgrad.sizes import is_symbolic_shape, max_shape
+from refgrad.symbolic_shapes import is_symbolic_shape, max_shape
 from refgrad.uop import prod
 
 MASK32 = 0xFFFFFFFF

@@ -10,7 +10,7 @@ from refgrad.frontend import special
 from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.shapes import ShapeError, normalize_dim
 from refgrad.gradient import custom_gradient
-from refgrad.sizes import canonical, is_symbolic, size_const
+from refgrad.symbolic_shapes import canonical, is_symbolic, size_const
 from refgrad.uop import Ops, UOp, prod
 
 # The dtype a sum accumulates in (tinygrad's rule): small ints widen, half and bfloat16 sum in their compute dtype

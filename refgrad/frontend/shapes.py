@@ -40,7 +40,7 @@ def shape_args(shape: Sequence[Any]) -> tuple:
 
 
 def is_size(x: Any) -> bool:
-  """An int (not a bool) or a symbolic size (an expression of bound Variables, refgrad/sizes.py)."""
+  """An int (not a bool) or a symbolic size (an expression of bound Variables, refgrad/symbolic_shapes.py)."""
   return (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) or (isinstance(x, UOp) and x.dtype.kind == "i")
 
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import numpy as np
 
 from refgrad import alu
-from refgrad.sizes import concrete_graph
-from refgrad.sizes import in_use as sizes_in_use
+from refgrad.symbolic_shapes import concrete_graph
+from refgrad.symbolic_shapes import in_use as sizes_in_use
 from refgrad.uop import GroupOp, Ops, UOp
 
 Value = tuple[np.ndarray, np.ndarray | None]  # (values, undefined-lane mask or None)

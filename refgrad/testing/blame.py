@@ -1,6 +1,6 @@
 """Which rewrite rule to blame when the reference's kernel path disagrees with the graph evaluator.
 
-Every device shares the symbolic rules (refgrad/codegen/symbolic.py), so a wrong one makes the reference and every
+Every device shares the symbolic rules (refgrad/codegen/simplify.py), so a wrong one makes the reference and every
 device wrong together, and only the graph evaluator, which rewrites nothing, sees it. To name the rule, the kernel
 is compiled and interpreted again with each rule left out in turn: the rules whose absence brings agreement back
 are the suspects, and the prover (refgrad/testing/rules.py) convicts those it finds a counterexample for (leaving
@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from refgrad.codegen import symbolic
+from refgrad.codegen import simplify
 from refgrad.codegen.pipeline import forget_compiled
 from refgrad.rewrite import PatternMatcher
 from refgrad.testing.rules import describe, prove_rule
@@ -23,20 +23,20 @@ PROOF_DRAWS = 20  # rewrites proven per dtype for each suspect: a counterexample
 def rule_left_out(index: int) -> Iterator[None]:
   """The symbolic rules without rule `index` for everything compiled inside (the compile caches are emptied on the
   way in and out, so no kernel compiled with the other rule set is reused)."""
-  kept = symbolic.symbolic_rules
-  symbolic.symbolic_rules = PatternMatcher([r for i, r in enumerate(kept.rules) if i != index])
+  kept = simplify.symbolic_rules
+  simplify.symbolic_rules = PatternMatcher([r for i, r in enumerate(kept.rules) if i != index])
   forget_compiled()
   try:
     yield
   finally:
-    symbolic.symbolic_rules = kept
+    simplify.symbolic_rules = kept
     forget_compiled()
 
 
 def suspects(agrees: Callable[[], bool]) -> list[int]:
   """The rules without which `agrees()` (compile and run the kernel again, compare with the graph evaluator) holds."""
   found = []
-  for index in range(len(symbolic.symbolic_rules.rules)):
+  for index in range(len(simplify.symbolic_rules.rules)):
     with rule_left_out(index):
       try:
         fixed = agrees()
@@ -49,7 +49,7 @@ def suspects(agrees: Callable[[], bool]) -> list[int]:
 
 def blame(agrees: Callable[[], bool]) -> str:
   """One line per suspect rule, the convicted first with their counterexample; or why no rule is named."""
-  rules = symbolic.symbolic_rules.rules
+  rules = simplify.symbolic_rules.rules
   found = suspects(agrees)
   if not found:
     return (f"no rule to blame: leaving out any one of the {len(rules)} symbolic rules does not bring agreement "

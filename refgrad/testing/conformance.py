@@ -36,7 +36,7 @@ from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes, from_numpy
 from refgrad.frontend.bitcast import UNSIGNED_OF_SIZE
 from refgrad.ops import OP_FACTS
 from refgrad.registry import Device
-from refgrad.sizes import Variable
+from refgrad.symbolic_shapes import Variable
 from refgrad.testing.compare import Comparison, add_histogram
 from refgrad.testing.edges import cast_values, dtype_edges, result_class_inputs
 from refgrad.testing.jit_check import check_jit_replay

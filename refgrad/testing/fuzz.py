@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from refgrad.codegen.contract import OptList
 from refgrad.codegen.pipeline import random_kernel_opts
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
-from refgrad.plugins import load_plugin_file
+from refgrad.plugin_loader import load_plugin_file
 from refgrad.registry import Device
 from refgrad.testing.compare import add_histogram
 from refgrad.testing.strategies import ALL, alu_kernels, tensor_programs
@@ -602,7 +602,7 @@ import ml_dtypes  # noqa: F401
 import numpy as np
 
 from refgrad import Variable, dtypes  # noqa: F401
-from refgrad.plugins import load_plugin_file  # noqa: F401
+from refgrad.plugin_loader import load_plugin_file  # noqa: F401
 from refgrad.testing.fuzz import opts_for, run_one  # noqa: F401
 from refgrad.testing.programs import TensorProgram  # noqa: F401
 from refgrad.testing.reference import check_against_reference

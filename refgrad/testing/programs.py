@@ -52,7 +52,7 @@ class TensorProgram:
     """Replay the steps on the given input tensors (for check_against_reference)."""
     values = list(tensors)
     if self.symbolic is not None:
-      from refgrad.sizes import Variable
+      from refgrad.symbolic_shapes import Variable
       n = Variable("n", 0, self.inputs[0].shape[0]).bind(self.symbolic)
       values = [t.shrink(((0, n),) + (None,) * (t.ndim - 1)) if x.shape == self.inputs[0].shape else t
                 for t, x in zip(values, self.inputs)]

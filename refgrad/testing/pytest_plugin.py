@@ -36,7 +36,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
   config._refgrad_devices = None  # chosen once, at the first test that needs it (see selected_devices)
   if config.getoption("--refgrad-plugin", None):
-    from refgrad.plugins import load_plugin_file
+    from refgrad.plugin_loader import load_plugin_file
     for path in config.getoption("--refgrad-plugin"):
       load_plugin_file(path)
 

@@ -20,11 +20,11 @@ from refgrad.alu import ulp_distance
 from refgrad.buffer import Buffer
 from refgrad.codegen.contract import OptList, Program, opts_text
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.realize import run_schedule, run_transfer
+from refgrad.execute import run_schedule, run_transfer
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem, create_schedule
 from refgrad.search import opts_for
-from refgrad.sizes import bound_region, concrete_graph, is_symbolic_shape, shape_value
+from refgrad.symbolic_shapes import bound_region, concrete_graph, is_symbolic_shape, shape_value
 from refgrad.testing.bounds import kernel_error_bounds
 from refgrad.testing.compare import Comparison, LaneVerdicts, compare_lanes
 from refgrad.uop import Ops, UOp

@@ -184,9 +184,9 @@ def run_job(conn: Any, job: Job) -> None:
   try:
     if job.cache:
       os.environ["REFGRAD_CACHE"] = job.cache  # fuzz workers inherit it
-    from refgrad import Device, plugins
+    from refgrad import Device, plugin_loader
     from refgrad.testing import mutants
-    plugins.register(mutants, name="refgrad.testing.mutants")
+    plugin_loader.register(mutants, name="refgrad.testing.mutants")
     Device[job.device]  # plants the mutant: a failure here is a harness error, never a detection
     started = time.perf_counter()
     send("started")

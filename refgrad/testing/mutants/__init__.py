@@ -17,7 +17,7 @@ live: the mutant device computes it differently from the reference, bit for bit 
 use the kit being measured; tests/test_selftest.py runs every one).
 
 Each mutant is the device `<BASE>~<NAME>`, registered by this package's `refgrad_devices` hook: register the module
-(`refgrad.plugins.register`), or load a plugin file that imports the hook (`from refgrad.testing.mutants import
+(`refgrad.plugin_loader.register`), or load a plugin file that imports the hook (`from refgrad.testing.mutants import
 refgrad_devices`; selftest writes one for its fuzz workers). Its compiler's cache key names the mutant and its flags,
 so the compile cache never hands a mutant's binary to the real device or back.
 """

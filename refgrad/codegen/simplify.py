@@ -12,9 +12,9 @@ import numpy as np
 
 from refgrad.alu import exec_alu, exec_cast, undefined_cast_lanes, undefined_lanes
 from refgrad.dtype import dtypes
-from refgrad.ranges import INDEX_DTYPES, never_wraps
 from refgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from refgrad.uop import GroupOp, Ops, UOp
+from refgrad.value_ranges import INDEX_DTYPES, never_wraps
 
 
 # ---- constant folding through the spec

@@ -1,5 +1,5 @@
 """Value ranges of integer and bool IR nodes: (lowest, highest) values a node can take, from its op and its sources'
-ranges. They sit beside the IR (UOp.vrange) so that index simplification (codegen/symbolic.py) and the lowering can
+ranges. They sit beside the IR (UOp.vrange) so that index simplification (codegen/simplify.py) and the lowering can
 prove bounds without the IR depending on codegen."""
 from __future__ import annotations
 
