@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 from helpers import declared_unsupported
+from xdist_crash_safe import pytest_xdist_make_scheduler  # noqa: F401  (a worker crash fails its test, never hangs)
 
 # Exhaustive parametrizations run in full on the reference (PYTHON). On a compiled device, a test function with
 # more than `above` cases runs a seeded sample of them: `above` cases and `fraction` of the rest. Compiling a kernel
