@@ -85,7 +85,8 @@ def llvm_reproducer(case: StandaloneCase, loop_vectorize: bool = True) -> dict[s
   header = (f'"""refgrad standalone reproducer: kernel {name} (kernel.ll) on {case.device or "LLVM"}\n'
             f"compiled with {versions}; needs llvmlite, ctypes and numpy alone\n"
             f"run: python driver.py  (in this folder)\n"
-            f"exit status 0: the output matches the reference; 1: it does not (the lanes that differ are printed)\n"
+            f"exit status 0: the output matches the reference; 1: it does not (the lanes that differ are printed);\n"
+            f"killed by SIGABRT while compiling: LLVM's own assertion failed on kernel.ll\n"
             f'"""\n'
             "import ctypes\nimport os\nimport sys\n\nimport llvmlite.binding as llvm\n")
   settings = (f"KERNEL, THREAD_RANGES = {name!r}, {ranges!r}\n"
