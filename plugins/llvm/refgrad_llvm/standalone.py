@@ -76,7 +76,7 @@ def llvm_reproducer(case: StandaloneCase, loop_vectorize: bool = True) -> dict[s
   """{'kernel.ll': the module, 'driver.py': its driver}. `loop_vectorize` False: the device compiled the kernel
   without loop vectorization (LLVM aborted with it)."""
   versions = toolchain().versions
-  _, cpu, features = host_target()
+  triple, cpu, features = host_target()
   name = case.program.name
   module = (f"; refgrad standalone reproducer: kernel {name} on {case.device or 'LLVM'} ({versions})\n"
             f"; compiled for CPU {cpu}; run it with driver.py beside it (python driver.py)\n"
@@ -90,7 +90,7 @@ def llvm_reproducer(case: StandaloneCase, loop_vectorize: bool = True) -> dict[s
             f'"""\n'
             "import ctypes\nimport os\nimport sys\n\nimport llvmlite.binding as llvm\n")
   settings = (f"KERNEL, THREAD_RANGES = {name!r}, {ranges!r}\n"
-              f"TRIPLE, CPU, FEATURES = {host_target()[0]!r}, {cpu!r}, {features!r}\n"
+              f"TRIPLE, CPU, FEATURES = {triple!r}, {cpu!r}, {features!r}\n"
               f"OPT_LEVEL, RELOCATION, CODE_MODEL, LOOP_VECTORIZE = {OPT_LEVEL}, {RELOCATION!r}, {CODE_MODEL!r}, "
               f"{loop_vectorize}\n")
   driver = header + PY_CHECKER + "\n\n" + py_data(case) + settings + DRIVER_CODE
