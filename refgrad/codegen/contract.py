@@ -8,7 +8,7 @@ types from here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -129,10 +129,40 @@ class Renderer(Protocol):
 
 
 class Compiler(Protocol):
+  """Source -> binary. It may also have `compile_batch(sources) -> list[bytes]` (see BatchCompiler): many kernels
+  in one compiler run, which costs far less than one run each."""
   # everything besides the source that changes the binary: compiler version, flags, the resolved target CPU and
   # features (never "native"). Compile caches may be shared between machines: see docs/writing-a-backend.md
   cache_key: str
   def compile(self, source: str) -> bytes: ...
+
+
+class BatchCompiler(Compiler, Protocol):
+  """A compiler with the optional `compile_batch`: one binary per source, each loadable by the runtime for that
+  source's program exactly as if `compile(source)` had made it (a binary may be a `batch_binary`, naming its
+  kernel's symbol in a library the batch shares). It raises if the batch does not compile; refgrad then compiles
+  the batch in halves, down to single `compile` calls, so an error names its kernel."""
+  def compile_batch(self, sources: Sequence[str]) -> list[bytes]: ...
+
+
+BATCH_BINARY_MAGIC = b"refgrad-batch-binary-1\n"
+
+
+def batch_binary(symbol: str, library: bytes) -> bytes:
+  """One kernel's binary out of a batch: the library (module, program) compiled for the whole batch, and the name
+  of this kernel's symbol in it (kernels are renamed in a batch: two of them may share a name). The compile cache
+  stores the library once for all its kernels."""
+  if not symbol or "\0" in symbol:
+    raise ValueError(f"batch_binary: {symbol!r} is not a symbol name")
+  return BATCH_BINARY_MAGIC + symbol.encode() + b"\0" + library
+
+
+def split_batch_binary(binary: bytes) -> tuple[str, bytes] | None:
+  """(symbol, library) of a `batch_binary`; None for a binary of one kernel (its symbol is the program's name)."""
+  if not binary.startswith(BATCH_BINARY_MAGIC):
+    return None
+  symbol, _, library = binary[len(BATCH_BINARY_MAGIC):].partition(b"\0")
+  return symbol.decode(), library
 
 
 class Runner(Protocol):
