@@ -4,6 +4,7 @@ refgrad/codegen/contract.py; the registry of devices: refgrad/registry.py).
 """
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from refgrad.codegen.contract import (
   UnsupportedDTypeError,
 )
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.compile_cache import load_cached
+from refgrad.compile_cache import cached_compile_batch, load_cached
 from refgrad.dtype import ALL_DTYPES
 from refgrad.uop import UOp
 
@@ -70,6 +71,23 @@ class LRU(Generic[V]):
 RUNNER_CACHE_SIZE = 128
 
 
+def runner_key(program: Program) -> Hashable:
+  """What a loaded kernel is found by: its (hash-consed) kernel graph and its opt list."""
+  return program.key, getattr(program, "opts", ())
+
+
+def write_variables(buffers: Sequence[Buffer], variables: Sequence[tuple[UOp, int]]) -> None:
+  """Give a kernel of symbolic shape its Variables' values: (Variable, value) pairs in the order the kernel reads
+  them, written into its last buffer (run_kernel at each launch, a jit's replay). Each value must lie in its
+  Variable's range."""
+  for var, value in variables:
+    name, low, high = var.arg
+    if not low <= value <= high:
+      raise ValueError(f"Variable {name!r} = {value} is outside its range [{low}, {high}]")
+  if variables:
+    buffers[-1].copyin(np.array([value for _, value in variables], np.int64))
+
+
 @dataclass
 class DeviceImpl:
   """A working device. Compiled devices give renderer+compiler+runtime; PYTHON gives `interpret`."""
@@ -101,12 +119,42 @@ class DeviceImpl:
     """Load a program once per device while it stays among the `runner_cache` most recently used; programs are
     keyed by their (hash-consed) kernel graph and their opt list. An evicted one is loaded again from the compile
     cache."""
-    key = (program.key, getattr(program, "opts", ()))
+    key = runner_key(program)
     runner = self._runners.get(key)
     if runner is None:
       runner = self._build_runner(program)
       self._runners.put(key, runner)
     return runner
+
+  def prepare(self, kernels: Sequence[tuple[UOp, OptList | None]]) -> None:
+    """Compile and load, all at once, the kernels (ast, opts as run_kernel takes them) about to run that are not
+    loaded yet, so that their run_kernel calls find them: a compiler with compile_batch builds them in one go
+    (compile_cache.cached_compile_batch). At most `runner_cache` are loaded, the first ones to run, so a longer list
+    does not evict its own first kernels; the rest are only compiled (into the compile cache). This only saves time:
+    a kernel that fails here (its dtype, its compile, its load) is left to run_kernel, which raises its error when
+    its turn comes, as without prepare."""
+    if self.compiler is None:
+      return
+    new: dict[Hashable, tuple[Program, str]] = {}
+    for ast, opts in kernels:
+      if (ready := self._source_of(ast, opts)) is not None and runner_key(ready[0]) not in self._runners:
+        new.setdefault(runner_key(ready[0]), ready)
+    try:
+      binaries = cached_compile_batch(self.compiler, [source for _, source in new.values()])
+    except Exception:  # a kernel that does not compile: run_kernel raises its error in its turn
+      return
+    for (key, (program, _)), binary in list(zip(new.items(), binaries))[:self._runners.maxsize]:
+      with contextlib.suppress(Exception):  # a binary that does not load: load_cached evicts it in its turn
+        self._runners.put(key, self._build_runner(program, binary))
+
+  def _source_of(self, ast: UOp, opts: OptList | None) -> tuple[Program, str] | None:
+    """A kernel's program and source, or None if it cannot get that far (run_kernel raises the error)."""
+    try:
+      program = compile_ast(ast, self.caps, opts)
+      self.check_dtypes(program)
+      return program, self.render(program)
+    except Exception:
+      return None
 
   def run_kernel(self, ast: UOp, buffers: Sequence[Buffer], opts: OptList | None = None,
                  variables: Sequence[tuple[UOp, int]] = ()) -> tuple[Program, Runner]:
@@ -115,12 +163,7 @@ class DeviceImpl:
     on `buffers`, one per PARAM. `variables` are (Variable, value) in the order the kernel reads them (the
     ScheduleItem's); each value must lie in its Variable's range. Returns the program that ran (its name, opts and
     code paths) and its runner, which launches it again (a jit's replay, the search's timing)."""
-    for var, value in variables:
-      name, low, high = var.arg
-      if not low <= value <= high:
-        raise ValueError(f"Variable {name!r} = {value} is outside its range [{low}, {high}]")
-    if variables:
-      buffers[-1].copyin(np.array([value for _, value in variables], np.int64))
+    write_variables(buffers, variables)
     program = compile_ast(ast, self.caps, opts)
     runner = self.get_runner(program)
     runner(*(b.handle for b in buffers))
@@ -158,9 +201,12 @@ class DeviceImpl:
       raise UnsupportedDTypeError(f"device {self.name} does not support {names} (kernel {program.name}); "
                                   f"it supports {supported}")
 
-  def _build_runner(self, program: Program) -> Runner:
+  def _build_runner(self, program: Program, binary: bytes | None = None) -> Runner:
+    """Load a program: from `binary` if given (compiled by prepare), else from the compile cache."""
     self.check_dtypes(program)
     if self.interpret is not None:
       return self.interpret(program)
+    if binary is not None:
+      return self.runtime.load(binary, program)
     source = self.render(program)
     return load_cached(self.compiler, source, lambda binary: self.runtime.load(binary, program))
