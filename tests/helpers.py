@@ -1,6 +1,6 @@
 """Helpers the test files share (`from helpers import ...`): dtype lists, numpy <-> torch conversion, edge values,
-one value check used by every test file, the gradient check against torch (grads_match) and the
-activations' table.
+one value check used by every test file, the gradient check against torch (grads_match), the error check against
+torch (raises_like) and the activations' table.
 
 The oracle is torch (CPU) wherever torch implements the op for the dtype, numpy otherwise (torch has only
 storage-level support for uint16, uint32 and uint64).
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import ml_dtypes
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual torch alias
 
@@ -162,6 +163,43 @@ def grads_match(fn_rg, fn_torch, *arrays: np.ndarray, rtol: float = 1e-4, seed=N
     assert got.dtype == a.dtype, f"gradient dtype {got.dtype}, input dtype {a.dtype}"
     scale = float(np.abs(want).max()) if want.size else 1.0
     np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6 * max(scale, 1.0))
+
+
+def f23() -> Tensor:
+  """The input of the error tables: arange(6) as a float32 (2, 3) tensor (tf23: the same in torch)."""
+  return Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def tf23() -> torch.Tensor:
+  return torch.arange(6, dtype=torch.float32).reshape(2, 3)
+
+
+# The standard classes torch's errors belong to, most specific first (NotImplementedError is a RuntimeError)
+TORCH_ERROR_CLASSES = (IndexError, TypeError, NotImplementedError, ValueError, RuntimeError)
+
+
+def raises_like(ours, theirs=None, exc: type | tuple[type, ...] = Exception,
+                fragments=()) -> tuple[BaseException, BaseException | None]:
+  """`ours()` (and realizing the tensors it returns) raises an error that is an instance of `exc` (of each class in
+  a tuple: one error can be tinygrad's class and torch's) and whose message holds every fragment. `theirs`, the same
+  mistake in torch (or numpy), must raise too, and ours must be an instance of the standard class of torch's.
+  Returns our error and torch's (None without `theirs`)."""
+  with pytest.raises(Exception) as info:
+    out = ours()
+    for t in out if isinstance(out, (tuple, list)) else (out,):
+      if isinstance(t, Tensor):
+        t.realize()
+  for cls in exc if isinstance(exc, tuple) else (exc,):
+    assert isinstance(info.value, cls), f"raised {type(info.value).__name__}, expected {cls.__name__}"
+  for fragment in fragments:
+    assert fragment in str(info.value), f"{fragment!r} not in message {str(info.value)!r}"
+  if theirs is None:
+    return info.value, None
+  with pytest.raises(Exception) as their_info:
+    theirs()
+  base = next(e for e in TORCH_ERROR_CLASSES if isinstance(their_info.value, e))
+  assert isinstance(info.value, base), f"torch raises {base.__name__}, we raise {type(info.value).__name__}"
+  return info.value, their_info.value
 
 
 # The elementwise activations, each as (refgrad, torch): forward and gradient checks over ordinary inputs

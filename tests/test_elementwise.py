@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
-  ALL_DTYPES,
+  DTYPE_LIST,
   FLOAT_DTYPES,
   INT_DTYPES,
   NP_DTYPE,
@@ -57,7 +57,7 @@ def safe_divisor(a, b):
 
 # ---- arithmetic on one dtype
 ARITH = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
-ARITH_CASES = [(op, d) for op in ARITH for d in ALL_DTYPES if not (op == "sub" and d == D.bool)]  # see test_errors
+ARITH_CASES = [(op, d) for op in ARITH for d in DTYPE_LIST if not (op == "sub" and d == D.bool)]  # see test_errors
 
 
 @pytest.mark.parametrize("op, dtype", ARITH_CASES, ids=[f"{op}-{d.name}" for op, d in ARITH_CASES])
@@ -66,7 +66,7 @@ def test_add_sub_mul(op, dtype):
   check(ARITH[op](Tensor(a), Tensor(b)), oracle(ARITH[op], a, b), dtype)
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))
 def test_truediv(dtype):
   a, b = outer(dtype)
   out = dtype if dtypes.is_float(dtype) else D.float32
@@ -268,7 +268,7 @@ def test_relu(dtype):
 CMP = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne}
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))
 @pytest.mark.parametrize("op", list(CMP))
 def test_compare(op, dtype):
   a, b = outer(dtype)
@@ -285,7 +285,7 @@ def test_compare_python_scalar(op, scalar):
 
 
 # ---- where, maximum, minimum
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))
 def test_where(dtype):
   rng = np.random.default_rng(0)
   cond = rng.random((4, 1, 3)) < 0.5
@@ -308,7 +308,7 @@ def test_where_scalars_and_promotion():
   check(Tensor(i).where(1.0, 0.0), torch.where(torch.tensor(i) != 0, 1.0, 0.0), D.float32)
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))
 @pytest.mark.parametrize("op", ["maximum", "minimum"])
 def test_maximum_minimum(op, dtype):
   a, b = outer(dtype)
@@ -400,8 +400,8 @@ def _cast_source(dtype):
     return np.concatenate([edge_values(dtype), np.array(extra).astype(NP_DTYPE[dtype])])
 
 
-@pytest.mark.parametrize("src", ALL_DTYPES, ids=ids(ALL_DTYPES))
-@pytest.mark.parametrize("dst", ALL_DTYPES, ids=ids(ALL_DTYPES))
+@pytest.mark.parametrize("src", DTYPE_LIST, ids=ids(DTYPE_LIST))
+@pytest.mark.parametrize("dst", DTYPE_LIST, ids=ids(DTYPE_LIST))
 def test_cast(src, dst):
   v = _cast_source(src)
   mask = None

@@ -215,3 +215,10 @@ def test_movement_ops_are_one_kernel():
   joined = Tensor.cat([t, t.pad((1, 2), mode="reflect")[..., :4], t.pad((0, 0, 1, 0), mode="replicate")[:, :3]],
                       dim=1)
   assert len(joined.schedule()) == 1
+
+
+@pytest.mark.parametrize("pattern", ["\u2026 c -> c \u2026", "a \u2026 -> (\u2026 a)"])
+def test_rearrange_accepts_the_unicode_ellipsis(pattern):
+  x = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+  want = np.moveaxis(x, -1, 0) if pattern.startswith("\u2026") else np.moveaxis(x, 0, -1).reshape(24)
+  check(Tensor(x).rearrange(pattern), want, dtypes.int32)

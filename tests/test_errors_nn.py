@@ -1,0 +1,63 @@
+"""Bad input to the nn functions (convolutions, pooling, interpolate, attention, losses, dropout, gelu): the
+exception class torch raises for the same mistake (RuntimeError/ValueError for shapes, TypeError for a wrong argument
+type), and a message that names the offending shapes or values."""
+import pytest
+from helpers import f23, raises_like
+
+from refgrad import Tensor
+
+pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
+
+
+def img():
+  return Tensor.ones(1, 2, 5, 5)
+
+
+# name: (our call, the same mistake in torch or None, expected exception class (or classes), message fragments)
+ERRORS = {
+  "conv_channels": (lambda: img().conv2d(Tensor.ones(4, 3, 3, 3)), None, RuntimeError,
+                    ["(1, 2, 5, 5)", "(4, 3, 3, 3)"]),
+  "conv_groups": (lambda: img().conv2d(Tensor.ones(3, 1, 3, 3), groups=2), None, ValueError, ["groups=2", "3"]),
+  "conv_rank": (lambda: Tensor.ones(2, 5, 5).conv2d(Tensor.ones(4, 2, 3, 3)), None, RuntimeError, ["(2, 5, 5)"]),
+  "conv_kernel_too_big": (lambda: img().conv2d(Tensor.ones(1, 2, 7, 7)), None, RuntimeError, ["(7, 7)", "(5, 5)"]),
+  "conv_bias_shape": (lambda: img().conv2d(Tensor.ones(4, 2, 3, 3), Tensor.ones(3)), None, RuntimeError,
+                      ["(3,)", "(4,)"]),
+  "conv_stride_type": (lambda: img().conv2d(Tensor.ones(4, 2, 3, 3), stride=1.5), None, TypeError, ["stride", "1.5"]),
+  # tinygrad's ValueError and torch's RuntimeError
+  "conv_padding_length": (lambda: img().conv2d(Tensor.ones(4, 2, 3, 3), padding=(1, 1, 1)), None,
+                          (ValueError, RuntimeError), ["(1, 1, 1)"]),
+  "conv_transpose_padding_length": (lambda: img().conv_transpose2d(Tensor.ones(2, 1, 3, 3), padding=(1, 1, 1)), None,
+                                    (ValueError, RuntimeError), ["padding", "(1, 1, 1)"]),
+  "conv_stride_length": (lambda: img().conv2d(Tensor.ones(4, 2, 3, 3), stride=(1, 2, 1)), None, RuntimeError,
+                         ["stride", "(1, 2, 1)"]),
+  "conv_transpose_output_padding": (lambda: img().conv_transpose2d(Tensor.ones(2, 1, 3, 3), output_padding=1), None,
+                                    ValueError, ["output_padding", "stride"]),
+  "conv_transpose_channels": (lambda: img().conv_transpose2d(Tensor.ones(3, 1, 3, 3)), None, RuntimeError,
+                              ["(1, 2, 5, 5)", "(3, 1, 3, 3)"]),
+  "max_pool_kernel_too_big": (lambda: img().max_pool2d(6), None, RuntimeError, ["(6, 6)", "(5, 5)"]),
+  "avg_pool_padding": (lambda: img().avg_pool2d(2, padding=(1, 2, 3)), None, ValueError, ["(1, 2, 3)"]),
+  "interpolate_mode": (lambda: img().interpolate((3, 3), mode="cubic"), None, ValueError, ["'cubic'"]),
+  "interpolate_align_corners": (lambda: img().interpolate((3, 3), mode="nearest", align_corners=True), None,
+                                ValueError, ["align_corners", "'nearest'"]),
+  "interpolate_size": (lambda: img().interpolate((0, 3)), None, ValueError, ["(0, 3)"]),
+  "sdpa_causal_and_mask": (lambda: Tensor.ones(2, 3, 4).scaled_dot_product_attention(
+    Tensor.ones(2, 3, 4), Tensor.ones(2, 3, 4), attn_mask=Tensor.ones(3, 3), is_causal=True), None, RuntimeError,
+    ["is_causal"]),
+  "sdpa_shapes": (lambda: Tensor.ones(2, 3, 4).scaled_dot_product_attention(Tensor.ones(2, 3, 5), Tensor.ones(2, 3, 4)),
+                  None, RuntimeError, ["2x3x4", "2x5x3"]),
+  "loss_reduction": (lambda: f23().binary_crossentropy(f23(), reduction="avg"), None, ValueError, ["'avg'", "mean"]),
+  "bce_shapes": (lambda: f23().binary_crossentropy(Tensor.ones(3)), None, RuntimeError, ["(3,)", "(2, 3)"]),
+  "sparse_ce_shapes": (lambda: f23().sparse_categorical_crossentropy(Tensor([0, 1, 2])), None, RuntimeError,
+                       ["(3,)", "(2, 3)"]),
+  "cross_entropy_shapes": (lambda: f23().cross_entropy(Tensor([0, 1, 2])), None, RuntimeError, ["(3,)", "(2, 3)"]),
+  "cross_entropy_smoothing": (lambda: f23().cross_entropy(Tensor([0, 1]), label_smoothing=1.5), None, ValueError,
+                              ["1.5"]),
+  "nll_loss_shapes": (lambda: f23().nll_loss(Tensor([[0, 1]])), None, RuntimeError, ["(1, 2)", "(2, 3)"]),
+  "dropout_p": (lambda: f23().dropout(1.5), None, ValueError, ["1.5"]),
+  "gelu_approximate": (lambda: f23().gelu("erf"), None, ValueError, ["'erf'"]),
+}
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_error(name):
+  raises_like(*ERRORS[name])
