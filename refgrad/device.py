@@ -71,6 +71,14 @@ class LRU(Generic[V]):
 RUNNER_CACHE_SIZE = 128
 
 
+def _attempt(fn: Callable[..., V], *args: Any) -> V | None:
+  """fn(*args), or None if it raises: for DeviceImpl.prepare, whose failures run_kernel raises in their turn."""
+  try:
+    return fn(*args)
+  except Exception:
+    return None
+
+
 def runner_key(program: Program) -> Hashable:
   """What a loaded kernel is found by: its (hash-consed) kernel graph and its opt list."""
   return program.key, getattr(program, "opts", ())
@@ -135,10 +143,15 @@ class DeviceImpl:
     its turn comes, as without prepare."""
     if self.compiler is None:
       return
-    new: dict[Hashable, tuple[Program, str]] = {}
-    for ast, opts in kernels:
-      if (ready := self._source_of(ast, opts)) is not None and runner_key(ready[0]) not in self._runners:
-        new.setdefault(runner_key(ready[0]), ready)
+    programs: dict[Hashable, Program] = {}
+    for ast, opts in kernels:  # the loaded ones are skipped before rendering (a warm step renders nothing), and
+      program = _attempt(compile_ast, ast, self.caps, opts)  # marked as used, so the new ones evict others first
+      if program is not None and self._runners.get(runner_key(program)) is None:
+        programs.setdefault(runner_key(program), program)
+    new = {key: (program, source) for key, program in programs.items()
+           if (source := _attempt(self._checked_source, program)) is not None}
+    if not new:
+      return
     try:
       binaries = cached_compile_batch(self.compiler, [source for _, source in new.values()])
     except Exception:  # a kernel that does not compile: run_kernel raises its error in its turn
@@ -147,14 +160,9 @@ class DeviceImpl:
       with contextlib.suppress(Exception):  # a binary that does not load: load_cached evicts it in its turn
         self._runners.put(key, self._build_runner(program, binary))
 
-  def _source_of(self, ast: UOp, opts: OptList | None) -> tuple[Program, str] | None:
-    """A kernel's program and source, or None if it cannot get that far (run_kernel raises the error)."""
-    try:
-      program = compile_ast(ast, self.caps, opts)
-      self.check_dtypes(program)
-      return program, self.render(program)
-    except Exception:
-      return None
+  def _checked_source(self, program: Program) -> str:
+    self.check_dtypes(program)
+    return self.render(program)
 
   def run_kernel(self, ast: UOp, buffers: Sequence[Buffer], opts: OptList | None = None,
                  variables: Sequence[tuple[UOp, int]] = ()) -> tuple[Program, Runner]:
