@@ -3,21 +3,27 @@ llvmlite to an object file for the host CPU (in a child process: isolation.py), 
 process and called through ctypes.
 
 The object file is what `compile` returns, so refgrad's content cache skips all of LLVM on a warm start; only
-the (fast) in-memory link runs per process. No fast-math and no FP contraction anywhere (see render.py).
+the (fast) in-memory link runs per process. A batch of kernels (`compile_batch`) is one module, optimized and
+compiled to one object file, linked once per process for all its kernels. No fast-math and no FP contraction
+anywhere (see render.py).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import itertools
 import re
 import warnings
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from refgrad.backend_helpers import HostAllocator, distribution_version, numbered_source, run_ranges
+from refgrad.codegen.contract import batch_binary, split_batch_binary
 from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
 from refgrad.registry import DeviceSpec
@@ -28,6 +34,7 @@ from refgrad_llvm.render import LLVMRenderer
 OPT_LEVEL = 3
 RELOCATION, CODE_MODEL = "pic", "jitdefault"
 MIN_LLVMLITE = (0, 45)  # LLVM 20: opaque pointers, the new pass manager, no explicit initialization
+LIBRARY_MAGIC = b"refgrad-llvm-library-1\n"  # a batch's object file, after the names of the kernels it defines
 
 
 class LLVMCompileError(RuntimeError):
@@ -107,9 +114,17 @@ class LLVMCompiler:
       raise LLVMCompileError(f"LLVM aborted on this program, with and without loop vectorization ({crash}):\n"
                              f"{numbered_source(source)}") from None
 
+  def compile_batch(self, sources: Sequence[str]) -> list[bytes]:
+    """One object file for the batch, in one request to the child. If LLVM aborts on it, LLVMCrash is raised:
+    refgrad then compiles the batch in halves, down to `compile`, which retries the culprit without loop
+    vectorization."""
+    compiled, symbols = self._answer(self.child.compile(list(sources), vectorize=True))
+    library = LIBRARY_MAGIC + " ".join(symbols).encode() + b"\n" + compiled
+    return [batch_binary(symbol, library) for symbol in symbols]
+
   @staticmethod
-  def _answer(answer: tuple[str, Any]) -> bytes:
-    """The child's answer: the object file, or LLVM's rejection raised here."""
+  def _answer(answer: tuple[str, Any]) -> Any:
+    """The child's answer: the object file (and a batch's kernel names), or LLVM's rejection raised here."""
     kind, payload = answer
     if kind == "rejected":
       raise LLVMCompileError(payload)
@@ -120,6 +135,17 @@ class LLVMCompiler:
     module = self.parse(source)
     self.optimize(module, vectorize)
     return self.target_machine.emit_object(module)
+
+  def compile_batch_here(self, sources: Sequence[str], vectorize: bool = True) -> tuple[bytes, list[str]]:
+    """A batch's compile (the child's side): the object file of one module holding every kernel, renamed
+    `b<i>_<name>` after its place (two kernels may share a name), and the kernels' new names. Each source is
+    parsed and verified on its own; LLVM's linker merges their declarations and renames clashing helpers."""
+    modules = [self.parse(source) for source in sources]
+    symbols = [rename_kernel(module, f"b{i}_") for i, module in enumerate(modules)]
+    for module in modules[1:]:
+      modules[0].link_in(module)
+    self.optimize(modules[0], vectorize)
+    return self.target_machine.emit_object(modules[0]), symbols
 
   def parse(self, source: str) -> Any:
     """Parse and verify first: bad IR becomes an LLVMCompileError, never a crash inside LLVM's code generator."""
@@ -141,6 +167,17 @@ class LLVMCompiler:
     passes.getModulePassManager().run(module, passes)
 
 
+def rename_kernel(module: Any, prefix: str) -> str:
+  """Prefix the name of the one function `module` defines for callers outside it (its kernel); the new name."""
+  import llvmlite.binding as llvm
+  kernels = [f for f in module.functions if not f.is_declaration and f.linkage == llvm.Linkage.external]
+  if len(kernels) != 1:
+    raise LLVMCompileError(f"a batch takes modules that define one kernel each; this one defines "
+                           f"{[f.name for f in kernels]}:\n{numbered_source(str(module))}")
+  kernels[0].name = prefix + kernels[0].name
+  return kernels[0].name
+
+
 def kernel_name(source: str) -> str:
   """The first function an IR text defines ("define void @r_1(..." -> "kernel r_1"), for messages."""
   match = re.search(r"define [^@]*@([\w.$]+)", source)
@@ -153,24 +190,50 @@ def kernel_name(source: str) -> str:
 LIBRARIES_PER_JIT = 256
 
 
+@dataclass
+class Linked:
+  """An object file linked into a JIT: its code lives as long as this does, and its JIT at least as long (released
+  in this order). Runners hold it."""
+  library: Any
+  jit: Any
+
+
 class JITRuntime:
-  """Links object files into LLVM's ORC JIT, one library per kernel (libm and libc come from this process)."""
+  """Links object files into LLVM's ORC JIT, one library per object file, which a batch's kernels share while any
+  of their runners lives (libm and libc come from this process)."""
 
   def __init__(self):
     import llvmlite.binding as llvm
     self.llvm = llvm
     self.jit = llvm.create_lljit_compiler(host_target_machine())
     self.libraries = itertools.count()
+    self.linked: weakref.WeakValueDictionary[bytes, Linked] = weakref.WeakValueDictionary()  # by sha256
 
-  def load(self, binary: bytes, program: Any):
+  def link(self, library: bytes, symbol: str) -> Linked:
+    """The library linked, once while it is in use: a batch's (LIBRARY_MAGIC, its kernels' names, its object
+    file) exports every kernel, a single kernel's object file its `symbol`."""
+    digest = hashlib.sha256(library).digest()
+    if (linked := self.linked.get(digest)) is not None:
+      return linked
+    compiled, exports = library, [symbol]
+    if library.startswith(LIBRARY_MAGIC):
+      names, _, compiled = library[len(LIBRARY_MAGIC):].partition(b"\n")
+      exports = names.decode().split()
     number = next(self.libraries)
     if number and number % LIBRARIES_PER_JIT == 0:
       self.jit = self.llvm.create_lljit_compiler(host_target_machine())
-    library = (self.llvm.JITLibraryBuilder().add_object_img(binary).add_current_process()
-               .export_symbol(program.name).link(self.jit, f"{program.name}.{number}"))
+    builder = self.llvm.JITLibraryBuilder().add_object_img(compiled).add_current_process()
+    for name in exports:
+      builder.export_symbol(name)
+    linked = self.linked[digest] = Linked(builder.link(self.jit, f"{exports[0]}.{number}"), self.jit)
+    return linked
+
+  def load(self, binary: bytes, program: Any):
+    symbol, library = split_batch_binary(binary) or (program.name, binary)
+    linked = self.link(library, symbol)
     threaded = program.threads > 1  # the THREAD opt: the kernel takes a range of its outermost axis
     arguments = [ctypes.c_void_p] * len(program.params) + [ctypes.c_int64] * 2 * threaded
-    function = ctypes.CFUNCTYPE(None, *arguments)(library[program.name])
+    function = ctypes.CFUNCTYPE(None, *arguments)(linked.library[symbol])
     ranges = program.thread_ranges()
 
     def run(*handles: np.ndarray) -> None:
@@ -179,9 +242,7 @@ class JITRuntime:
         run_ranges(lambda start, end: function(*pointers, start, end), ranges)
       else:
         function(*pointers)
-    # the kernel's code lives as long as the runner does, and its JIT at least as long (released in this order)
-    run.library = library
-    run.jit = self.jit
+    run.linked = linked
     return run
 
 

@@ -63,7 +63,8 @@ class CompileChild:
     self._owner = -1
     self._lock = threading.Lock()
 
-  def compile(self, source: str, vectorize: bool) -> tuple[str, Any]:
+  def compile(self, source: str | list[str], vectorize: bool) -> tuple[str, Any]:
+    """One kernel's source, or a batch's list of them (answered with ("object", (bytes, kernel names)))."""
     with self._lock:
       process = self._running()
       try:
@@ -78,6 +79,7 @@ class CompileChild:
       if self._process is not None and self._owner == os.getpid():
         self._process.stdin.close()
         self._process.wait()
+        self._release(self._process)
       self._process = None
 
   def _running(self) -> subprocess.Popen:
@@ -100,7 +102,14 @@ class CompileChild:
     how = f"signal {-status}" if status < 0 else f"exit status {status}"
     self._stderr.seek(0)
     printed = self._stderr.read().decode(errors="replace").strip()[-STDERR_TAIL:]
+    self._release(process)
     return LLVMCrash(f"the LLVM compile process died ({how})" + (f"; it printed:\n{printed}" if printed else ""))
+
+  def _release(self, process: subprocess.Popen) -> None:
+    """Close this process's ends of an ended child's pipes and its output file (a batch LLVM aborts on is split,
+    and each part that aborts again ends a child)."""
+    for stream in (process.stdin, process.stdout, self._stderr):
+      stream.close()
 
 
 SHARED = CompileChild()  # every LLVMCompiler of a process sends its programs to this one child
@@ -119,8 +128,9 @@ def main() -> None:
       source, vectorize = receive(channel_in)
     except EOFError:
       return
+    work = compiler.compile_here if isinstance(source, str) else compiler.compile_batch_here
     try:
-      answer = ("object", compiler.compile_here(source, vectorize))
+      answer = ("object", work(source, vectorize))
     except LLVMCompileError as e:
       answer = ("rejected", str(e))
     send(channel_out, answer)
