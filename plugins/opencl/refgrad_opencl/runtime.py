@@ -2,17 +2,25 @@
 
 One in-order command queue carries every transfer and launch, so a kernel always sees the data copied in
 before it, and a blocking read-back waits for every kernel queued before it: results are never read early.
+
+A batch of kernels is one program (`CLCompiler.compile_batch`), built once: PoCL spends about half a second in its
+frontend per program, whatever its size. The binary of a built program also holds every kernel compiled for any
+work-group size (PoCL: 0.15 to 0.7 s a kernel, measured), which a batch does not save; a compiled object linked at
+load time would skip that, but PoCL applies -cl-denorms-are-zero only when building, so the build stays.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import re
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pyopencl as cl
 
 from refgrad.backend_helpers import numbered_source
-from refgrad.codegen.contract import Program
+from refgrad.codegen.contract import Program, batch_binary, split_batch_binary
 from refgrad.codegen.gpu import largest_divisor
 from refgrad.uop import Ops
 from refgrad_opencl.dialect import DeviceLimits
@@ -82,28 +90,56 @@ class CLCompiler:
     (binary,) = program.get_info(cl.program_info.BINARIES)
     return bytes(binary)
 
+  def compile_batch(self, sources: Sequence[str]) -> list[bytes]:
+    """One program per distinct prelude in the batch (usually one), each kernel renamed `b<i>_<name>` after its
+    place in the batch, as two kernels may share a name. Each binary names its kernel in its program's binary
+    (`batch_binary`)."""
+    kernels = [split_kernel(source) for source in sources]
+    programs: dict[str, list[str]] = {}  # prelude -> the code of its kernels, renamed
+    for i, (prelude, name, rest) in enumerate(kernels):
+      programs.setdefault(prelude, []).append(f"\n__kernel void b{i}_{name}{rest}")
+    built = {prelude: self.compile(prelude + "".join(code)) for prelude, code in programs.items()}
+    return [batch_binary(f"b{i}_{name}", built[prelude]) for i, (prelude, name, _) in enumerate(kernels)]
+
+
+KERNEL_SIGNATURE = re.compile(r"^__kernel void (\w+)(?=\()", re.MULTILINE)
+
+
+def split_kernel(source: str) -> tuple[str, str, str]:
+  """(the prelude, the kernel's name, the rest from its parameter list on) of a program CStyleRenderer rendered."""
+  found = list(KERNEL_SIGNATURE.finditer(source))
+  if len(found) != 1:
+    raise CompileError(f"a batch takes programs of one __kernel each; this one has {len(found)}:\n"
+                       f"{numbered_source(source)}")
+  start = found[0]
+  return source[:start.start()].removesuffix("\n"), start[1], source[start.end():]
+
 
 class CLRuntime:
   """Loads program binaries (built with `options`, as CLCompiler's) and launches them with the program's global and
-  local shapes."""
+  local shapes. The kernels of a batch share one loaded program."""
 
   def __init__(self, context: cl.Context, queue: cl.CommandQueue, device: cl.Device, limits: DeviceLimits,
                options: tuple[str, ...] = BUILD_OPTIONS):
     self.context, self.queue, self.device, self.limits, self.options = context, queue, device, limits, options
+    self.built: weakref.WeakValueDictionary[bytes, cl.Program] = weakref.WeakValueDictionary()  # by sha256
 
   def synchronize(self) -> None:
     """Launches are asynchronous (reads wait for them anyway); this waits for all of them, e.g. for timing."""
     self.queue.finish()
 
   def load(self, binary: bytes, program: Program) -> Callable[..., None]:
-    built = cl.Program(self.context, [self.device], [binary]).build(options=list(self.options))
-    kernel = cl.Kernel(built, program.name)
+    symbol, library = split_batch_binary(binary) or (program.name, binary)
+    digest = hashlib.sha256(library).digest()
+    if (built := self.built.get(digest)) is None:
+      built = self.built[digest] = cl.Program(self.context, [self.device], [library]).build(options=list(self.options))
+    kernel = cl.Kernel(built, symbol)
     global_size, local_size = self.launch_sizes(program, kernel)
 
     def run(*handles: cl.Buffer) -> None:
       if global_size is not None:
         kernel(self.queue, global_size, local_size, *handles)
-    run.kernel = kernel
+    run.kernel, run.program = kernel, built  # one build of a batch's program while a runner of one of its kernels lives
     return run
 
   def launch_sizes(self, program: Program, kernel: cl.Kernel) -> tuple[Any, Any]:
