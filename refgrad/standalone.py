@@ -20,8 +20,16 @@ import numpy as np
 
 from refgrad.codegen.contract import Program
 
-# how a lane is judged: the checker's `skip` array holds 1 for a lane nobody may look at
-SKIP, CHECK = 1, 0
+# Every reproducer folder has RUN_SCRIPT: the shell commands that build and run it, exiting 0 when the output matches
+# the reference. A reducer (`refgrad reduce`) shrinks only the kernel: the file named KERNEL_FILE_STEM.* if there is
+# one, else the lines between KERNEL_BEGIN and KERNEL_END of a single-file reproducer; the data and the check stay as
+# they are, so a reduced kernel is judged on the same lanes.
+RUN_SCRIPT = "run.sh"
+KERNEL_FILE_STEM = "kernel"
+KERNEL_BEGIN = "/* ---- refgrad: the kernel as the device compiled it ---- */"
+KERNEL_END = "/* ---- refgrad: the kernel ends; its inputs, the reference's output and the check follow ---- */"
+# the run script of a reproducer whose driver is Python (the interpreter: $PYTHON, else python3 on the PATH)
+PYTHON_DRIVER_RUN = "#!/bin/sh\n\"${PYTHON:-python3}\" driver.py\n"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from refgrad.standalone import C_CHECKER, StandaloneCase, c_main
+from refgrad.standalone import C_CHECKER, KERNEL_BEGIN, KERNEL_END, RUN_SCRIPT, StandaloneCase, c_main
 
 # flags that build a shared library; a standalone program is an executable
 LIBRARY_ONLY_FLAGS = ("-fPIC", "-shared")
@@ -29,10 +29,12 @@ def kernel_call(case: StandaloneCase) -> str:
 
 def c_reproducer(case: StandaloneCase, compiler: str, flags: tuple[str, ...], libraries: tuple[str, ...],
                  version: str) -> dict[str, str]:
-  """{'repro.c': text}: the whole reproducer in one file."""
+  """The whole reproducer in one file, repro.c, and the script that builds and runs it."""
   header = (f"/* refgrad standalone reproducer: kernel {case.program.name} on {case.device or 'a C device'}\n"
             f"   compiler: {version}\n"
             f"   build and run: {build_command(os.path.basename(compiler), flags, libraries)}\n"
             f"   exit status 0: the output matches the reference; 1: it does not (the lanes that differ are printed)\n"
             f"*/\n")
-  return {"repro.c": header + case.source + "\n\n" + C_CHECKER + "\n" + c_main(case, kernel_call(case))}
+  body = f"{KERNEL_BEGIN}\n{case.source}\n{KERNEL_END}\n\n{C_CHECKER}\n{c_main(case, kernel_call(case))}"
+  run = f"#!/bin/sh\n{build_command(os.path.basename(compiler), flags, libraries)}\n"
+  return {"repro.c": header + body, RUN_SCRIPT: run}

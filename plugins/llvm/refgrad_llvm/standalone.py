@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from refgrad.standalone import PY_CHECKER, StandaloneCase, py_data
+from refgrad.standalone import PY_CHECKER, PYTHON_DRIVER_RUN, RUN_SCRIPT, StandaloneCase, py_data
 from refgrad_llvm import CODE_MODEL, OPT_LEVEL, RELOCATION, host_target, host_target_machine, toolchain
 
 # The driver's own code after its data: the compile below must stay the one LLVMCompiler.compile_here runs
@@ -94,4 +94,4 @@ def llvm_reproducer(case: StandaloneCase, loop_vectorize: bool = True) -> dict[s
               f"OPT_LEVEL, RELOCATION, CODE_MODEL, LOOP_VECTORIZE = {OPT_LEVEL}, {RELOCATION!r}, {CODE_MODEL!r}, "
               f"{loop_vectorize}\n")
   driver = header + PY_CHECKER + "\n\n" + py_data(case) + settings + DRIVER_CODE
-  return {"kernel.ll": module, "driver.py": driver}
+  return {"kernel.ll": module, "driver.py": driver, RUN_SCRIPT: PYTHON_DRIVER_RUN}

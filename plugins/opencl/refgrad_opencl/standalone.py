@@ -9,7 +9,7 @@ import textwrap
 import pyopencl as cl
 
 from refgrad.device import DeviceImpl
-from refgrad.standalone import PY_CHECKER, StandaloneCase, py_data
+from refgrad.standalone import PY_CHECKER, PYTHON_DRIVER_RUN, RUN_SCRIPT, StandaloneCase, py_data
 
 # The driver's own code after its data: the same device choice as refgrad_opencl.find_device (the device recorded,
 # else the first GPU, else the first device), one in-order queue and blocking copies, as CLAllocator and CLRuntime.
@@ -81,4 +81,4 @@ def opencl_reproducer(case: StandaloneCase, impl: DeviceImpl) -> dict[str, str]:
               f"GLOBAL_SIZE, LOCAL_SIZE = {global_size!r}, {local_size!r}\n"
               f"PLATFORM, DEVICE = {device.platform.name.strip()!r}, {device.name.strip()!r}\n")
   driver = header + PY_CHECKER + "\n\n" + py_data(case) + settings + DRIVER_CODE
-  return {"kernel.cl": case.source, "driver.py": driver}
+  return {"kernel.cl": case.source, "driver.py": driver, RUN_SCRIPT: PYTHON_DRIVER_RUN}
