@@ -9,18 +9,21 @@ from __future__ import annotations
 import _ctypes
 import ctypes
 import functools
+import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from refgrad.backend_helpers import HostAllocator, distribution_version, numbered_source, run_ranges
-from refgrad.codegen.contract import Capabilities
+from refgrad.codegen.contract import Capabilities, batch_binary, split_batch_binary
 from refgrad.codegen.cstyle import CDialect, CStyleRenderer
 from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
@@ -94,30 +97,71 @@ class ClangCompiler:
     self.version = banner[0] if banner else path
     self.cache_key = f"clang|{self.version}|{' '.join(flags + LIBRARIES)}|{native_target(path)}"
 
+  def with_flags(self, flags: tuple[str, ...]) -> ClangCompiler:
+    """This compiler with other flags (refgrad selftest plants wrong ones)."""
+    return ClangCompiler(self.path, flags)
+
   def compile(self, source: str) -> bytes:
+    return self._build(source, lambda: f"this program:\n{numbered_source(source)}")
+
+  def compile_batch(self, sources: Sequence[str]) -> list[bytes]:
+    """One translation unit, one shared library for many kernels (one compiler run: far cheaper than one per
+    kernel). The preludes are merged, and each kernel, its code unchanged, gets a symbol of its own."""
+    kernels = [split_kernel(source) for source in sources]
+    symbols = [f"{name}_b{i}" for i, (_, name, _) in enumerate(kernels)]
+    unit = merge_preludes([prelude for prelude, _, _ in kernels]) + "".join(
+      f"\nvoid {symbol}{rest}" for symbol, (_, _, rest) in zip(symbols, kernels))
+    library = self._build(unit, lambda: f"a batch of {len(sources)} programs (each is compiled alone next)")
+    return [batch_binary(symbol, library) for symbol in symbols]
+
+  def _build(self, source: str, what: Callable[[], str]) -> bytes:
     with tempfile.TemporaryDirectory(prefix="refgrad-clang-") as tmp:
       out = os.path.join(tmp, "kernel.so")
       result = subprocess.run([self.path, *self.flags, "-", "-o", out, *LIBRARIES], input=source, capture_output=True,
                               text=True)
       if result.returncode != 0:
-        raise CompileError(f"{os.path.basename(self.path)} failed to compile this program:\n"
-                           f"{numbered_source(source)}\n\ncompiler stderr:\n{result.stderr.strip()}")
+        raise CompileError(f"{os.path.basename(self.path)} failed to compile {what()}\n\n"
+                           f"compiler stderr:\n{result.stderr.strip()}")
       with open(out, "rb") as f:
         return f.read()
 
 
+KERNEL = re.compile(r"^void (\w+)(?=\()", re.M)  # the renderer's kernel: the one function not static inline (RG_FN)
+
+
+def split_kernel(source: str) -> tuple[str, str, str]:
+  """(prelude, kernel name, the kernel from its parameter list on) of a rendered program."""
+  found = list(KERNEL.finditer(source))
+  if len(found) != 1:
+    raise CompileError(f"cannot batch a source with {len(found)} kernel functions (one `void name(` per line start)")
+  return source[:found[0].start()], found[0].group(1), source[found[0].end():]
+
+
+def merge_preludes(preludes: Sequence[str]) -> str:
+  """The top-level items of several preludes (an item starts at a line that starts at column 0, other than a
+  closing brace), each item once, in an order that keeps every prelude's own. A macro defined differently in two of
+  them would silently change one kernel, so that raises."""
+  items: dict[str, None] = {}
+  for prelude in dict.fromkeys(preludes):
+    for item in re.split(r"\n(?=[^\s}])", prelude.strip()):
+      items[item.rstrip()] = None
+  macros = [item.split(None, 2)[1] for item in items if item.startswith("#define ")]
+  if len(macros) != len(set(macros)):
+    raise CompileError(f"cannot batch programs whose preludes define a macro differently: {sorted(macros)}")
+  return "\n".join(items) + "\n"
+
+
 class SharedLibraryRuntime:
-  """Loads a compiled kernel with ctypes. The library is written to a temporary file, opened, then deleted."""
+  """Loads a compiled kernel with ctypes. The library is written to a temporary file, opened, then deleted; it is
+  loaded once however many kernels of a batch it holds are loaded, and unloaded when no runner holds it."""
+
+  def __init__(self):
+    self._libraries: weakref.WeakValueDictionary[bytes, ctypes.CDLL] = weakref.WeakValueDictionary()
 
   def load(self, binary: bytes, program):
-    fd, path = tempfile.mkstemp(suffix=".so", prefix="refgrad-")
-    try:
-      with os.fdopen(fd, "wb") as f:
-        f.write(binary)
-      library = ctypes.CDLL(path)
-    finally:
-      os.unlink(path)
-    function = getattr(library, program.name)
+    symbol, library = split_batch_binary(binary) or (program.name, binary)
+    loaded = self._open(library)
+    function = loaded[symbol]
     function.restype = None
     threaded = program.threads > 1  # the THREAD opt: the kernel takes a range of its outermost axis
     function.argtypes = [ctypes.c_void_p] * len(program.params) + [ctypes.c_int64] * 2 * threaded
@@ -129,10 +173,24 @@ class SharedLibraryRuntime:
         run_ranges(lambda start, end: function(*pointers, start, end), ranges)
       else:
         function(*pointers)
-    run.library = library  # keep the library loaded as long as the runner lives
-    # and no longer: ctypes never unloads a library, so without this every kernel ever loaded stays mapped
-    weakref.finalize(run, _ctypes.dlclose, library._handle)
+    run.library = loaded  # keep the library loaded as long as the runner lives
     return run
+
+  def _open(self, binary: bytes) -> ctypes.CDLL:
+    """The library loaded, once while any runner of its kernels lives."""
+    digest = hashlib.sha256(binary).digest()
+    if (library := self._libraries.get(digest)) is None:
+      fd, path = tempfile.mkstemp(suffix=".so", prefix="refgrad-")
+      try:
+        with os.fdopen(fd, "wb") as f:
+          f.write(binary)
+        library = ctypes.CDLL(path)
+      finally:
+        os.unlink(path)
+      # unloaded with its last runner: ctypes never unloads a library, so every kernel ever loaded would stay mapped
+      weakref.finalize(library, _ctypes.dlclose, library._handle)
+      self._libraries[digest] = library
+    return library
 
 
 
