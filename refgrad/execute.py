@@ -2,9 +2,11 @@
 each transfer through its destination device."""
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 
 from refgrad.buffer import Buffer
+from refgrad.codegen.contract import OptList
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem
 from refgrad.search import opts_for
@@ -29,13 +31,26 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
   """Run the items in order. A kernel of symbolic shape gets its variables' values in its last buffer: the values
   bound when it was scheduled, or those in var_vals (Variable -> value; each checked against the Variable's range)."""
   chosen = var_vals or {}
-  for item in items:
+  opts = [None if item.is_transfer else opts_for(item.ast, Device[item.buffers[0].device].name) for item in items]
+  prepare_kernels(items, opts)
+  for item, item_opts in zip(items, opts):
     if item.is_transfer:
       run_transfer(item.ast, item.buffers)
       runner = None
     else:
       device = Device[item.buffers[0].device]
       variables = [(var, chosen.get(var, bound)) for var, bound in item.var_vals]
-      _, runner = device.run_kernel(item.ast, item.buffers, opts_for(item.ast, device.name), variables)
+      _, runner = device.run_kernel(item.ast, item.buffers, item_opts, variables)
     if CAPTURE is not None:
       CAPTURE.append((runner, item))
+
+
+def prepare_kernels(items: list[ScheduleItem], opts: list[OptList | None]) -> None:
+  """Before the first kernel runs, each device compiles and loads all of its kernels at once (DeviceImpl.prepare:
+  one compiler run for many kernels)."""
+  kernels: dict[str, list[tuple[UOp, OptList | None]]] = defaultdict(list)
+  for item, item_opts in zip(items, opts):
+    if not item.is_transfer:
+      kernels[item.buffers[0].device].append((item.ast, item_opts))
+  for device, asts in kernels.items():
+    Device[device].prepare(asts)
