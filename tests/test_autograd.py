@@ -1,9 +1,6 @@
-"""Gradients against torch autograd, on every device. Tolerances: gradients are compositions of a few float32
-ops (and sums), so they are compared with rtol=1e-5 plus atol=1e-6 relative to the largest gradient, except
-where a transcendental is involved (rtol 1e-4)."""
-import functools
-
-import helpers
+"""How autograd behaves, on every device: gradients accumulate, requires_grad and no_grad rules, clear errors, clone,
+non-leaf gradients, and finite differences in float64 (torch autograd the oracle where it has the rule). Each op's
+gradient against torch: test_method_gradients.py (ordinary inputs) and test_grad_edges.py (edge points)."""
 import numpy as np
 import pytest
 import torch
@@ -13,114 +10,6 @@ from refgrad import Tensor, dtypes
 pytestmark = pytest.mark.usefixtures("refgrad_device")
 
 RNG = np.random.default_rng(0)
-
-
-def data(*shape, positive=False):
-  x = RNG.standard_normal(shape).astype(np.float32)
-  return np.abs(x) + 0.5 if positive else x
-
-
-# helpers.grads_match (shapes, dtypes, values) at this file's tolerance: rtol=1e-5 unless a test says more
-grads_match = functools.partial(helpers.grads_match, rtol=1e-5)
-
-
-UNARY = {
-  "neg": (lambda x: -x, lambda x: -x, False),
-  "exp": (lambda x: x.exp(), lambda x: x.exp(), False),
-  "log": (lambda x: x.log(), lambda x: x.log(), True),
-  "sqrt": (lambda x: x.sqrt(), lambda x: x.sqrt(), True),
-  "sin": (lambda x: x.sin(), lambda x: x.sin(), False),
-  "cos": (lambda x: x.cos(), lambda x: x.cos(), False),
-  "tanh": (lambda x: x.tanh(), lambda x: x.tanh(), False),
-  "sigmoid": (lambda x: x.sigmoid(), lambda x: x.sigmoid(), False),
-  "relu": (lambda x: x.relu(), lambda x: x.relu(), False),
-  "reciprocal": (lambda x: x.reciprocal(), lambda x: x.reciprocal(), True),
-  "abs": (lambda x: x.abs(), lambda x: x.abs(), False),
-  "square": (lambda x: x * x, lambda x: x * x, False),
-  "pow": (lambda x: x ** 3, lambda x: x ** 3, False),
-}
-
-
-@pytest.mark.parametrize("name", sorted(UNARY))
-def test_unary_gradients(name):
-  rg, th, positive = UNARY[name]
-  grads_match(rg, th, data(3, 4, positive=positive), rtol=1e-4)
-
-
-BINARY = {
-  "add": (lambda a, b: a + b, lambda a, b: a + b),
-  "sub": (lambda a, b: a - b, lambda a, b: a - b),
-  "mul": (lambda a, b: a * b, lambda a, b: a * b),
-  "div": (lambda a, b: a / b, lambda a, b: a / b),
-  "maximum": (lambda a, b: a.maximum(b), lambda a, b: torch.maximum(a, b)),
-  "minimum": (lambda a, b: a.minimum(b), lambda a, b: torch.minimum(a, b)),
-  "where": (lambda a, b: (a > b).where(a, b * 2), lambda a, b: torch.where(a > b, a, b * 2)),
-  "matmul": (lambda a, b: a @ b.T, lambda a, b: a @ b.T),
-}
-
-
-@pytest.mark.parametrize("name", sorted(BINARY))
-def test_binary_gradients_with_broadcasting(name):
-  rg, th = BINARY[name]
-  if name == "matmul":
-    grads_match(rg, th, data(3, 4), data(5, 4))
-  else:
-    grads_match(rg, th, data(3, 4), data(1, 4) + 3.0 if name == "div" else data(1, 4))
-
-
-MOVEMENT = {
-  "reshape": (lambda x: x.reshape(6, 4), lambda x: x.reshape(6, 4)),
-  "permute": (lambda x: x.permute(2, 0, 1), lambda x: x.permute(2, 0, 1)),
-  "expand": (lambda x: x[:, :1].expand(2, 5, 4), lambda x: x[:, :1].expand(2, 5, 4)),
-  "flip": (lambda x: x.flip(1), lambda x: x.flip(1)),
-  "pad": (lambda x: x.pad(((0, 0), (1, 2), (3, 0))), lambda x: torch.nn.functional.pad(x, (3, 0, 1, 2))),
-  "shrink and step": (lambda x: x[:, 1:3, ::2], lambda x: x[:, 1:3, ::2]),
-  "transpose": (lambda x: x.transpose(0, 2), lambda x: x.transpose(0, 2)),
-}
-
-
-@pytest.mark.parametrize("name", sorted(MOVEMENT))
-def test_movement_gradients(name):
-  rg, th = MOVEMENT[name]
-  grads_match(rg, th, data(2, 3, 4))
-
-
-REDUCE = {
-  "sum": (lambda x: x.sum(1), lambda x: x.sum(1)),
-  "sum all": (lambda x: x.sum(), lambda x: x.sum()),
-  "mean": (lambda x: x.mean((0, 2), keepdim=True), lambda x: x.mean((0, 2), keepdim=True)),
-  "max": (lambda x: x.max(2), lambda x: x.amax(2)),
-  "min": (lambda x: x.min(0), lambda x: x.amin(0)),
-  "prod": (lambda x: x.prod(1), lambda x: x.prod(1)),
-  "softmax": (lambda x: x.softmax(-1), lambda x: x.softmax(-1)),
-  "log_softmax": (lambda x: x.log_softmax(1), lambda x: x.log_softmax(1)),
-  "logsumexp": (lambda x: x.logsumexp(2), lambda x: x.logsumexp(2)),
-}
-
-
-@pytest.mark.parametrize("name", sorted(REDUCE))
-def test_reduction_gradients(name):
-  rg, th = REDUCE[name]
-  grads_match(rg, th, data(2, 3, 4), rtol=1e-4)
-
-
-def test_max_ties_share_the_gradient_like_torch_amax():
-  x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], dtype=np.float32)
-  grads_match(lambda t: t.max(1), lambda t: t.amax(1), x)
-
-
-def test_nn_functional_gradients():
-  x, w, b = data(2, 3, 7, 7), data(4, 3, 3, 3), data(4)
-  grads_match(lambda x, w, b: x.conv2d(w, b, padding=1, stride=2),
-              lambda x, w, b: torch.nn.functional.conv2d(x, w, b, padding=1, stride=2), x, w, b, rtol=1e-4)
-  grads_match(lambda x: x.max_pool2d(2), lambda x: torch.nn.functional.max_pool2d(x, 2), x)
-  grads_match(lambda x: x.avg_pool2d(3, stride=2), lambda x: torch.nn.functional.avg_pool2d(x, 3, stride=2), x)
-  logits, labels = data(5, 4), np.array([0, 3, 1, 1, 2], dtype=np.int32)
-  ours = Tensor(logits, requires_grad=True)
-  ours.sparse_categorical_crossentropy(Tensor(labels)).backward()
-  theirs = torch.tensor(logits, requires_grad=True)
-  torch.nn.functional.cross_entropy(theirs, torch.tensor(labels, dtype=torch.long)).backward()
-  np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
 def test_gradient_accumulates_and_zero_grad_resets():

@@ -29,6 +29,9 @@ MAGNITUDES = (1e-30, 1.0, 3.0, 6.0, 20.0, 88.0, 300.0, 1e4)
 
 
 def edge_points(dt: type) -> list[float]:
+  """Where gradient formulas break, a set of its own beside the oracle kit's edge values (refgrad.testing.edges,
+  which the forward value tests read): signed zeros, the smallest subnormal and normal, and of both signs the kinks
+  and clamp bounds and the magnitudes where exp over- or underflows in float32 or float64."""
   info = np.finfo(dt)
   tiny, subnormal = float(info.tiny), float(info.smallest_subnormal)
   return [0.0, -0.0] + [s * m for m in (subnormal, tiny, *MAGNITUDES) for s in (1.0, -1.0)]

@@ -1,4 +1,5 @@
-"""Gradients of the differentiable Tensor methods of API.md against torch autograd, on every device (issue 6).
+"""Gradients of the differentiable Tensor methods of API.md against torch autograd over ordinary inputs, on every
+device (issue 6); the same methods at edge points: test_grad_edges.py; autograd's own rules: test_autograd.py.
 
 Each check seeds the output with fixed random weights and compares d(sum(out * w))/d(input) for every float
 input. Tolerances: rtol=1e-4 with atol=1e-6 relative to the largest gradient is the default (float32 gradients
@@ -33,6 +34,17 @@ def idx(values):
 # ---------------------------------------------------------------- elementwise
 # name: (refgrad fn, torch fn, input range (lo, hi) or None for standard normal)
 ELEMENTWISE = {
+  "neg": (lambda x: -x, lambda x: -x, None),
+  "exp": (lambda x: x.exp(), torch.exp, None),
+  "log": (lambda x: x.log(), torch.log, (0.5, 3.5)),
+  "sqrt": (lambda x: x.sqrt(), torch.sqrt, (0.5, 3.5)),
+  "sin": (lambda x: x.sin(), torch.sin, None),
+  "cos": (lambda x: x.cos(), torch.cos, None),
+  "tanh": (lambda x: x.tanh(), torch.tanh, None),
+  "reciprocal": (lambda x: x.reciprocal(), torch.reciprocal, (0.5, 3.5)),
+  "abs": (lambda x: x.abs(), torch.abs, None),
+  "mul by itself": (lambda x: x * x, lambda x: x * x, None),
+  "pow int 3": (lambda x: x ** 3, lambda x: x ** 3, None),
   "tan": (lambda x: x.tan(), torch.tan, (-1.2, 1.2)),
   "asin": (lambda x: x.asin(), torch.asin, (-0.9, 0.9)),
   "acos": (lambda x: x.acos(), torch.acos, (-0.9, 0.9)),
@@ -57,12 +69,37 @@ ELEMENTWISE = {
 }
 
 
+# erf's gradient exp(-x^2) and tan's 1 + tan^2 lose a few float32 ulps more than the others
+LOOSER_ELEMENTWISE = {"erf": 3e-4, "tan": 3e-4}
+
+
 @pytest.mark.parametrize("name", sorted(ELEMENTWISE))
 def test_elementwise(name):
   rg, th, bounds = ELEMENTWISE[name]
   x = data(3, 5) if bounds is None else data(3, 5, lo=bounds[0], hi=bounds[1])
-  # erf's gradient exp(-x^2) and tan's 1 + tan^2 lose a few float32 ulps more than the others
-  grads_match(rg, th, x, rtol=3e-4)
+  grads_match(rg, th, x, rtol=LOOSER_ELEMENTWISE.get(name, 1e-4))
+
+
+BINARY = {
+  "add": (lambda a, b: a + b, lambda a, b: a + b),
+  "sub": (lambda a, b: a - b, lambda a, b: a - b),
+  "mul": (lambda a, b: a * b, lambda a, b: a * b),
+  "div": (lambda a, b: a / b, lambda a, b: a / b),
+  "maximum": (lambda a, b: a.maximum(b), lambda a, b: torch.maximum(a, b)),
+  "minimum": (lambda a, b: a.minimum(b), lambda a, b: torch.minimum(a, b)),
+  "where": (lambda a, b: (a > b).where(a, b * 2), lambda a, b: torch.where(a > b, a, b * 2)),
+  "matmul": (lambda a, b: a @ b.T, lambda a, b: a @ b.T),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_with_broadcasting(name):
+  """A few float32 ops and a sum: rtol 1e-5."""
+  rg, th = BINARY[name]
+  if name == "matmul":
+    grads_match(rg, th, data(3, 4), data(5, 4), rtol=1e-5)
+  else:
+    grads_match(rg, th, data(3, 4), data(1, 4) + 3.0 if name == "div" else data(1, 4), rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["tan", "asinh", "acosh", "atanh", "erf", "rsqrt"])
@@ -127,6 +164,15 @@ def test_activation_float64(name):
 
 # ---------------------------------------------------------------- reductions and scans
 REDUCTIONS = {
+  "sum": (lambda x: x.sum(1), lambda x: x.sum(1)),
+  "sum all": (lambda x: x.sum(), lambda x: x.sum()),
+  "mean tuple keepdim": (lambda x: x.mean((0, 2), keepdim=True), lambda x: x.mean((0, 2), keepdim=True)),
+  "max": (lambda x: x.max(2), lambda x: x.amax(2)),
+  "min": (lambda x: x.min(0), lambda x: x.amin(0)),
+  "prod dim 1": (lambda x: x.prod(1), lambda x: x.prod(1)),
+  "softmax": (lambda x: x.softmax(-1), lambda x: x.softmax(-1)),
+  "log_softmax": (lambda x: x.log_softmax(1), lambda x: x.log_softmax(1)),
+  "logsumexp dim 2": (lambda x: x.logsumexp(2), lambda x: x.logsumexp(2)),
   "var": (lambda x: x.var(1), lambda x: x.var(1)),
   "var correction 0": (lambda x: x.var((0, 2), correction=0), lambda x: x.var((0, 2), correction=0)),
   "var correction 2 keepdim": (lambda x: x.var(2, keepdim=True, correction=2),
@@ -159,6 +205,11 @@ def test_reduction_and_scan(name):
   grads_match(rg, th, data(2, 3, 5))
 
 
+def test_max_ties_share_the_gradient_like_torch_amax():
+  x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], dtype=np.float32)
+  grads_match(lambda t: t.max(1), lambda t: t.amax(1), x, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["var correction 2 keepdim", "std", "logsumexp", "cumsum"])
 def test_reduction_and_scan_float64(name):
   rg, th = REDUCTIONS[name]
@@ -171,6 +222,13 @@ def _split_mix(parts):
 
 
 MOVEMENT = {
+  "reshape": (lambda x: x.reshape(6, 5), lambda x: x.reshape(6, 5)),
+  "permute": (lambda x: x.permute(2, 0, 1), lambda x: x.permute(2, 0, 1)),
+  "expand": (lambda x: x[:, :1].expand(2, 5, 5), lambda x: x[:, :1].expand(2, 5, 5)),
+  "flip": (lambda x: x.flip(1), lambda x: x.flip(1)),
+  "pad": (lambda x: x.pad(((0, 0), (1, 2), (3, 0))), lambda x: F.pad(x, (3, 0, 1, 2))),
+  "shrink and step": (lambda x: x[:, 1:3, ::2], lambda x: x[:, 1:3, ::2]),
+  "transpose": (lambda x: x.transpose(0, 2), lambda x: x.transpose(0, 2)),
   "cat": (lambda x: x.cat(x * 2, x[:, :1], dim=1), lambda x: torch.cat([x, x * 2, x[:, :1]], 1)),
   "cat negative dim": (lambda x: x.cat(x.exp(), dim=-1), lambda x: torch.cat([x, x.exp()], -1)),
   "stack": (lambda x: x.stack(x * 3, dim=1), lambda x: torch.stack([x, x * 3], 1)),
@@ -204,7 +262,7 @@ MOVEMENT = {
 @pytest.mark.parametrize("name", sorted(MOVEMENT))
 def test_movement(name):
   rg, th = MOVEMENT[name]
-  grads_match(rg, th, data(2, 3, 5))
+  grads_match(rg, th, data(2, 3, 5), rtol=1e-5)
 
 
 def test_cat_and_stack_of_different_inputs():
@@ -281,6 +339,20 @@ def test_scatter_reduce(reduce, include_self):
 
 
 # ---------------------------------------------------------------- nn functional
+def test_conv_pools_and_cross_entropy_at_tight_tolerances():
+  x, w, b = data(2, 3, 7, 7), data(4, 3, 3, 3), data(4)
+  grads_match(lambda x, w, b: x.conv2d(w, b, padding=1, stride=2),
+              lambda x, w, b: F.conv2d(x, w, b, padding=1, stride=2), x, w, b, rtol=1e-4)
+  grads_match(lambda x: x.max_pool2d(2), lambda x: F.max_pool2d(x, 2), x, rtol=1e-5)
+  grads_match(lambda x: x.avg_pool2d(3, stride=2), lambda x: F.avg_pool2d(x, 3, stride=2), x, rtol=1e-5)
+  logits, labels = data(5, 4), np.array([0, 3, 1, 1, 2], dtype=np.int32)
+  ours = Tensor(logits, requires_grad=True)
+  ours.sparse_categorical_crossentropy(Tensor(labels)).backward()
+  theirs = torch.tensor(logits, requires_grad=True)
+  F.cross_entropy(theirs, torch.tensor(labels, dtype=torch.long)).backward()
+  np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
 CONVS = {
   "conv2d groups dilation stride": (
     lambda x, w, b: x.conv2d(w, b, groups=2, stride=2, dilation=2, padding=1),
