@@ -32,7 +32,7 @@ def fresh_cache() -> None:
 
 def run(device: str, seconds: float, **options) -> float:
   """programs/s of one campaign, from its start (worker start-up included) to its end."""
-  from refgrad.testing.fuzz import fuzz
+  from refgrad.testing.fuzz.driver import fuzz
   fresh_cache()
   with tempfile.TemporaryDirectory() as findings:
     report = fuzz(device, seconds, findings_dir=findings, **options)
@@ -58,7 +58,7 @@ def baseline_rate(seconds: float) -> float:
     script = textwrap.dedent(f"""
       import sys, tempfile
       sys.path.insert(0, {old!r})
-      from refgrad.testing.fuzz import fuzz
+      from refgrad.testing.fuzz.driver import fuzz
       if __name__ == "__main__":
         with tempfile.TemporaryDirectory() as findings:
           print(fuzz("PYTHON", {seconds}, findings_dir=findings).rate)
@@ -79,7 +79,7 @@ def free_port() -> int:
 def replay_seconds(ray_workers: int | None) -> tuple[float | None, str]:
   """Seconds from a new campaign's start until it reports the finding an earlier campaign saved (BROKEN_IDIV, a
   planted bug), with a Redis database if redis-server is installed, else a directory."""
-  from refgrad.testing.fuzz import fuzz
+  from refgrad.testing.fuzz.driver import fuzz
   server, database, tmp = None, None, tempfile.mkdtemp()
   if shutil.which("redis-server"):
     port = free_port()

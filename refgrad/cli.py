@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
-from refgrad.testing.selftest import add_selftest_parser
+from refgrad.testing.selftest.runner import add_selftest_parser
 
 if TYPE_CHECKING:
-  from refgrad.testing.conformance import CaseResult
+  from refgrad.testing.conformance.results import CaseResult
 
 USAGE = 2  # the exit status of a command line refgrad cannot act on (as argparse's)
 HARNESS_FAILED = 3  # `refgrad fuzz`'s exit status when refgrad itself failed (0: no finding, 1: findings, 2: usage)
@@ -93,7 +93,7 @@ def _check_paths(args: argparse.Namespace) -> None:
   given = [(dest, value) for dest in PATHS for value in _as_list(getattr(args, dest, None))]
   if not given:
     return
-  from refgrad.testing.fuzz import database_problem, unwritable_directory
+  from refgrad.testing.fuzz.database import database_problem, unwritable_directory
   checks: dict[str, Callable[[str], str]] = {
     "html": _unwritable_file, "json": _unwritable_file, "findings": unwritable_directory,
     "database": database_problem, "shared_database": lambda url: database_problem(url, write=False)}
@@ -164,7 +164,7 @@ def _demo_interpreters(programs: dict[str, tuple]) -> int:
   """PYTHON's two oracles against each other; returns the number of programs that disagree."""
   from refgrad import Tensor
   from refgrad.interp.graph import evaluate_graph
-  from refgrad.testing.compare import compare
+  from refgrad.testing.oracle.compare import compare
   print("PYTHON, the reference, checks itself: the kernel interpreter (scheduled, lowered, vectorized kernels) against")
   print("the graph evaluator (op by op with numpy, no scheduling). Both take op semantics from refgrad/alu.py,")
   print("so this checks the scheduler, lowering and rewrite rules; results must agree bit for bit.")
@@ -184,7 +184,7 @@ def _demo_interpreters(programs: dict[str, tuple]) -> int:
 
 def _demo_device(device: str, programs: dict[str, tuple]) -> int:
   """Every kernel of each program on `device` against the PYTHON reference; returns the number that disagree."""
-  from refgrad.testing.reference import ReferenceMismatch, check_against_reference
+  from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
   print(f"{device} against the PYTHON reference: every kernel runs on {device} and on PYTHON, and is compared as")
   print("docs/SPEC.md says (exact, or within its ULP/reduction bound).")
   failures = 0
@@ -233,8 +233,9 @@ def print_matrix(results: list[CaseResult]) -> None:
   """The matrix in colour on a terminal; as plain text otherwise, which CI logs and tests parse."""
   from rich.console import Console
 
-  from refgrad.testing.check_report import matrix_text
-  from refgrad.testing.terminal import is_interactive, matrix_view
+  from refgrad.testing.conformance.report import matrix_text
+  from refgrad.testing.conformance.terminal import matrix_view
+  from refgrad.testing.terminal import is_interactive
   if is_interactive(sys.stdout):
     Console().print(matrix_view(results))
   else:
@@ -243,13 +244,15 @@ def print_matrix(results: list[CaseResult]) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
   """The conformance suite: every op x dtype x edge value, casts, reductions and a corpus of programs."""
-  from refgrad.testing import check_report, conformance
+  from refgrad.testing.conformance import report as check_report
+  from refgrad.testing.conformance.results import FAIL
+  from refgrad.testing.conformance.run import all_units, progress_printer, run_conformance
   device = _device(args.device)  # fail early, with the reason, if the device cannot run here
   if args.only is not None:
-    _check_only(args.only, [row for unit in conformance.all_units() for row in unit.rows])
+    _check_only(args.only, [row for unit in all_units() for row in unit.rows])
   if not args.quiet:
     print(f"refgrad check on {device}", file=sys.stderr)
-  run = conformance.run_conformance(device, None if args.quiet else conformance.progress_printer(), only=args.only)
+  run = run_conformance(device, None if args.quiet else progress_printer(), only=args.only)
   results = run.results
   if not args.quiet:
     print_matrix(results)
@@ -260,7 +263,7 @@ def cmd_check(args: argparse.Namespace) -> int:
   print(f"{device}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported "
         f"({lanes} lanes checked in {run.seconds:.1f} s)")  # last: the verdict (CI prints this line)
   for r in results:
-    if r.status == conformance.FAIL and args.verbose:
+    if r.status == FAIL and args.verbose:
       print(f"\n--- {r.row} / {r.column}\n{r.detail}")
   if args.json:
     check_report.write_json(args.json, run)
@@ -305,7 +308,7 @@ def _check_fuzz_options(args: argparse.Namespace) -> None:
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
   """Random programs on a device against the reference until the time is up; findings become pytest files."""
-  from refgrad.testing.fuzz import fuzz
+  from refgrad.testing.fuzz.driver import fuzz
   device = _device(args.device)
   _check_fuzz_options(args)
   engine = f"{args.workers or args.jobs} Ray worker(s) at {args.ray}" if args.ray else f"{args.jobs} job(s)"

@@ -147,7 +147,7 @@ except OSError:  # not glibc
 
 
 def _restore_fp_mode(item) -> None:
-  from refgrad.testing.reference import subnormals_flushed
+  from refgrad.testing.oracle.reference import subnormals_flushed
   if _libm is not None and subnormals_flushed():
     _libm.fesetenv(ctypes.c_void_p(-1))
     warnings.warn(f"{item.nodeid} left this process in flush-to-zero mode; turned off after it", stacklevel=1)

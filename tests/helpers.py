@@ -22,7 +22,7 @@ import torch.nn.functional as F  # noqa: N812 -- the usual torch alias
 from refgrad import Tensor, dtypes
 from refgrad.codegen.contract import UnsupportedDTypeError
 from refgrad.device import DeviceImpl
-from refgrad.testing.strategies import edge_values as kit_edge_values
+from refgrad.testing.edges import edge_values as kit_edge_values
 
 DTYPE_LIST = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
               dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
@@ -112,7 +112,7 @@ def check(got: Tensor, want, dtype=None, ulp=0, atol=0.0, mask=None, signed_zero
 
 
 def edge_values(dt) -> np.ndarray:
-  """The oracle kit's edge values of dtype dt (refgrad.testing.strategies.edge_values: zeros, ones, extremes, NaN,
+  """The oracle kit's edge values of dtype dt (refgrad.testing.edges.edge_values: zeros, ones, extremes, NaN,
   infinities, subnormals) and a few ordinary values beside them, as one array."""
   ordinary = [] if dt == dtypes.bool else [3, 100, -3, -100] if dt.kind in "iu" else [-2.5, -7.0]
   values = kit_edge_values(dt) + ordinary

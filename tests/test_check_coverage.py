@@ -10,12 +10,16 @@ import pytest
 
 from refgrad import Device
 from refgrad.cli import main
-from refgrad.dtype import dtypes
+from refgrad.dtype import DTYPES_BY_PRIORITY, dtypes
 from refgrad.ops import OP_FACTS
-from refgrad.testing import bounds, check_report, conformance
-from refgrad.testing.compare import compare
+from refgrad.testing.conformance import report as check_report
+from refgrad.testing.conformance.batches import cast_batches, exact_sum_rows, op_batches, reduce
+from refgrad.testing.conformance.results import PASS
+from refgrad.testing.conformance.run import run_conformance
 from refgrad.testing.edges import cast_values, dtype_edges, float_neighbours, narrows
-from refgrad.testing.reference import check_against_reference
+from refgrad.testing.oracle import bounds
+from refgrad.testing.oracle.compare import compare
+from refgrad.testing.oracle.reference import check_against_reference
 from refgrad.uop import Ops
 
 FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
@@ -29,8 +33,8 @@ def bits(x: np.ndarray) -> set[int]:
 def test_check_has_a_bitcast_cell_for_every_pair_of_dtypes_but_bool():
   """Same item size (the BITCAST primitive) and different ones (Tensor.bitcast's composition), in one row per
   target; a resizing source's edges fill whole target elements."""
-  kinds = conformance.DTYPES_BY_PRIORITY
-  batches = [b for d in kinds for b in conformance.cast_batches(d, kinds)]
+  kinds = DTYPES_BY_PRIORITY
+  batches = [b for d in kinds for b in cast_batches(d, kinds)]
   cells = {(s.row, s.column) for b in batches for s in b.segments if s.row.startswith("BITCAST")}
   numeric = [d for d in kinds if d != dtypes.bool]
   assert cells == {(f"BITCAST->{d.name}", s.name) for d in numeric for s in numeric if s != d}
@@ -112,7 +116,7 @@ def test_a_sum_of_negative_zeros_may_have_either_sign():
   report = check_against_reference(lambda t: t.sum(1), rows, device="PYTHON")
   assert report.ok
   from refgrad.tensor import Tensor
-  from refgrad.testing.bounds import kernel_error_bounds
+  from refgrad.testing.oracle.bounds import kernel_error_bounds
   item = Tensor(rows).sum(1).schedule()[-1]
   _, bound, _ = kernel_error_bounds(item.ast, {1: rows.reshape(-1), 0: np.zeros(3, np.float32)})
   assert np.all(bound > 0) and np.all(bound < 1e-40)
@@ -132,8 +136,8 @@ def test_matrix_counts_lanes_per_op_and_dtype(capsys, tmp_path):
 
 @pytest.mark.parametrize("device", COMPILED)
 def test_check_reaches_split_reductions_and_their_remainder(device, capsys):
-  run = conformance.run_conformance(device, only="REDUCE")
-  assert all(r.status == conformance.PASS for r in run.results)
+  run = run_conformance(device, only="REDUCE")
+  assert all(r.status == PASS for r in run.results)
   assert run.paths["split reduction (8 accumulators)"] > 0 and run.paths["split reduction remainder loop"] > 0
   assert "split reduction" in check_report.paths_text(run)
 
@@ -149,7 +153,7 @@ def test_reductions_of_single_value_rows_match_numpy(device):
     np.testing.assert_array_equal(t.max(1).numpy(), rows.max(1))
     np.testing.assert_array_equal(t.min(1).numpy(), rows.min(1))
   empty = np.zeros((3, 0), np.float32)
-  assert conformance.reduce(Tensor(empty, device=device), conformance.Ops.MAX).numpy().tolist() == [-np.inf] * 3
+  assert reduce(Tensor(empty, device=device), Ops.MAX).numpy().tolist() == [-np.inf] * 3
   np.testing.assert_array_equal(Tensor(empty, device=device).sum(1).numpy(), empty.sum(1))
 
 
@@ -180,7 +184,7 @@ def test_transcendental_rows_reach_every_class_of_result(dtype):
   and SIN."""
   info = ml_dtypes.finfo(dtype.np)
   tiny, largest = float(info.tiny), float(info.max)
-  rows = {op: conformance.op_batches(dtype)[0].inputs[i] for i, op in
+  rows = {op: op_batches(dtype)[0].inputs[i] for i, op in
           zip(range(6, 9), [op for op, facts in OP_FACTS.items() if facts.transcendental])}
   with np.errstate(all="ignore"):
     exp2 = np.exp2(rows[Ops.EXP2].astype(np.float64)).astype(dtype.np).astype(np.float64)
@@ -217,7 +221,7 @@ def test_a_sum_judged_exact_in_every_order_is(dtype):
   assert exact.any() and not exact.all()
   for lane in lanes[exact]:
     assert sequential_sums(lane) == {float(sum(Fraction(float(t)) for t in lane))}
-  a, b = conformance.exact_sum_rows(dtype)
+  a, b = exact_sum_rows(dtype)
   products = (a * b).astype(np.float64)
   assert bounds.exact_in_every_order(products, (1,), dtype).all()
   unrounded = a.astype(np.float64) * b.astype(np.float64)  # exact for these operands in float64

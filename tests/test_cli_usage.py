@@ -14,7 +14,7 @@ import pytest
 from helpers import local_redis
 
 from refgrad.cli import USAGE, main
-from refgrad.testing.fuzz import database_problem
+from refgrad.testing.fuzz.database import database_problem
 
 TESTS = Path(__file__).parent
 
@@ -132,7 +132,7 @@ def test_a_redis_server_that_answers_is_accepted():
 
 
 def test_a_url_that_is_not_redis_is_refused_by_the_library_too():
-  from refgrad.testing.fuzz import open_database
+  from refgrad.testing.fuzz.database import open_database
   with pytest.raises(ValueError, match="not http://"):
     open_database("http://fuzz-db:6379")
 

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refgrad.testing.fuzz import claimed_dtypes
-from refgrad.testing.reference import check_against_reference
-from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, alu_kernels, tensor_programs
+from refgrad.testing.oracle.reference import check_against_reference
+from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, alu_kernels, claimed_dtypes, tensor_programs
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS)
 

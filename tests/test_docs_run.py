@@ -125,7 +125,7 @@ class Elsewhere:
 class Pytest:
   """A test function for the user's own suite: collected into the scratch directory's test file, with `prelude`
   (the imports the page gives earlier), and run by the page's `pytest --refgrad-device` command."""
-  prelude: str = "import numpy as np\nfrom refgrad.testing.reference import check_against_reference\n"
+  prelude: str = "import numpy as np\nfrom refgrad.testing.oracle.reference import check_against_reference\n"
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ HOW: dict[str, object] = {
   # docs/testing.md
   "import numpy as np": Run(120, needs=(MYDEV,)),
   "MYDEV differs from the reference in kernel 0 (E_4, output float32[4]): 1 of 4 checked lanes (0 undefined, 0 "
-  "unbounded skipped)": Sample("refgrad/testing/reference.py"),
+  "unbounded skipped)": Sample("refgrad/testing/oracle/reference.py"),
   "def test_my_kernel(refgrad_device):": Pytest(),
   "pytest --refgrad-device MYDEV": Run(300, prints=("2 passed",), needs=(MYDEV,), own_project=True),
   "from hypothesis import given, settings": Pytest(),
@@ -197,7 +197,7 @@ HOW: dict[str, object] = {
   "from refgrad.codegen.simplify import symbolic_rules  # or your own PatternMatcher, or a list of rules":
     Run(120, prints=("rules", "instances")),
   "the reference's kernel path disagrees with the graph evaluator in kernel 0 (E_16, output float32): 1 of 16 ...":
-    Sample("refgrad/testing/reference.py"),
+    Sample("refgrad/testing/oracle/reference.py"),
   # docs/writing-a-backend.md
   "pytest --refgrad-device PYLOOPS":
     Elsewhere("tests/test_plugins.py", "runs the suite's device tests on the example PYLOOPS plugin"),

@@ -9,14 +9,17 @@ from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
 import refgrad.compile_cache
-import refgrad.testing.fuzz as fuzz
-import refgrad.testing.reference as reference
+import refgrad.testing.oracle.reference as reference
 from refgrad import Device, Tensor
 from refgrad.cli import HARNESS_FAILED, main
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.device import DeviceImpl
 from refgrad.interp.device import PythonAllocator
 from refgrad.schedule import create_schedule
+from refgrad.testing.fuzz import campaign
+from refgrad.testing.fuzz.driver import fuzz
+from refgrad.testing.fuzz.program_check import run_one
+from refgrad.testing.fuzz.results import FindingError, HarnessError, only_findings
 from refgrad.testing.programs import Step, TensorProgram
 
 
@@ -70,7 +73,7 @@ def a_program():
 
 
 def test_fuzz_counts_a_device_failure_as_a_finding(raising_device):
-  kind, detail = fuzz.run_one(a_program(), raising_device)
+  kind, detail = run_one(a_program(), raising_device)
   assert kind == "error" and "the device under test broke" in detail
 
 
@@ -79,13 +82,13 @@ def test_fuzz_lets_a_harness_bug_in_the_comparison_propagate(monkeypatch):
     raise ZeroDivisionError("planted harness bug")
   monkeypatch.setattr(reference, "compare_lanes", broken_compare)
   with pytest.raises(ZeroDivisionError, match="planted harness bug"):
-    fuzz.run_one(a_program(), "PYTHON")
+    run_one(a_program(), "PYTHON")
 
 
 def test_fuzz_exits_with_the_traceback_of_a_harness_bug_in_the_strategy(monkeypatch, tmp_path, capsys):
   def broken_program(_):
     raise KeyError("planted harness bug")
-  monkeypatch.setattr(fuzz, "programs_strategy", lambda *choices: st.integers().map(broken_program))
+  monkeypatch.setattr(campaign, "programs_strategy", lambda *choices: st.integers().map(broken_program))
   findings = tmp_path / "findings"
   assert main(["fuzz", "--device", "PYTHON", "--seconds", "10", "--findings", str(findings)]) == HARNESS_FAILED
   err = capsys.readouterr().err
@@ -96,7 +99,7 @@ def test_fuzz_exits_with_the_traceback_of_a_harness_bug_in_the_strategy(monkeypa
 def test_fuzz_exits_with_the_traceback_of_a_harness_bug_in_a_worker(tmp_path):
   """The comparison runs in the worker process: a plugin file plants the bug there (and in the parent)."""
   plugin = tmp_path / "plant_bug.py"
-  plugin.write_text("import refgrad.testing.reference as reference\n\n\n"
+  plugin.write_text("import refgrad.testing.oracle.reference as reference\n\n\n"
                     "def broken_compare(*args, **kwargs):\n  raise ZeroDivisionError('planted harness bug')\n\n\n"
                     "reference.compare_lanes = broken_compare\n")
   findings = tmp_path / "findings"
@@ -109,11 +112,11 @@ def test_fuzz_exits_with_the_traceback_of_a_harness_bug_in_a_worker(tmp_path):
 
 
 def test_only_findings_are_swallowed_from_hypothesis():
-  finding = fuzz.FindingError("hang", "no answer within 3 s", None)
-  assert fuzz.only_findings(finding)
-  assert fuzz.only_findings(FlakyFailure("stopped reproducing", [finding, fuzz.FindingError("crash", "", None)]))
-  assert not fuzz.only_findings(FlakyFailure("mixed", [finding, KeyError("harness")]))
-  assert not fuzz.only_findings(KeyError("harness"))
+  finding = FindingError("hang", "no answer within 3 s", None)
+  assert only_findings(finding)
+  assert only_findings(FlakyFailure("stopped reproducing", [finding, FindingError("crash", "", None)]))
+  assert not only_findings(FlakyFailure("mixed", [finding, KeyError("harness")]))
+  assert not only_findings(KeyError("harness"))
 
 
 def test_a_worker_that_cannot_start_is_refgrads_failure_at_once(tmp_path):
@@ -122,6 +125,6 @@ def test_a_worker_that_cannot_start_is_refgrads_failure_at_once(tmp_path):
   plugin = tmp_path / "breaks_in_workers.py"
   plugin.write_text("import multiprocessing\n\nif multiprocessing.parent_process() is not None:\n"
                     "  raise SystemExit(7)\n")
-  with pytest.raises(fuzz.HarnessError, match=r"died while starting \(exit code 7\)"):
-    fuzz.fuzz("PYTHON", 60, findings_dir=str(tmp_path / "findings"), plugin_files=[str(plugin)])
+  with pytest.raises(HarnessError, match=r"died while starting \(exit code 7\)"):
+    fuzz("PYTHON", 60, findings_dir=str(tmp_path / "findings"), plugin_files=[str(plugin)])
   assert not (tmp_path / "findings").exists()

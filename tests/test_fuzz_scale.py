@@ -19,7 +19,9 @@ import broken_devices  # tests/ is on sys.path (pytest prepends it)
 import pytest
 from helpers import free_port, local_redis
 
-from refgrad.testing.fuzz import FINDING_KINDS, batch_seed, fuzz, replay_database
+from refgrad.testing.fuzz.campaign import batch_seed, replay_database
+from refgrad.testing.fuzz.driver import fuzz
+from refgrad.testing.fuzz.results import FINDING_KINDS
 
 BROKEN_FILE = str(Path(__file__).with_name("broken_devices.py"))
 RAY = Path(sys.executable).with_name("ray")

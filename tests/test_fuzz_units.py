@@ -6,8 +6,9 @@ import pytest
 
 from refgrad.alu import ulp_distance
 from refgrad.dtype import dtypes
-from refgrad.testing.compare import add_histogram, ulp_bucket, ulp_histogram
-from refgrad.testing.strategies import ALL, edge_values, value_pool, values_from_bytes
+from refgrad.testing.edges import edge_values
+from refgrad.testing.oracle.compare import add_histogram, ulp_bucket, ulp_histogram
+from refgrad.testing.strategies import ALL, value_pool, values_from_bytes
 
 
 @pytest.mark.parametrize("distance,bucket", [(0, 0), (1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8), (9, 16),

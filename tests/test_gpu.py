@@ -16,7 +16,7 @@ from refgrad.codegen.pipeline import compile_ast, random_kernel_opts
 from refgrad.device import DeviceImpl
 from refgrad.interp import kernel
 from refgrad.interp.device import PythonAllocator
-from refgrad.testing.reference import check_against_reference, undefined_lanes
+from refgrad.testing.oracle.reference import check_against_reference, undefined_lanes
 from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, tensor_programs
 from refgrad.uop import Ops
 

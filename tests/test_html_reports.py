@@ -17,11 +17,11 @@ from refgrad import Tensor
 from refgrad.alu import exec_alu, ulp_distance
 from refgrad.cli import main
 from refgrad.dtype import DTYPES_BY_PRIORITY, dtypes
-from refgrad.testing.compare import ulp_bucket, ulp_histogram
-from refgrad.testing.conformance import run_conformance
+from refgrad.testing.conformance.run import run_conformance
 from refgrad.testing.edges import dtype_edges, result_class_inputs
-from refgrad.testing.fuzz import coverage_universe, kernel_pairs
-from refgrad.testing.fuzz_report import CampaignSummary, FindingSummary, campaign_html, write_campaign_html
+from refgrad.testing.fuzz.coverage import coverage_universe, kernel_pairs
+from refgrad.testing.fuzz.html_report import CampaignSummary, FindingSummary, campaign_html, write_campaign_html
+from refgrad.testing.oracle.compare import ulp_bucket, ulp_histogram
 from refgrad.uop import Ops
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
@@ -203,7 +203,7 @@ def test_campaign_page_renders(tmp_path, blank_screenshot_size):
 def test_a_real_campaigns_report_shows_what_it_ran_and_renders(tmp_path, blank_screenshot_size, capsys):
   """`refgrad fuzz --html` on PYTHON: the heatmap's counts are the campaign's coverage, the ULP histograms hold the
   lanes of the transcendental roots it checked, and the page draws in chromium."""
-  from refgrad.testing.fuzz import fuzz
+  from refgrad.testing.fuzz.driver import fuzz
   page = tmp_path / "campaign.html"
   report = fuzz("PYTHON", 8, 3, findings_dir=str(tmp_path / "findings"), html=str(page))
   text = page.read_text()

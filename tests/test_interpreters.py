@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from refgrad import Tensor, dtypes
 from refgrad.interp import kernel
 from refgrad.interp.graph import evaluate_graph
-from refgrad.testing.reference import undefined_lanes
+from refgrad.testing.oracle.reference import undefined_lanes
 from refgrad.testing.strategies import tensor_programs
 from refgrad.uop import Ops
 

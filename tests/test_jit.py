@@ -14,7 +14,7 @@ from refgrad import Device, Tensor, TinyJit, dtypes
 from refgrad.jit import CapturedCall, JitError, tensors_in
 from refgrad.nn.optim import SGD, Adam
 from refgrad.nn.state import get_parameters
-from refgrad.testing.jit_check import ReplayMismatch, check_jit_replay
+from refgrad.testing.oracle.jit_replay import ReplayMismatch, check_jit_replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples import mlp  # noqa: E402
@@ -189,10 +189,12 @@ def test_refgrad_check_replays_its_programs_and_catches_a_stale_replay(refgrad_d
   stale-input jit they fail, naming the replayed call."""
   from functools import partial
 
-  from refgrad.testing import conformance
-  run = conformance.run_conformance(refgrad_device, only="jit replay")
-  assert len(run.results) == len(conformance.REPLAYED) and all(r.status == conformance.PASS for r in run.results)
-  monkeypatch.setattr(conformance, "check_jit_replay", partial(check_jit_replay, jit=stale_jit))
-  broken = conformance.run_conformance(refgrad_device, only="jit replay")
-  assert broken.results and all(r.status == conformance.FAIL and "replayed by the jit" in r.detail
+  from refgrad.testing.conformance import corpus
+  from refgrad.testing.conformance.results import FAIL, PASS
+  from refgrad.testing.conformance.run import run_conformance
+  run = run_conformance(refgrad_device, only="jit replay")
+  assert len(run.results) == len(corpus.REPLAYED) and all(r.status == PASS for r in run.results)
+  monkeypatch.setattr(corpus, "check_jit_replay", partial(check_jit_replay, jit=stale_jit))
+  broken = run_conformance(refgrad_device, only="jit replay")
+  assert broken.results and all(r.status == FAIL and "replayed by the jit" in r.detail
                                 for r in broken.results)

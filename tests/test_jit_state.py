@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import refgrad.jit
 from refgrad import Tensor, TinyJit, dtypes
 from refgrad.jit import CapturedCall, JitError
-from refgrad.testing.jit_check import ReplayMismatch, check_jit_replay
+from refgrad.testing.oracle.jit_replay import ReplayMismatch, check_jit_replay
 
 
 def on(device, values, dtype=dtypes.float32):

@@ -292,7 +292,7 @@ def test_random_numbers_on_several_devices_are_the_one_device_numbers():
 
 
 def test_check_against_reference_takes_sharded_inputs(refgrad_device):
-  from refgrad.testing.reference import check_against_reference
+  from refgrad.testing.oracle.reference import check_against_reference
   x = Tensor(data((6, 4)), device="PYTHON").shard(instances("PYTHON", 2), axis=0)
   report = check_against_reference(lambda t: (t * 2).sum(0).to("PYTHON") + 1, x, device=refgrad_device)
   assert any(k.name.startswith("allreduce ADD") for k in report.kernels) and report.ok

@@ -13,9 +13,8 @@ from refgrad import Device, Tensor
 from refgrad.codegen.contract import Opt, opts_text
 from refgrad.codegen.opt import OptError, apply_opts, default_opts, legal_opts, parse_opts
 from refgrad.codegen.pipeline import compile_ast, lowered_kernel, random_kernel_opts
-from refgrad.testing.fuzz import claimed_dtypes
-from refgrad.testing.reference import check_against_reference
-from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, alu_kernels, tensor_programs
+from refgrad.testing.oracle.reference import check_against_reference
+from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, alu_kernels, claimed_dtypes, tensor_programs
 from refgrad.uop import Ops
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=PROGRAM_HEALTH_CHECKS)

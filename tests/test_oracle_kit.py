@@ -56,7 +56,7 @@ def test_check_catches_a_multiply_add_fused_into_a_reduction(tmp_path):
   if "CLANG" not in Device.available():
     pytest.skip("CLANG is not available here: the mutant is a copy of it")
   plugin = tmp_path / "mutants.py"
-  plugin.write_text("from refgrad.testing.mutants import refgrad_devices  # noqa: F401\n")
+  plugin.write_text("from refgrad.testing.selftest.mutants import refgrad_devices  # noqa: F401\n")
   cells = failing_cells("CLANG~ffp_contract_fast", "exact in every order", tmp_path, str(plugin))
   assert ("REDUCE ADD of products, exact in every order", "float32") in cells
 
@@ -207,7 +207,7 @@ def test_an_output_lane_the_device_never_writes_is_caught_even_where_the_answer_
   the check fills every output with a poison pattern before the kernel runs."""
   from refgrad.device import DeviceImpl
   from refgrad.interp.device import PythonAllocator
-  from refgrad.testing.reference import ReferenceMismatch, check_against_reference
+  from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
   Device.register("WRITES_NOTHING", lambda: DeviceImpl("WRITES_NOTHING", PythonAllocator(),
                                                        interpret=lambda program: lambda *buffers: None))
   try:
@@ -252,7 +252,7 @@ def test_fuzz_finds_nothing_on_correct_devices(device, tmp_path, capsys):
 
 
 def test_check_against_reference_explains_a_mismatch():
-  from refgrad.testing.reference import ReferenceMismatch, check_against_reference
+  from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
   x = np.array([1.0, 2.0, float("nan"), -0.0], dtype=np.float32)
   with pytest.raises(ReferenceMismatch) as info:
     check_against_reference(lambda t: t.maximum(1.5), x, device="BROKEN_MAX_NAN")
@@ -263,7 +263,7 @@ def test_check_against_reference_explains_a_mismatch():
 
 def test_reduction_bounds_are_rigorous_not_arbitrary():
   """A float sum on CLANG may differ from the reference (order is free) but stays within gamma_n*sum|x|."""
-  from refgrad.testing.reference import check_against_reference
+  from refgrad.testing.oracle.reference import check_against_reference
   x = np.random.default_rng(3).standard_normal(100_000).astype(np.float32) * 1e3
   report = check_against_reference(lambda t: t.sum(), x, device=CORRECT[-1])
   assert report.ok and report.checked == 1

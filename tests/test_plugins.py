@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from refgrad import Device, Tensor, plugin_loader
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.hookspecs import hookimpl
-from refgrad.testing.reference import check_against_reference
+from refgrad.testing.oracle.reference import check_against_reference
 from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, tensor_programs
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pyloops"

@@ -16,10 +16,11 @@ from refgrad.codegen.simplify import symbolic_rules
 from refgrad.device import LRU, RUNNER_CACHE_SIZE
 from refgrad.registry import Device
 from refgrad.rewrite import PatternMatcher, UPat
-from refgrad.testing.conformance import FAIL, PASS, run_conformance
-from refgrad.testing.fuzz import fuzz
-from refgrad.testing.reference import RewriteMismatch, check_against_reference
-from refgrad.testing.rules import check_rewrite, evaluate, leaf, points, prove_rule, prove_rules
+from refgrad.testing.conformance.results import FAIL, PASS
+from refgrad.testing.conformance.run import run_conformance
+from refgrad.testing.fuzz.driver import fuzz
+from refgrad.testing.oracle.reference import RewriteMismatch, check_against_reference
+from refgrad.testing.oracle.rules import check_rewrite, evaluate, leaf, points, prove_rule, prove_rules
 from refgrad.uop import Ops, UOp
 from refgrad.value_ranges import INDEX_DTYPES
 

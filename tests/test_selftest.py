@@ -8,9 +8,10 @@ import multiprocessing
 import pytest
 
 from refgrad import Device
-from refgrad.testing import mutants, selftest
-from refgrad.testing.mutants.base import planted_flags
-from refgrad.testing.selftest import CHECK, CRASH, ERROR, ESCAPED, FUZZ, HANG
+from refgrad.testing.selftest import mutants
+from refgrad.testing.selftest import runner as selftest
+from refgrad.testing.selftest.mutants.base import planted_flags
+from refgrad.testing.selftest.runner import CHECK, CRASH, ERROR, ESCAPED, FUZZ, HANG
 
 needs_clang = pytest.mark.skipif("CLANG" not in Device.available(),
                                  reason="CLANG is unavailable here (refgrad-clang or a C compiler is missing)")
@@ -67,7 +68,7 @@ def _witness_verdicts(names: list[str]) -> dict[str, str]:
   """In a fresh process: 'live' if the mutant computes its witness differently from the reference while the real
   base device does not, else what went wrong."""
   from refgrad import plugin_loader
-  plugin_loader.register(mutants, name="refgrad.testing.mutants")
+  plugin_loader.register(mutants, name="refgrad.testing.selftest.mutants")
   verdicts = {}
   for name in names:
     mutant = mutants.BY_NAME[name]

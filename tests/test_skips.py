@@ -83,10 +83,10 @@ def test_refused():
 
 
 def test_check_lists_undeclared_dtypes_in_matrix_and_summary(tmp_path, capsys, monkeypatch):
-  import refgrad.testing.conformance as conformance
-  corpus = conformance._corpus()
-  monkeypatch.setattr(conformance, "_corpus", lambda: {"matmul": corpus["matmul"]})
-  monkeypatch.setattr(conformance, "DTYPES_BY_PRIORITY", [dtypes.bool, dtypes.float32, dtypes.float64])
+  from refgrad.testing.conformance import corpus, run
+  programs = corpus._corpus()
+  monkeypatch.setattr(corpus, "_corpus", lambda: {"matmul": programs["matmul"]})
+  monkeypatch.setattr(run, "DTYPES_BY_PRIORITY", [dtypes.bool, dtypes.float32, dtypes.float64])
   report = tmp_path / "report.json"
   assert main(["check", "--device", "NOFP64_DECLARED", "--json", str(report)]) == 0
   out = capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""refgrad.testing.terminal: plain lines for logs, rich rendering on a terminal, and the check matrix as a table."""
+"""The kit's terminal output (testing/terminal.py, fuzz/dashboard.py, conformance/terminal.py): plain lines for logs,
+rich rendering on a terminal, and the check matrix as a table."""
 from __future__ import annotations
 
 import io
@@ -8,9 +9,11 @@ import pytest
 from rich.console import Console
 
 from refgrad.cli import main
-from refgrad.testing import check_report
-from refgrad.testing.conformance import run_conformance
-from refgrad.testing.terminal import Dashboard, ProgressBar, is_interactive, matrix_table, matrix_view
+from refgrad.testing.conformance import report as check_report
+from refgrad.testing.conformance.run import run_conformance
+from refgrad.testing.conformance.terminal import matrix_table, matrix_view
+from refgrad.testing.fuzz.dashboard import Dashboard
+from refgrad.testing.terminal import ProgressBar, is_interactive
 
 ESCAPE = re.compile(r"\x1b\[")
 

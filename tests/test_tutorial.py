@@ -17,8 +17,8 @@ DRIVER = textwrap.dedent("""
   import tutorial_backend
   from hypothesis import given, settings
   from refgrad import Tensor, plugin_loader
-  from refgrad.testing.compare import compare
-  from refgrad.testing.reference import check_against_reference, undefined_lanes
+  from refgrad.testing.oracle.compare import compare
+  from refgrad.testing.oracle.reference import check_against_reference, undefined_lanes
   from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, tensor_programs
 
   assert plugin_loader.register(tutorial_backend) == ["PYLOOPS"]

@@ -66,7 +66,7 @@ def _compile(ast: UOp, caps: Capabilities | None, opts: OptList) -> Program:
 
 def forget_compiled() -> None:
   """Empty the codegen's caches (lowered kernels, opts, programs, simplified indices), so the next compile runs the
-  rules as they are now: refgrad.testing.blame compiles a kernel again with a rule left out."""
+  rules as they are now: refgrad.testing.oracle.blame compiles a kernel again with a rule left out."""
   for cached in (_device_opts, lowered_kernel, _compile, simplify_index):
     cached.cache_clear()
 

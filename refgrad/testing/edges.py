@@ -1,5 +1,6 @@
-"""The values a conformance check feeds an op: each dtype's edge values with their neighbours, and the rounding
-boundaries of every narrowing conversion.
+"""Edge values, the one list of them in refgrad (`edge_values`: the strategies mix them into random values, tests
+read them), and what a conformance check feeds an op: each dtype's edge values with their neighbours, and the
+rounding boundaries of every narrowing conversion.
 
 Backends go wrong at a handful of points (signed zeros, NaNs, infinities, subnormals, the extremes, ±1) and one
 step away from them, and conversions go wrong exactly at their rounding boundaries: halfway between two values of
@@ -8,19 +9,33 @@ almost never land there, so the check enumerates them.
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from refgrad.dtype import DType, dtypes
-from refgrad.testing.strategies import edge_values
 from refgrad.uop import Ops
 
 # NaNs that are not the default one: a quiet NaN with a payload, a negative quiet NaN, a signalling NaN
 _NAN_BITS = {16: (0x7E01, 0xFE00, 0x7C01), 32: (0x7FC00001, 0xFFC00000, 0x7F800001),
              64: (0x7FF8000000000001, 0xFFF8000000000000, 0x7FF0000000000001)}
 _BF16_NAN_BITS = (0x7FC1, 0xFFC0, 0x7F81)
+
+
+def edge_values(dtype: DType) -> list[Any]:
+  """The values where backends usually go wrong, for one dtype (dtype_edges adds their neighbours and NaN payloads)."""
+  if dtype == dtypes.bool:
+    return [False, True]
+  if dtypes.is_int(dtype):
+    lo, hi = dtypes.min(dtype), dtypes.max(dtype)
+    return sorted({0, 1, 2, 7, hi, hi - 1, lo, lo + 1} | ({-1, -2, -7} if lo < 0 else set()))
+  info = ml_dtypes.finfo(dtype.np)
+  tiny, smallest = float(info.tiny), float(info.smallest_subnormal)
+  return [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, float("nan"), float("inf"), float("-inf"), float(info.max),
+          -float(info.max), tiny, smallest, -smallest, 1e-3, 100.0, math.pi]
 
 
 def _unsigned(dtype: DType) -> np.dtype:

@@ -93,14 +93,14 @@ class ReplayFailed(Exception):
 
 
 class ReplayItem(pytest.Item):
-  """Replays a device's saved fuzz findings (refgrad.testing.fuzz.replay_database)."""
+  """Replays a device's saved fuzz findings (refgrad.testing.fuzz.campaign.replay_database)."""
 
   def __init__(self, *, device: str, databases: tuple[str, ...], plugin_files: tuple[str, ...], **kwargs):
     super().__init__(**kwargs)
     self.device, self.databases, self.plugin_files = device, databases, plugin_files
 
   def runtest(self) -> None:
-    from refgrad.testing.fuzz import replay_database
+    from refgrad.testing.fuzz.campaign import replay_database
     chunk = replay_database(self.device, self.databases, self.plugin_files)
     self.user_properties.append(("replayed", chunk.replayed))
     if chunk.findings:

@@ -5,15 +5,15 @@ Every strategy shrinks toward small, readable examples: few dims, small sizes, p
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from refgrad.dtype import ALL_DTYPES, DType, dtypes
+from refgrad.registry import Device
+from refgrad.testing.edges import edge_values
 from refgrad.testing.programs import Step, TensorProgram
 
 FLOAT_DTYPES = (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64)
@@ -64,23 +64,15 @@ def dtype_strategy(choices: tuple[DType, ...] = ALL) -> st.SearchStrategy[DType]
   return _sampled(tuple(choices))
 
 
+def claimed_dtypes(device: str) -> tuple[DType, ...]:
+  """The dtypes `device` declares (Capabilities.dtypes), in the strategies' order: all a campaign may draw."""
+  return tuple(d for d in ALL if d in Device[device].caps.dtypes)
+
+
 @functools.cache
 def shapes(min_dims: int = 0, max_dims: int = 4, min_side: int = 0, max_side: int = 5) -> st.SearchStrategy[tuple]:
   """Shapes including 0-d and 0-size ones."""
   return st.lists(st.integers(min_side, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
-
-
-def edge_values(dtype: DType) -> list[Any]:
-  """The values where backends usually go wrong, for one dtype."""
-  if dtype == dtypes.bool:
-    return [False, True]
-  if dtypes.is_int(dtype):
-    lo, hi = dtypes.min(dtype), dtypes.max(dtype)
-    return sorted({0, 1, 2, 7, hi, hi - 1, lo, lo + 1} | ({-1, -2, -7} if lo < 0 else set()))
-  info = ml_dtypes.finfo(dtype.np)
-  tiny, smallest = float(info.tiny), float(info.smallest_subnormal)
-  return [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, float("nan"), float("inf"), float("-inf"), float(info.max),
-          -float(info.max), tiny, smallest, -smallest, 1e-3, 100.0, math.pi]
 
 
 @functools.cache

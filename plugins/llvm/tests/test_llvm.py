@@ -195,7 +195,7 @@ def test_a_loop_llvms_vectorizer_aborts_on_runs_and_matches_the_reference(tmp_pa
   """refgrad fuzz finding: LLVM 22's loop vectorizer asserted ("VPlan cost model and legacy cost model disagreed")
   on a 9-iteration max of guarded remainders, and took the whole process with it."""
   monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))  # compiled here, not loaded from an earlier run's cache
-  from refgrad.testing.reference import check_against_reference
+  from refgrad.testing.oracle.reference import check_against_reference
   from refgrad.uop import Ops, UOp
 
   def mod(a: UOp, b: UOp) -> UOp:

@@ -200,8 +200,8 @@ def test_no_pyopencl_makes_opencl_unavailable():
 
 def test_bitcast_of_an_op_made_nan_is_undefined_not_a_mismatch():
   """Fuzz finding: PoCL's 0/0 is a positive NaN, x86's a negative one; SPEC.md leaves those bits unspecified."""
-  from refgrad.testing.compare import compare
-  from refgrad.testing.reference import undefined_lanes
+  from refgrad.testing.oracle.compare import compare
+  from refgrad.testing.oracle.reference import undefined_lanes
   zeros = np.zeros(3, dtype=np.float32)
   results = []
   for device in ("PYTHON", "OPENCL"):
@@ -217,7 +217,7 @@ def test_work_group_opts_and_local_tiles_run_on_opencl(opencl, opts):
   """The real device under the work-group opts: local-memory tiles with their barriers inside the loop, groups of
   7 items sharing a reduction, odd work-group shapes; values against the reference kernel by kernel."""
   from refgrad.codegen.opt import parse_opts
-  from refgrad.testing.reference import check_against_reference
+  from refgrad.testing.oracle.reference import check_against_reference
   rng = np.random.default_rng(9)
   a, b = rng.standard_normal((32, 80)).astype(np.float32), rng.standard_normal((80, 48)).astype(np.float32)
   fn = (lambda x, y: x @ y) if "GROUP" not in opts else (lambda x, y: x.sum(1) + y.sum(0)[:32])
@@ -229,7 +229,7 @@ def test_work_group_opts_and_local_tiles_run_on_opencl(opencl, opts):
 @pytest.mark.parametrize("op", ["exp2", "trunc"])
 def test_exp2_and_trunc_of_a_nan_the_compiler_sees_are_nan(opencl, op, dtype):
   """Fuzz finding: PoCL dropped the store of exp2(NAN + x) and trunc(NAN + x), leaving what the output held."""
-  from refgrad.testing.reference import check_against_reference
+  from refgrad.testing.oracle.reference import check_against_reference
   if dtype not in opencl.caps.dtypes:
     pytest.skip(f"{opencl.name} does not support {dtype.name}")
   x = np.array([0.0, -0.0, 2.5, -3.75, np.inf, -np.inf, np.nan], dtype=dtype.np)

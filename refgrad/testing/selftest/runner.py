@@ -3,7 +3,7 @@ planted bug at a time.
 
 Why: the kit's job is to catch wrong backends, and nobody can say how well it does without trying. First the kit runs
 on the unmutated device (any finding there is a false alarm, which counts against the score). Then, for each mutant
-planted in that device (refgrad/testing/mutants/: its own family, and on CLANG the optimizer's), in a process of its
+planted in that device (mutants/: its own family, and on CLANG the optimizer's), in a process of its
 own (a mutant may crash or hang, and a -ffast-math library changes the floating-point mode of the process that loads
 it), `refgrad check`'s cases run in their usual order until the first failure; if none fails, a short `refgrad fuzz`
 campaign follows. A crash of the device counts as detected, and so does a hang past the timeout (the table says
@@ -125,10 +125,10 @@ class Job:
 def check_steps(device: str, rows: Collection[str] | None = None) -> list[tuple[str, Callable[[], list[Any]]]]:
   """`refgrad check` as (label, run) steps in its own order (its batches and programs), each run giving CaseResults
   (row, column, status, detail); `rows` keeps the steps that check one of those rows."""
-  from refgrad.testing import conformance
+  from refgrad.testing.conformance.run import all_units, run_unit
   keep = (lambda step_rows: True) if rows is None else (lambda step_rows: bool(set(step_rows) & set(rows)))
-  return [(unit.label, functools.partial(lambda u: conformance.run_unit(u, device).results, unit))
-          for unit in conformance.all_units() if keep(unit.rows)]
+  return [(unit.label, functools.partial(lambda u: run_unit(u, device).results, unit))
+          for unit in all_units() if keep(unit.rows)]
 
 
 def _check(job: Job, send: Callable[..., None], started: float) -> list[str]:
@@ -151,7 +151,7 @@ def _check(job: Job, send: Callable[..., None], started: float) -> list[str]:
 
 def _fuzz(job: Job, send: Callable[..., None]) -> int:
   """A campaign of job.fuzz_seconds (a mutant's stops at its first finding); returns the number of findings."""
-  from refgrad.testing.fuzz import fuzz
+  from refgrad.testing.fuzz.driver import fuzz
   send("fuzz", job.fuzz_seconds)
   started = time.perf_counter()
   report = fuzz(job.device, job.fuzz_seconds, findings_dir=job.findings, plugin_files=[_plugin_shim(job.findings)],
@@ -166,14 +166,14 @@ def _plugin_shim(folder: str) -> str:
   path = os.path.join(folder, "refgrad_mutants_plugin.py")
   os.makedirs(folder, exist_ok=True)
   with open(path, "w") as f:
-    f.write("from refgrad.testing.mutants import refgrad_devices  # noqa: F401  (the hook registers the mutants)\n")
+    f.write("from refgrad.testing.selftest.mutants import refgrad_devices  # noqa: F401  (its hook registers them)\n")
   return path
 
 
 def _witness_fails(job: Job) -> bool:
   """True if the mutant computes its own witness program differently from the reference (it is live, so its
   escape is real), judged bit for bit without the kit under measurement."""
-  from refgrad.testing import mutants
+  from refgrad.testing.selftest import mutants
   return mutants.witness_deviation(mutants.BY_NAME[job.mutant]) is not None
 
 
@@ -185,8 +185,8 @@ def run_job(conn: Any, job: Job) -> None:
     if job.cache:
       os.environ["REFGRAD_CACHE"] = job.cache  # fuzz workers inherit it
     from refgrad import Device, plugin_loader
-    from refgrad.testing import mutants
-    plugin_loader.register(mutants, name="refgrad.testing.mutants")
+    from refgrad.testing.selftest import mutants
+    plugin_loader.register(mutants, name="refgrad.testing.selftest.mutants")
     Device[job.device]  # plants the mutant: a failure here is a harness error, never a detection
     started = time.perf_counter()
     send("started")
@@ -303,7 +303,7 @@ def run_selftest(device: str = "CLANG", fuzz_seconds: float = 30.0, mutants: lis
   that check one of those rows (tests use that to stay fast); `progress(outcome, index, total)` is called as each
   job finishes, the baseline first (index -1)."""
   from refgrad import Device
-  from refgrad.testing import mutants as table
+  from refgrad.testing.selftest import mutants as table
   base = Device.canonicalize(device)
   if base not in table.BACKENDS:
     raise ValueError(f"the mutants are planted in {', '.join(table.BACKENDS)}; there are none for {device}")
@@ -334,7 +334,7 @@ def run_selftest(device: str = "CLANG", fuzz_seconds: float = 30.0, mutants: lis
 
 def _measure(mutant: Any, job: Job, case_timeout: float) -> Outcome:
   """Plant in this process first (cheap, nothing compiled) so a planting error is reported as such."""
-  from refgrad.testing.mutants import check_planted
+  from refgrad.testing.selftest.mutants import check_planted
   try:
     check_planted(mutant)
   except Exception as e:
@@ -380,7 +380,7 @@ def add_selftest_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_selftest(args: argparse.Namespace) -> int:
   """Print the mutant table (--list), or measure: 0 if every mutant was caught with no false alarm, else 1."""
   from refgrad import Device
-  from refgrad.testing import mutants
+  from refgrad.testing.selftest import mutants
   base = args.device and Device.canonicalize(args.device)
   chosen = mutants.select(args.only, base)
   if args.list:

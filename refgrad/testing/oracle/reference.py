@@ -4,7 +4,7 @@ any difference.
 The program is scheduled once. Each kernel runs on the reference first; then the device runs the *same*
 kernel on copies of the reference's input buffers, so a difference is pinned to the kernel that made it,
 never smeared by an earlier one. Each output is compared as docs/SPEC.md says, with the per-lane bounds of
-refgrad.testing.bounds: bit-exact where the spec is exact, ULP bounds for transcendentals, gamma_n*sum|x|
+refgrad.testing.oracle.bounds: bit-exact where the spec is exact, ULP bounds for transcendentals, gamma_n*sum|x|
 for reductions (whose order is free), undefined and unbounded lanes skipped and counted.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem, create_schedule
 from refgrad.search import opts_for
 from refgrad.symbolic_shapes import bound_region, concrete_graph, is_symbolic_shape, shape_value
-from refgrad.testing.bounds import kernel_error_bounds
-from refgrad.testing.compare import Comparison, LaneVerdicts, compare_lanes
+from refgrad.testing.oracle.bounds import kernel_error_bounds
+from refgrad.testing.oracle.compare import Comparison, LaneVerdicts, compare_lanes
 from refgrad.uop import Ops, UOp
 
 
@@ -279,9 +279,9 @@ def check_rewrites(item: ScheduleItem, index: int, contents: list[np.ndarray], i
                    np.ndarray], graph: np.ndarray, graph_undefined: np.ndarray | None,
                    bound: np.ndarray) -> tuple[str, LaneVerdicts]:
   """The reference's output of this kernel (contents[0], as lowered, rewritten and interpreted) against the graph
-  evaluator's: '' if they match, else what differs and which rewrite rule is to blame (refgrad.testing.blame); and
-  the verdict on each lane."""
-  from refgrad.testing.blame import blame  # blame imports codegen's rule sets, which only a disagreement needs
+  evaluator's: '' if they match, else what differs and which rewrite rule is to blame (blame.py); and the verdict on
+  each lane."""
+  from refgrad.testing.oracle.blame import blame  # blame imports codegen's rule sets, which only a disagreement needs
   def outcome(out: np.ndarray, undefined: np.ndarray | None) -> tuple[LaneVerdicts, np.ndarray]:
     return _against_graph(inside(out), None if undefined is None else inside(np.asarray(undefined)), graph,
                           graph_undefined, bound)

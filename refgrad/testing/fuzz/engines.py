@@ -1,7 +1,7 @@
 """Where `refgrad fuzz` campaigns run: in this process, in local processes (`--jobs N`), or as Ray actors on any
 number of machines (`--ray auto|ADDRESS --workers N`).
 
-Every engine runs the same `Campaign` (refgrad.testing.fuzz) per worker, in chunks of about CHUNK_SECONDS, and
+Every engine runs the same `Campaign` (campaign.py) per worker, in chunks of about CHUNK_SECONDS, and
 yields `(worker name, Chunk)` as chunks finish, so the driver can show progress and write findings while the
 campaign goes on. A backend that crashes or hangs kills only the campaign's own worker process, which is replaced
 (the finding is a crash or a hang); a Ray actor that dies is replaced too, and carries on from the batch it had
@@ -19,7 +19,8 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from refgrad.testing.fuzz import Campaign, CampaignConfig, Chunk, HarnessError
+from refgrad.testing.fuzz.campaign import Campaign, CampaignConfig
+from refgrad.testing.fuzz.results import Chunk, HarnessError
 
 CHUNK_SECONDS = 1.0  # how often a worker reports: the dashboard's resolution, and the most work a Ctrl-C loses
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from refgrad.device import DeviceImpl
-from refgrad.testing.mutants.base import (
+from refgrad.testing.selftest.mutants.base import (
   F16,
   F32,
   TINY_F32,
@@ -24,7 +24,7 @@ from refgrad.testing.mutants.base import (
   regex,
   witness,
 )
-from refgrad.testing.mutants.clang import C_PRELUDE, MutantRenderer
+from refgrad.testing.selftest.mutants.clang import C_PRELUDE, MutantRenderer
 from refgrad.uop import Ops
 
 BASE = "OPENCL"

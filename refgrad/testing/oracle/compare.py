@@ -2,7 +2,7 @@
 
 - exact: equal bits, except that any two NaNs are equal (a NaN's sign and payload are unspecified);
 - a ULP bound: for transcendentals, at most `ulp_bound` representable steps apart (NaN must match NaN);
-- an absolute bound per lane (refgrad.testing.bounds): |actual - expected| <= bound[i], where inf means no
+- an absolute bound per lane (refgrad.testing.oracle.bounds): |actual - expected| <= bound[i], where inf means no
   bound exists and the lane is skipped and counted, and 0 means exact (so `-0.0` never passes for `+0.0`);
 and lanes the reference marks undefined are skipped and counted.
 

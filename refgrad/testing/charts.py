@@ -1,46 +1,21 @@
-"""Self-contained HTML reports of fuzz campaigns (and the charts `refgrad check --html` shares): every chart is an
-inline SVG drawn here, so a report is one file that opens anywhere, with no script, stylesheet or font to fetch."""
+"""The charts of the HTML reports (`refgrad fuzz --html`, `refgrad check --html`): every chart is an inline SVG drawn
+here, so a report is one file that opens anywhere, with no script, stylesheet or font to fetch."""
 from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass
 
 SVG_NS = "http://www.w3.org/2000/svg"
 SCALE = ("#eef7d9", "#a8dcb5", "#4fb3c5", "#2477b3", "#1b3a8a")  # light to dark: more programs read darker
 SERIES = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#db2777", "#65a30d", "#4b5563",
           "#ca8a04")
-KIND_COLORS = {"mismatch": "#b45309", "error": "#b91c1c", "crash": "#7f1d1d", "hang": "#6d28d9"}
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 MISSED = "#d62828"  # possible but never executed: the pairs a campaign should reach next
 
 
-@dataclass
-class FindingSummary:
-  signature: str  # hex digest naming the failure (kind + failing kernel's normalized form)
-  kind: str       # "mismatch" | "error" | "crash" | "hang"
-  count: int      # how many times campaigns hit it
-  path: str       # the pytest file written for it
-  detail: str     # the failure's explanation (multi-line text)
-  source: str     # the reproducer (the pytest file's text)
-
-
-@dataclass
-class CampaignSummary:
-  device: str
-  seconds: float
-  programs: int
-  workers: list[str]                              # worker names, e.g. ["local-0"] or ["ray-0", "ray-1"]
-  coverage: dict[tuple[str, str], int]            # (op, dtype) -> programs whose kernels executed it
-  universe: list[tuple[str, str]]                 # every (op, dtype) pair the device could be asked to run
-  ulp: dict[tuple[str, str], dict[int, int]]      # (transcendental op, dtype) -> {ulp bucket: lanes}
-  timeline: dict[str, list[tuple[float, float]]]  # worker -> [(seconds since start, programs/s in that interval)]
-  findings: list[FindingSummary]
-  replayed: int = 0                               # examples replayed from the example database at the start
-
-
 # ---- small helpers
-def _e(text: object) -> str:
+def escaped(text: object) -> str:
+  """`text` as HTML text or an attribute value."""
   return html.escape(str(text))
 
 
@@ -48,11 +23,11 @@ def _svg(width: float, height: float, css_class: str, label: str, body: list[str
   """An inline SVG that scales down (never up) to fit narrower windows."""
   return (f'<svg xmlns="{SVG_NS}" class="{css_class}" width="{width:.0f}" height="{height:.0f}" '
           f'viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;height:auto" font-family="{FONT}" '
-          f'role="img" aria-label="{_e(label)}"><title>{_e(label)}</title>{"".join(body)}</svg>')
+          f'role="img" aria-label="{escaped(label)}"><title>{escaped(label)}</title>{"".join(body)}</svg>')
 
 
 def _text(x: float, y: float, text: object, size: int = 11, anchor: str = "start", extra: str = "") -> str:
-  return f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{extra}>{_e(text)}</text>'
+  return f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{extra}>{escaped(text)}</text>'
 
 
 def short_count(n: int) -> str:
@@ -102,7 +77,7 @@ def _log_position(n: int, top: int) -> float:
 
 
 def _heat_cell(x: float, y: float, w: float, h: float, label: str, n: int, top: int) -> str:
-  tip = f"<title>{_e(label)}: {n} programs</title>"
+  tip = f"<title>{escaped(label)}: {n} programs</title>"
   if n == 0:
     return (f'<rect x="{x + 1:.1f}" y="{y + 1:.1f}" width="{w - 2:.1f}" height="{h - 2:.1f}" fill="url(#rg-hatch)" '
             f'stroke="{MISSED}" stroke-opacity="0.7">{tip}</rect>')
@@ -185,7 +160,8 @@ def svg_histogram(histogram: dict[int, int], title: str) -> str:
     color = "#2477b3" if bucket == 0 else ("#4fb3c5" if bucket <= 2 else "#e07a2f")
     bar_w = min(slot * 0.76, 36)
     body.append(f'<rect x="{cx - bar_w / 2:.1f}" y="{head + plot_h - bar_h:.1f}" width="{bar_w:.1f}" '
-                f'height="{bar_h:.1f}" fill="{color}"><title>{_e(bucket_label(bucket))} ulp: {n} lanes</title></rect>')
+                f'height="{bar_h:.1f}" fill="{color}">'
+                f'<title>{escaped(bucket_label(bucket))} ulp: {n} lanes</title></rect>')
     if n:
       body.append(_text(cx, head + plot_h - bar_h - 3, short_count(n), 9, "middle"))
     ly = head + plot_h + 13
@@ -222,95 +198,16 @@ def svg_lines(series: dict[str, list[tuple[float, float]]], title: str, x_label:
     color, ly = SERIES[i % len(SERIES)], head + 8 + 18 * i
     coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in line)
     body += [f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2" stroke-linejoin="round">'
-             f"<title>{_e(name)}</title></polyline>",
+             f"<title>{escaped(name)}</title></polyline>",
              f'<line x1="{width - right + 20}" x2="{width - right + 44}" y1="{ly}" y2="{ly}" stroke="{color}" '
              'stroke-width="3"/>', _text(width - right + 50, ly + 4, name, 11)]
   height = max(head + plot_h + bottom, head + 18 * len(series) + 8)
   return _svg(width, height, "rg-lines", title, body)
 
 
-# ---- the page
-PAGE_CSS = f"""body{{font-family:{FONT};color:#1f2937;background:#f3f4f6;margin:0;line-height:1.45}}
-main{{max-width:1200px;margin:0 auto;padding:20px 24px 48px}}
-h1{{font-size:26px;margin:8px 0 4px}} h2{{font-size:19px;margin:0 0 10px}} h3{{font-size:15px;margin:14px 0 6px}}
-section{{background:#fff;border-radius:10px;box-shadow:0 1px 3px rgba(0,0,0,.08);padding:16px 20px;margin:16px 0}}
-.muted{{color:#6b7280;font-size:13px}} .stats{{display:flex;flex-wrap:wrap;gap:12px;margin-top:12px}}
-.stat{{background:#fff;border-radius:10px;box-shadow:0 1px 3px rgba(0,0,0,.08);padding:10px 16px;min-width:120px}}
-.stat b{{display:block;font-size:22px}} .stat span{{color:#6b7280;font-size:12px;text-transform:uppercase}}
-.charts{{display:flex;flex-wrap:wrap;gap:10px}} .charts svg{{border:1px solid #e5e7eb;border-radius:6px}}
-pre{{background:#f8fafc;border:1px solid #e5e7eb;border-radius:6px;padding:10px;overflow:auto;font-size:12px;
-max-height:420px}} code{{font-size:12px;background:#f1f5f9;padding:1px 4px;border-radius:4px}}
-.kind{{color:#fff;border-radius:4px;padding:2px 8px;font-size:12px;font-weight:600;text-transform:uppercase}}
-.finding{{border-top:1px solid #e5e7eb;padding-top:8px}} summary{{cursor:pointer;font-size:13px;color:#2563eb}}"""
-
-
-def duration_text(seconds: float) -> str:
-  if seconds < 120:
-    return f"{seconds:.1f} s"
-  minutes = int(seconds // 60)
-  return f"{minutes} min {int(seconds % 60)} s" if minutes < 120 else f"{minutes // 60} h {minutes % 60} min"
-
-
 def ulp_charts_html(ulp: dict[tuple[str, str], dict[int, int]]) -> str:
   """One small histogram per (op, dtype), a row of them per op (ops in first-seen order)."""
   ops = list(dict.fromkeys(op for op, _ in ulp))
-  return "".join(f"<h3>{_e(op)}</h3><div class=\"charts\">"
+  return "".join(f"<h3>{escaped(op)}</h3><div class=\"charts\">"
                  + "".join(svg_histogram(h, f"{o} {dtype}") for (o, dtype), h in ulp.items() if o == op) + "</div>"
                  for op in ops)
-
-
-def _stats_html(summary: CampaignSummary) -> str:
-  rate = summary.programs / summary.seconds if summary.seconds > 0 else 0.0
-  stats = [("device", summary.device), ("duration", duration_text(summary.seconds)), ("programs", summary.programs),
-           ("programs/s", f"{rate:.1f}"), ("distinct findings", len(summary.findings)),
-           ("workers", len(summary.workers)), ("replayed examples", summary.replayed)]
-  return '<div class="stats">' + "".join(f'<div class="stat"><b>{_e(v)}</b><span>{_e(k)}</span></div>'
-                                         for k, v in stats) + "</div>"
-
-
-def _coverage_html(summary: CampaignSummary) -> str:
-  universe = set(summary.universe)
-  rows = list(dict.fromkeys(op for op, _ in summary.universe))
-  columns = list(dict.fromkeys(dtype for _, dtype in summary.universe))
-  reached = sum(1 for pair in universe if summary.coverage.get(pair, 0) > 0)
-  share = f" ({100 * reached / len(universe):.0f} %)" if universe else ""
-  outside = sorted(f"{op} {dtype}" for op, dtype in summary.coverage if (op, dtype) not in universe)
-  note = f'<p class="muted">Executed outside the universe: {_e(", ".join(outside))}</p>' if outside else ""
-  return (f"<section><h2>Op × dtype coverage</h2><p class=\"muted\">{reached} of {len(universe)} possible pairs "
-          f"executed{share}. A cell counts the programs whose kernels ran that op on that dtype (casts and bitcasts "
-          "by target dtype); hover a cell for the exact count.</p>"
-          f"{svg_heatmap(rows, columns, summary.coverage, universe)}{note}</section>")
-
-
-def _finding_html(index: int, finding: FindingSummary) -> str:
-  color = KIND_COLORS.get(finding.kind, "#374151")
-  times = "time" if finding.count == 1 else "times"
-  return (f'<div class="finding"><h3>#{index} <span class="kind" style="background:{color}">{_e(finding.kind)}</span> '
-          f"hit {finding.count} {times}</h3><p class=\"muted\">signature <code>{_e(finding.signature)}</code> · "
-          f"reproducer <code>{_e(finding.path)}</code></p><pre>{_e(finding.detail)}</pre>"
-          f"<details><summary>reproducer source</summary><pre>{_e(finding.source)}</pre></details></div>")
-
-
-def campaign_html(summary: CampaignSummary) -> str:
-  """The whole report page of one campaign."""
-  workers = ", ".join(summary.workers) or "none"
-  ulp = ulp_charts_html(summary.ulp) or '<p class="muted">No transcendental lanes were compared.</p>'
-  findings = "".join(_finding_html(i + 1, f) for i, f in enumerate(summary.findings)) or \
-    '<p class="muted">No findings: every program agreed with the reference.</p>'
-  lines = svg_lines(summary.timeline, "Programs per second, per worker", "seconds since start", "programs/s")
-  return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>refgrad fuzz: {_e(summary.device)}</title><style>{PAGE_CSS}</style></head><body><main>
-<h1>refgrad fuzz campaign on {_e(summary.device)}</h1><p class="muted">workers: {_e(workers)}</p>
-{_stats_html(summary)}
-{_coverage_html(summary)}
-<section><h2>ULP errors of transcendentals</h2><p class="muted">Lanes per distance from the reference, in
-representable steps; blue bars are exact or within 2 ULP.</p>{ulp}</section>
-<section><h2>Throughput</h2>{lines}</section>
-<section><h2>Findings ({len(summary.findings)})</h2>{findings}</section>
-</main></body></html>"""
-
-
-def write_campaign_html(path: str, summary: CampaignSummary) -> None:
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(campaign_html(summary))

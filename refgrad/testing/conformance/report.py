@@ -8,8 +8,8 @@ from dataclasses import asdict
 
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType
 from refgrad.registry import Device
-from refgrad.testing.conformance import FAIL, PASS, UNSUPPORTED, CaseResult, CheckRun
-from refgrad.testing.fuzz_report import ulp_charts_html
+from refgrad.testing.charts import ulp_charts_html
+from refgrad.testing.conformance.results import FAIL, PASS, UNSUPPORTED, CaseResult, CheckRun
 
 LEGEND = ("N: agrees with the reference on N checked lanes (edge cases), N:Ku: worst lane K ulp apart, "
           "-: unsupported, not run")

@@ -26,7 +26,7 @@ from refgrad.codegen.cstyle import C_RULES, CDialect, CStyleRenderer, _Render, c
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
 from refgrad.device import DeviceImpl
 from refgrad.dtype import DType, dtypes
-from refgrad.testing.mutants.base import (
+from refgrad.testing.selftest.mutants.base import (
   BF16,
   F16,
   F32,

@@ -3,7 +3,7 @@
 Every device shares the symbolic rules (refgrad/codegen/simplify.py), so a wrong one makes the reference and every
 device wrong together, and only the graph evaluator, which rewrites nothing, sees it. To name the rule, the kernel
 is compiled and interpreted again with each rule left out in turn: the rules whose absence brings agreement back
-are the suspects, and the prover (refgrad/testing/rules.py) convicts those it finds a counterexample for (leaving
+are the suspects, and the prover (rules.py) convicts those it finds a counterexample for (leaving
 out an innocent rule can also hide a wrong one, by changing what it matches).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from refgrad.codegen import simplify
 from refgrad.codegen.pipeline import forget_compiled
 from refgrad.rewrite import PatternMatcher
-from refgrad.testing.rules import describe, prove_rule
+from refgrad.testing.oracle.rules import describe, prove_rule
 
 PROOF_DRAWS = 20  # rewrites proven per dtype for each suspect: a counterexample shows up in the first few
 

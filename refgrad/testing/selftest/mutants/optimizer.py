@@ -13,7 +13,7 @@ import numpy as np
 
 from refgrad.codegen import opt
 from refgrad.dtype import dtypes
-from refgrad.testing.mutants.base import Mutant, witness
+from refgrad.testing.selftest.mutants.base import Mutant, witness
 from refgrad.uop import UOp
 
 LaneMap = Callable[[int, int, UOp], int]  # (lane, amount, the lane's store) -> the lane it takes a part from

@@ -16,8 +16,20 @@ import numpy as np
 
 from refgrad.device import DeviceImpl
 from refgrad.dtype import dtypes
-from refgrad.testing.mutants.base import F32, F64, Backend, Mutant, alu, arr, cast, op, plugin_probe, regex, witness
-from refgrad.testing.mutants.clang import apply_text_edits, render_class
+from refgrad.testing.selftest.mutants.base import (
+  F32,
+  F64,
+  Backend,
+  Mutant,
+  alu,
+  arr,
+  cast,
+  op,
+  plugin_probe,
+  regex,
+  witness,
+)
+from refgrad.testing.selftest.mutants.clang import apply_text_edits, render_class
 from refgrad.uop import Ops
 
 BASE = "LLVM"

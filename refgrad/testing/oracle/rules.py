@@ -26,8 +26,8 @@ from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.interp.graph import evaluate_nodes
 from refgrad.ops import OP_FACTS
 from refgrad.rewrite import PatternMatcher, Rule, UPat, rule_name
-from refgrad.testing.compare import compare
 from refgrad.testing.edges import dtype_edges
+from refgrad.testing.oracle.compare import compare
 from refgrad.uop import GroupOp, Ops, UOp, canonical_const
 
 MAX_LEAVES = 3        # distinct leaves per left side: the points grow as the product of their values

@@ -22,7 +22,7 @@ import numpy as np
 
 from refgrad.jit import TinyJit, tensors_in
 from refgrad.tensor import Tensor
-from refgrad.testing.reference import check_against_reference
+from refgrad.testing.oracle.reference import check_against_reference
 
 Call = Sequence[np.ndarray] | Mapping[str, np.ndarray]
 

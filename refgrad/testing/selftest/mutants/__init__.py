@@ -17,9 +17,10 @@ live: the mutant device computes it differently from the reference, bit for bit 
 use the kit being measured; tests/test_selftest.py runs every one).
 
 Each mutant is the device `<BASE>~<NAME>`, registered by this package's `refgrad_devices` hook: register the module
-(`refgrad.plugin_loader.register`), or load a plugin file that imports the hook (`from refgrad.testing.mutants import
-refgrad_devices`; selftest writes one for its fuzz workers). Its compiler's cache key names the mutant and its flags,
-so the compile cache never hands a mutant's binary to the real device or back.
+(`refgrad.plugin_loader.register`), or load a plugin file that imports the hook
+(`from refgrad.testing.selftest.mutants import refgrad_devices`; selftest writes one for its fuzz workers). Its
+compiler's cache key names the mutant and its flags, so the compile cache never hands a mutant's binary to the real
+device or back.
 """
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ import numpy as np
 from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
 from refgrad.registry import DeviceSpec
-from refgrad.testing.mutants import clang, llvm, opencl, optimizer
-from refgrad.testing.mutants.base import Backend, Mutant, MutantNotPlanted, OptRulesRenderer, same_bits
-from refgrad.testing.mutants.clang import clang_flags
+from refgrad.testing.selftest.mutants import clang, llvm, opencl, optimizer
+from refgrad.testing.selftest.mutants.base import Backend, Mutant, MutantNotPlanted, OptRulesRenderer, same_bits
+from refgrad.testing.selftest.mutants.clang import clang_flags
 
 __all__ = ["BACKENDS", "BY_NAME", "MUTANTS", "Mutant", "MutantNotPlanted", "check_planted", "clang_flags",
            "make_device", "probe", "refgrad_devices", "rendered_witness", "run_witness", "same_bits", "select",
@@ -146,5 +147,5 @@ def probe(mutant: Mutant) -> str | None:
 
 @hookimpl
 def refgrad_devices() -> list[DeviceSpec]:
-  return [DeviceSpec(m.device, functools.partial(make_device, m), plugin="refgrad.testing.mutants",
+  return [DeviceSpec(m.device, functools.partial(make_device, m), plugin="refgrad.testing.selftest.mutants",
                      probe=functools.partial(probe, m)) for m in MUTANTS]

@@ -1,0 +1,222 @@
+"""One worker's campaign: batches of hypothesis examples, run in chunks of time so progress can be reported."""
+from __future__ import annotations
+
+import time
+import unittest
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from refgrad.dtype import DType
+from refgrad.plugin_loader import load_plugin_file
+from refgrad.testing.fuzz.database import database_key, example_database
+from refgrad.testing.fuzz.results import (
+  FINDING_KINDS,
+  Chunk,
+  Finding,
+  FindingError,
+  HarnessError,
+  Verdict,
+  only_findings,
+)
+from refgrad.testing.fuzz.signatures import finding_signature
+from refgrad.testing.fuzz.worker import Worker
+from refgrad.testing.strategies import ALL, alu_kernels, claimed_dtypes, tensor_programs
+
+
+def programs_strategy(focus: DType | None = None, allowed: tuple[DType, ...] = ALL) -> st.SearchStrategy[Any]:
+  """Random Tensor programs and random primitive-op kernels over the dtypes in `allowed` (those the device
+  claims); with `focus`, their inputs and roots have that dtype. Campaigns rotate the focus through every allowed
+  dtype, batch by batch: left to itself, generation favours the first choices, and a minute's campaign would never
+  reach the rarer dtypes' ops."""
+  choices = (focus,) if focus is not None else allowed
+  return st.one_of(tensor_programs(dtype_choices=choices, allowed=allowed),
+                   alu_kernels(dtype_choices=choices, allowed=allowed))
+
+
+SHRINK_SECONDS = 20.0  # at least this long to shrink a finding, even if the chunk's time is up
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+  device: str
+  plugin_files: tuple[str, ...] = ()
+  timeout: float = 30.0        # seconds before a program counts as a hang
+  opts: bool = False           # run every kernel under a random legal opt list
+  batch: int = 40              # hypothesis examples per batch (one seed, one focus dtype)
+  max_findings: int | None = None
+  database: str | None = None  # the example database read and written (directory or redis://)
+  shared: tuple[str, ...] = ()  # example databases only read
+  ends_at: float | None = None  # time.time() when the command's time is up, start-up included (None: no limit);
+  # wall-clock time, so it means the same in every process and on every machine of a Ray cluster
+
+
+def batch_seed(start_seed: int, batch: int, index: int, workers: int) -> int:
+  """The seed of worker `index`'s `batch`-th batch: the workers of a campaign take turns, so none repeats another."""
+  return start_seed + batch * workers + index
+
+
+class Campaign:
+  """One worker's campaign, run in chunks (`run_for`). Worker `index` of `workers` takes batch seeds
+  start_seed + k * workers + index, so workers never repeat each other. Worker 0 first replays every example of
+  the database. Each batch runs pipelined: the worker process runs a program while hypothesis draws the next; a
+  batch in which a program failed is run again one program at a time with the same seed, so hypothesis reaches
+  the same failure, shrinks it and saves it in the database."""
+
+  def __init__(self, config: CampaignConfig, start_seed: int = 0, index: int = 0, workers: int = 1,
+               first_batch: int = 0):
+    for path in config.plugin_files:  # this process asks the device which dtypes it claims
+      load_plugin_file(path)
+    self.config, self.start_seed, self.index, self.workers = config, start_seed, index, workers
+    self.allowed = claimed_dtypes(config.device)
+    self.worker = Worker(config.device, list(config.plugin_files), config.timeout, config.opts)
+    self.database = example_database(config.database, config.shared)
+    self.batch_index, self.replay_pending = first_batch, self.database is not None and index == 0
+    self.started, self.found, self.harness_failure = time.monotonic(), 0, ""
+
+  def run_for(self, seconds: float) -> Chunk:
+    """Batches until `seconds` have passed, or the command's time is up (the first call of worker 0 only replays
+    the database, so a stored failure is reported at once)."""
+    chunk, began = Chunk(), time.monotonic()
+    if self.replay_pending:
+      self.replay_pending = False
+      self._replay(chunk)
+    else:
+      deadline = began + min(seconds, self.seconds_left)
+      while time.monotonic() < deadline and not self.done:
+        self._batch(chunk, deadline)
+    if self.harness_failure:  # reported by the last program of a batch, collected after its test had ended
+      raise HarnessError(self.harness_failure)
+    chunk.seconds, chunk.done = time.monotonic() - began, self.done
+    return chunk
+
+  @property
+  def seconds_left(self) -> float:
+    return float("inf") if self.config.ends_at is None else self.config.ends_at - time.time()
+
+  @property
+  def done(self) -> bool:
+    """The campaign reached its max_findings, or the command's time is up (once the database is replayed)."""
+    time_up = self.seconds_left <= 0 and not self.replay_pending
+    return time_up or (self.config.max_findings is not None and self.found >= self.config.max_findings)
+
+  def close(self) -> None:
+    self.worker.stop()
+
+  def _test(self, check: Callable[[Any], None], focus: DType, seed_value: int, phases: list[Phase],
+            database: Any) -> Callable[[], None]:
+    # settings after seed: @seed turns the database off, so it is given again last
+    test = settings(max_examples=self.config.batch, deadline=None, database=database, derandomize=False,
+                    phases=phases, print_blob=False, suppress_health_check=list(HealthCheck))(
+      seed(seed_value)(given(programs_strategy(focus, self.allowed))(check)))
+    test._hypothesis_internal_database_key = database_key(self.config.device, focus, self.allowed)
+    return test
+
+  def _run(self, test: Callable[[], None]) -> None:
+    """Run a hypothesis test whose failures are findings; anything else is refgrad's own bug and propagates, as
+    does a failure the worker reported of refgrad's harness (kept aside so hypothesis never shrinks it)."""
+    try:
+      test()
+    except Exception as e:
+      if not only_findings(e):
+        raise
+    if self.harness_failure:
+      raise HarnessError(self.harness_failure)
+
+  def _verdict(self, chunk: Chunk, program: Any, verdict: Verdict) -> Finding | None:
+    chunk.add(verdict)
+    if verdict.kind == "harness":
+      self.harness_failure = self.harness_failure or verdict.detail
+    if verdict.kind not in FINDING_KINDS:
+      return None
+    signature = finding_signature(verdict.kind, program, verdict.kernel)
+    return Finding(verdict.kind, verdict.detail, program, signature, at=time.monotonic() - self.started)
+
+  def _shrinking_check(self, chunk: Chunk, found: dict[str, Finding], stop_at: float) -> Callable[[Any], None]:
+    """A check that runs each program and raises its finding, for hypothesis to shrink; every failing program goes
+    in `found` by signature, in order, so the last is the one hypothesis ended on (its smallest)."""
+    def check(program: Any) -> None:
+      if time.monotonic() > stop_at or self.harness_failure:
+        return  # time is up, or refgrad itself failed: let hypothesis finish quickly, without shrinking
+      finding = self._verdict(chunk, program, self.worker.run(program))
+      if finding is not None:
+        found.pop(finding.signature, None)
+        found[finding.signature] = finding
+        raise FindingError(finding.kind, finding.detail, program)
+    return check
+
+  def _replay(self, chunk: Chunk) -> None:
+    """Every example stored under each focus dtype's key, run once (hypothesis's reuse phase)."""
+    found: dict[str, Finding] = {}
+    check = self._shrinking_check(chunk, found, float("inf"))
+    for focus in self.allowed:
+      before = chunk.programs
+      try:
+        self._run(self._test(check, focus, 0, [Phase.reuse], self.database))
+      except unittest.SkipTest:  # nothing saved under this key: hypothesis ran no example
+        pass
+      chunk.replayed += chunk.programs - before
+    for finding in found.values():
+      finding.replayed = True
+    self._keep(chunk, found.values())
+
+  def _batch(self, chunk: Chunk, deadline: float) -> None:
+    seed_value = batch_seed(self.start_seed, self.batch_index, self.index, self.workers)
+    focus = self.allowed[self.batch_index % len(self.allowed)]
+    self.batch_index += 1
+    chunk.batches += 1
+    suspect = self._pipelined(chunk, focus, seed_value, deadline)
+    if suspect is None:
+      return
+    found: dict[str, Finding] = {}
+    stop_at = max(deadline, time.monotonic() + SHRINK_SECONDS)
+    self._run(self._test(self._shrinking_check(chunk, found, stop_at), focus, seed_value,
+                         [Phase.generate, Phase.shrink], self.database))
+    # one finding a batch: what hypothesis shrank to (the failures on the way are larger forms of it); not
+    # reproduced (a flaky hang): the program as first seen
+    self._keep(chunk, list(found.values())[-1:] or [suspect])
+
+  def _pipelined(self, chunk: Chunk, focus: DType, seed_value: int, deadline: float) -> Finding | None:
+    """One batch with the worker one program behind hypothesis; the first failing program, if any."""
+    pending: list[Any] = []
+    suspect: Finding | None = None
+
+    def collect() -> None:
+      nonlocal suspect
+      program = pending.pop()
+      finding = self._verdict(chunk, program, self.worker.receive())
+      suspect = suspect or finding
+
+    def check(program: Any) -> None:
+      if suspect is not None or time.monotonic() > deadline or self.harness_failure:
+        return
+      if pending:
+        collect()
+      if suspect is None:
+        self.worker.send(program)
+        pending.append(program)
+    try:
+      self._run(self._test(check, focus, seed_value, [Phase.generate], None))
+    finally:
+      if pending:
+        collect()
+    return suspect
+
+  def _keep(self, chunk: Chunk, findings: Any) -> None:
+    for finding in findings:
+      chunk.findings.append(finding)
+      self.found += 1
+
+
+def replay_database(device: str, databases: tuple[str, ...], plugin_files: tuple[str, ...] = (),
+                    timeout: float = 30.0) -> Chunk:
+  """Every failing example saved for `device` in `databases` (read only), run once on it: the Chunk's findings are
+  those that still fail, `replayed` how many ran."""
+  runner = Campaign(CampaignConfig(device, plugin_files, timeout, shared=tuple(databases)))
+  try:
+    return runner.run_for(0.0)
+  finally:
+    runner.close()

@@ -1,0 +1,63 @@
+"""One program checked against the reference in this process: what a worker does with each program it is sent, and
+what a finding's pytest file calls to replay it."""
+from __future__ import annotations
+
+import hashlib
+import random
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from refgrad.codegen.contract import OptList
+from refgrad.codegen.pipeline import random_kernel_opts
+from refgrad.registry import Device
+from refgrad.testing.fuzz.coverage import kernel_pairs
+from refgrad.testing.oracle.compare import add_histogram
+from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference, raised_by_device
+from refgrad.uop import GroupOp, Ops, UOp
+
+
+def random_opts_seeded_by(program_text: str, device: str) -> Callable[[UOp], OptList]:
+  """The opt lists `refgrad fuzz --opts` runs a program's kernels with on a device: random and legal
+  (pipeline.random_kernel_opts), drawn in kernel order from a seed made of the program's text, so a finding
+  replays with the same opts."""
+  caps = Device[device].caps
+  rng = random.Random(hashlib.sha256(program_text.encode()).hexdigest())
+  return lambda ast: random_kernel_opts(ast, caps, rng)
+
+
+def transcendental_root(program: Any) -> tuple[str, str] | None:
+  """(op, dtype) of a random kernel whose root is a transcendental op over exact operands (alu_kernels puts them
+  only there), so the output's ULP error is that op's own; None for any other program."""
+  root = getattr(program, "root", None)
+  if root is None or getattr(Ops, root.op, None) not in GroupOp.Transcendental:
+    return None
+  return root.op, root.dtype.name
+
+
+def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = None, opts: bool = False,
+            ulp: dict[tuple[str, str], dict[int, int]] | None = None,
+            on_item: Callable[[int], None] | None = None) -> tuple[str, str]:
+  """('ok'|'mismatch'|'error', detail) for one program, in this process. An exception that the device under
+  test did not raise is refgrad's own and propagates. The (op, dtype) pairs of a checked program's kernels are
+  added to `coverage`, and a transcendental root's ULP errors to `ulp` ((op, dtype) -> {bucket: lanes}). With
+  `opts`, the device runs each kernel under a random legal opt list (random_opts_seeded_by). `on_item(index)` is
+  told which schedule item runs next (check_against_reference)."""
+  chooser = random_opts_seeded_by(program.to_python(), device) if opts else None
+  measured = transcendental_root(program) if ulp is not None else None
+  try:
+    report = check_against_reference(program.run, *program.inputs, device=device, opts=chooser,
+                                     keep_lanes=measured is not None, on_item=on_item)
+  except ReferenceMismatch as e:
+    return "mismatch", str(e)
+  except Exception as e:
+    if not raised_by_device(e):
+      raise
+    return "error", traceback.format_exc(limit=6)
+  if coverage is not None:
+    for kernel in report.kernels:
+      if kernel.ast is not None:  # None: a transfer between devices
+        coverage |= kernel_pairs(kernel.ast)
+  if measured is not None:
+    add_histogram(ulp.setdefault(measured, {}), report.kernels[-1].lanes.verdicts.histogram())
+  return "ok", ""

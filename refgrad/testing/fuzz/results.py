@@ -1,0 +1,71 @@
+"""What the fuzz campaign passes between its parts: a worker's verdict on one program, findings, and the chunk of work
+a campaign reports to the driver (all picklable, for worker processes and Ray actors)."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from refgrad.testing.oracle.compare import add_histogram
+
+FINDING_KINDS = ("mismatch", "error", "crash", "hang")
+
+
+class HarnessError(Exception):
+  """refgrad's own fuzzing harness failed in a worker (not the device under test); the message is its traceback."""
+
+
+@dataclass
+class Verdict:
+  """What the worker says of one program; `kernel` is the index of the schedule item that was running (-1: none)."""
+  kind: str  # "ok", one of FINDING_KINDS, or "harness" (refgrad's own failure: detail is its traceback)
+  detail: str = ""
+  coverage: list[tuple[str, str]] = field(default_factory=list)
+  ulp: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+  kernel: int = -1
+
+
+@dataclass
+class Finding:
+  kind: str
+  detail: str
+  program: Any
+  signature: str
+  count: int = 1    # batches (and replays) that ended in it
+  at: float = 0.0   # seconds into its worker's campaign when it was first found
+  replayed: bool = False  # found by replaying an example saved in the database
+  path: str = ""  # the pytest file written for its signature
+
+
+class FindingError(Exception):
+  def __init__(self, kind: str, detail: str, program: Any):
+    super().__init__(f"{kind}: {detail.splitlines()[0] if detail else ''}")
+    self.kind, self.detail, self.program = kind, detail, program
+
+
+def only_findings(error: BaseException) -> bool:
+  """True if hypothesis raised nothing but FindingErrors: one, several distinct ones (an exception group), or
+  one that stopped reproducing when replayed (a FlakyFailure, e.g. a hang that came in time the second time)."""
+  if isinstance(error, FindingError):
+    return True
+  inner = getattr(error, "exceptions", None)
+  return bool(inner) and all(only_findings(e) for e in inner)
+
+
+@dataclass
+class Chunk:
+  """What a campaign did in one `run_for`: added up by the driver, so it is all counts (picklable, small)."""
+  programs: int = 0
+  seconds: float = 0.0
+  batches: int = 0
+  replayed: int = 0
+  done: bool = False  # the campaign reached its max_findings, or the command's time is up
+  findings: list[Finding] = field(default_factory=list)
+  coverage: Counter = field(default_factory=Counter)  # (op, dtype) -> programs that executed it
+  ulp: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+
+  def add(self, verdict: Verdict) -> None:
+    self.programs += 1
+    self.coverage.update(verdict.coverage)
+    for key, histogram in verdict.ulp.items():
+      add_histogram(self.ulp.setdefault(key, {}), histogram)
