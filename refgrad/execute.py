@@ -2,6 +2,7 @@
 each transfer through its destination device."""
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -9,12 +10,31 @@ from refgrad.buffer import Buffer
 from refgrad.codegen.contract import OptList
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem
-from refgrad.search import opts_for
+from refgrad.search import search_opts
 from refgrad.uop import Ops, UOp
 
 # While a TinyJit captures a call (refgrad/jit.py): every launch, as (runner, item); a runner None is a transfer
 # (run_transfer(item.ast, item.buffers)).
 CAPTURE: list[tuple[Callable[..., None] | None, ScheduleItem]] | None = None
+
+
+def search_budget() -> int:
+  """REFGRAD_SEARCH's value: how many random opt lists a search may try per kernel (0: no search)."""
+  value = os.environ.get("REFGRAD_SEARCH", "0")
+  try:
+    return max(0, int(value))
+  except ValueError:
+    raise ValueError(f"REFGRAD_SEARCH={value!r}: give the number of opt lists to try per kernel, e.g. 20") from None
+
+
+def kernel_opts(ast: UOp, device: str) -> OptList | None:
+  """What realize runs a kernel with: None (the device's heuristic), or under REFGRAD_SEARCH on a compiled device
+  the opt list a search chose (refgrad/search.py). The reference (an interpreting device) always runs kernels as
+  lowered."""
+  budget = search_budget()
+  if budget == 0 or Device[device].interpret is not None or ast.op is not Ops.SINK:
+    return None
+  return search_opts(ast, device, budget)
 
 
 def run_transfer(ast: UOp, buffers: tuple[Buffer, ...] | list[Buffer]) -> None:
@@ -31,7 +51,7 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
   """Run the items in order. A kernel of symbolic shape gets its variables' values in its last buffer: the values
   bound when it was scheduled, or those in var_vals (Variable -> value; each checked against the Variable's range)."""
   chosen = var_vals or {}
-  opts = [None if item.is_transfer else opts_for(item.ast, Device[item.buffers[0].device].name) for item in items]
+  opts = [None if item.is_transfer else kernel_opts(item.ast, Device[item.buffers[0].device].name) for item in items]
   prepare_kernels(items, opts)
   for item, item_opts in zip(items, opts):
     if item.is_transfer:

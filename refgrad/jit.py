@@ -41,10 +41,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-
 from refgrad import execute
 from refgrad.buffer import Buffer
+from refgrad.device import write_variables
 from refgrad.frontend import random as rng_state
 from refgrad.multi import multi
 from refgrad.schedule import buffer_node, realized_buffer
@@ -341,7 +340,7 @@ class CapturedCall:
     for launch in self.launches:
       buffers = [mapping.get(b, b) for b in launch.buffers]
       if launch.var_vals:  # the inputs' Variables take this call's values; others keep the captured ones
-        buffers[-1].copyin(np.array([values.get(var, value) for var, value in launch.var_vals], np.int64))
+        write_variables(buffers, [(var, values.get(var, value)) for var, value in launch.var_vals])
       if launch.runner is None:
         execute.run_transfer(launch.ast, buffers)
       else:

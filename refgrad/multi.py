@@ -18,6 +18,7 @@ checked like any others.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from refgrad.dtype import dtypes
@@ -26,9 +27,6 @@ from refgrad.uop import GroupOp, Ops, UOp, prod, walk
 
 Bounds = tuple[tuple[int, int], ...]
 
-# Logical nodes that an earlier realize computed, and the MULTI of buffers holding each one's parts (as
-# schedule._REALIZED for single-device nodes: a tensor that keeps its autograd history keeps its logical node).
-_REALIZED: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # Graphs lower_multi returned (each on one device): lowering them again gives them back (Tensor.realize lowers, then
 # create_schedule is given the parts), so the walk stops there.
 _LOWERED: weakref.WeakSet[UOp] = weakref.WeakSet()
@@ -66,10 +64,6 @@ def const_on(dtype: Any, value: Any, device: str | tuple[str, ...]) -> UOp:
   if isinstance(device, tuple):
     _LIVE.add(device_node)
   return UOp.const(dtype, value).replace(src=(device_node,))
-
-
-def remember_realized(node: UOp, realized: UOp) -> None:
-  _REALIZED[node] = realized
 
 
 # ---- single-device building blocks
@@ -282,12 +276,17 @@ MULTI_RULES = PatternMatcher([
 ])
 
 
-def lower_multi(roots: list[UOp]) -> list[UOp]:
-  """Each root with its graph on one device per part: a single-device node, or a MULTI of single-device parts."""
+def lower_multi(roots: list[UOp], realized: Mapping[UOp, Any]) -> list[UOp]:
+  """Each root with its graph on one device per part: a single-device node, or a MULTI of single-device parts.
+  `realized` holds the nodes an earlier realize computed (schedule._REALIZED): a node over several devices there
+  maps to the MULTI of its parts' buffer nodes, and the walk stops at it (a single-device one is lowered as any)."""
   lowered: dict[UOp, UOp] = {}
-  for node in walk(roots, lambda n: n.op is Ops.BUFFER or n in _REALIZED or n in _LOWERED):
-    if node in _REALIZED:
-      lowered[node] = _REALIZED[node]
+
+  def computed(node: UOp) -> bool:
+    return isinstance(realized.get(node), UOp)
+  for node in walk(roots, lambda n: n.op is Ops.BUFFER or computed(n) or n in _LOWERED):
+    if computed(node):
+      lowered[node] = realized[node]
       continue
     if node in _LOWERED:
       lowered[node] = node

@@ -63,11 +63,12 @@ class ScheduleItem:
     return self.ast.op in (Ops.COPY, Ops.ALLREDUCE)
 
 
-# Graph nodes that have been computed, and the buffer holding each one's value. A tensor that must keep its
-# autograd history keeps its graph node after realize(); this table lets every later schedule (values, gradients)
-# read the buffer instead of recomputing the node. Keys are weak: an entry, and its buffer, lives exactly as long
+# Graph nodes that have been computed, and each one's value: the buffer holding it, or for a node over several
+# devices the MULTI of its parts' buffer nodes. A tensor that must keep its autograd history keeps its graph node
+# after realize(); this table lets every later schedule (values, gradients) read the buffers instead of recomputing
+# the node, and the multi-device lowering stop there. Keys are weak: an entry, and its buffers, live exactly as long
 # as some graph still refers to the node.
-_REALIZED: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+_REALIZED: weakref.WeakKeyDictionary[UOp, Buffer | UOp] = weakref.WeakKeyDictionary()
 
 
 def realized_buffer(node: UOp) -> Buffer | None:
@@ -77,19 +78,20 @@ def realized_buffer(node: UOp) -> Buffer | None:
     node = node.src[0]
   if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
     node = node.src[0]
-  return node.arg if node.op is Ops.BUFFER else _REALIZED.get(node)
+  return node.arg if node.op is Ops.BUFFER else computed_buffer(node)
 
 
 def computed_buffer(node: UOp) -> Buffer | None:
   """The buffer a graph node (not a BUFFER leaf) was computed into by an earlier realize, if it still exists."""
-  return _REALIZED.get(node)
+  return value if isinstance(value := _REALIZED.get(node), Buffer) else None
 
 
-def remember_realized(buffers: dict[UOp, Buffer]) -> None:
-  """Record the buffers a schedule that has run computed, for later schedules and gradients to reuse."""
-  for node, buf in buffers.items():
+def remember_realized(values: dict[UOp, Buffer | UOp]) -> None:
+  """Record the values a schedule that has run computed (a buffer; a MULTI of buffer nodes for a node over several
+  devices), for later schedules, lowerings and gradients to reuse."""
+  for node, value in values.items():
     if node.op is not Ops.BUFFER and not (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER):
-      _REALIZED[node] = buf
+      _REALIZED[node] = value
 
 
 def realized_node(node: UOp, buffers: dict[UOp, Buffer]) -> UOp:
@@ -247,7 +249,7 @@ def shared_values(roots: list[UOp]) -> tuple[set[UOp], set[UOp]]:
 
 def device_parts(nodes: list[UOp]) -> list[UOp]:
   """nodes as graphs on one device each: a node over several devices gives a MULTI of them (refgrad/multi.py)."""
-  return multi.lower_multi(nodes) if multi.in_use() else nodes
+  return multi.lower_multi(nodes, _REALIZED) if multi.in_use() else nodes
 
 
 def create_schedule(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:

@@ -1,18 +1,18 @@
 """Opt search: time candidate opt lists for one kernel on its device and keep the fastest.
 
-Opt-in: `REFGRAD_SEARCH=N` (or `search_opts(ast, device, budget=N)`) tries the device's heuristic opts, no opts and
-up to N random legal opt lists (refgrad/codegen/opt.py), each compiled and run on scratch buffers, and uses the
-fastest from then on. The winner is cached on disk per (kernel, device, compiler key), so a kernel is searched once
-per machine and compiler, not once per process. Every search prints what it tried, how long it took and what it
-chose, on stderr: a chosen opt list is never hidden. The opts a search may choose are the same legal opts the
-fuzzer (`refgrad fuzz --opts`) and `refgrad check` prove against the reference.
+Opt-in: under `REFGRAD_SEARCH=N` realize asks for a search (refgrad/execute.py's kernel_opts; or call
+`search_opts(ast, device, budget=N)`), which tries the device's heuristic opts, no opts and up to N random legal opt
+lists (refgrad/codegen/opt.py), each compiled and run on scratch buffers, and uses the fastest from then on. The
+winner is cached on disk per (kernel, device, compiler key), so a kernel is searched once per machine and compiler,
+not once per process. Every search prints what it tried, how long it took and what it chose, on stderr: a chosen
+opt list is never hidden. The opts a search may choose are the same legal opts the fuzzer (`refgrad fuzz --opts`)
+and `refgrad check` prove against the reference.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
-import os
 import random
 import sys
 import time
@@ -36,15 +36,6 @@ class SearchResult:
   heuristic: float      # the heuristic's kernel time (what the search is measured against)
   candidates: int
   search_seconds: float
-
-
-def search_budget() -> int:
-  """REFGRAD_SEARCH's value: how many random opt lists a search may try per kernel (0: no search)."""
-  value = os.environ.get("REFGRAD_SEARCH", "0")
-  try:
-    return max(0, int(value))
-  except ValueError:
-    raise ValueError(f"REFGRAD_SEARCH={value!r}: give the number of opt lists to try per kernel, e.g. 20") from None
 
 
 def kernel_key(ast: UOp, device: str) -> str:
@@ -132,11 +123,3 @@ def search_opts(ast: UOp, device: str, budget: int) -> OptList:
     pass  # a read-only cache only costs searching again
   return result.opts
 
-
-def opts_for(ast: UOp, device: str) -> OptList | None:
-  """What realize runs a kernel with: a searched opt list under REFGRAD_SEARCH on a compiled device, else None
-  (the device's heuristic). The reference (an interpreting device) always runs kernels as lowered."""
-  budget = search_budget()
-  if budget == 0 or Device[device].interpret is not None or ast.op is not Ops.SINK:
-    return None
-  return search_opts(ast, device, budget)

@@ -420,7 +420,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     for t, node in zip(tensors, lowered):
       value = realized_node(node, buffers)
       if node.op is Ops.MULTI:
-        multi.remember_realized(t.uop, value)
+        remember_realized({t.uop: value})
       elif node is not t.uop:  # lowered from several devices (a gather): the tensor's own node is computed too
         remember_realized({t.uop: realized_buffer(value)})
       if not t._keeps_history():

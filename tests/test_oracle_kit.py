@@ -223,7 +223,7 @@ def test_fuzz_with_opts_catches_an_optimizer_bug_and_the_reproducer_replays_its_
   code = main(["fuzz", "--device", "OPTBUG_UPCAST_STALE", "--opts", "--seconds", "60", "--max-findings", "1",
                "--findings", str(findings), "--plugin", BROKEN_FILE])
   written = list(findings.glob("test_finding_*.py"))
-  assert code == 1 and written and "opts=opts_for(" in written[0].read_text()
+  assert code == 1 and written and "opts=random_opts_seeded_by(" in written[0].read_text()
   module = runpy.run_path(str(written[0]))
   with pytest.raises(AssertionError, match=r"opts .*UPCAST\("):
     module["test_finding"]()

@@ -8,7 +8,8 @@ from refgrad import Device, Tensor
 from refgrad import search as search_module
 from refgrad.codegen.contract import Opt, opts_text
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.search import candidates, kernel_key, opts_for, search_budget, search_opts
+from refgrad.execute import kernel_opts, search_budget
+from refgrad.search import candidates, kernel_key, search_opts
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_the_fastest_candidate_is_chosen_and_remembered_on_disk(searching, monke
   monkeypatch.setattr(search_module, "time_opts", lambda *args: pytest.fail("a cached kernel was timed again"))
   assert search_opts(ast, device, 4) == fastest
   assert "(cached)" in capfd.readouterr().err
-  assert compile_ast(ast, Device[device].caps, opts_for(ast, device)).opts == fastest  # what realize runs
+  assert compile_ast(ast, Device[device].caps, kernel_opts(ast, device)).opts == fastest  # what realize runs
 
 
 def test_candidates_start_with_the_heuristic_and_are_distinct():
@@ -73,7 +74,7 @@ def test_no_search_unless_asked_and_a_bad_budget_is_refused(monkeypatch):
   monkeypatch.delenv("REFGRAD_SEARCH", raising=False)
   assert search_budget() == 0
   a, b = matmul_inputs(8)
-  assert opts_for((Tensor(a) @ Tensor(b)).schedule()[-1].ast, "PYTHON") is None
+  assert kernel_opts((Tensor(a) @ Tensor(b)).schedule()[-1].ast, "PYTHON") is None
   monkeypatch.setenv("REFGRAD_SEARCH", "lots")
   with pytest.raises(ValueError, match="REFGRAD_SEARCH='lots'"):
     search_budget()

@@ -20,10 +20,9 @@ from refgrad.alu import ulp_distance
 from refgrad.buffer import Buffer
 from refgrad.codegen.contract import OptList, Program, opts_text
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.execute import run_schedule, run_transfer
+from refgrad.execute import kernel_opts, run_schedule, run_transfer
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem, create_schedule
-from refgrad.search import opts_for
 from refgrad.symbolic_shapes import bound_region, concrete_graph, is_symbolic_shape, shape_value
 from refgrad.testing.oracle.bounds import kernel_error_bounds
 from refgrad.testing.oracle.compare import Comparison, LaneVerdicts, compare_lanes
@@ -130,7 +129,7 @@ def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray],
     run_transfer(item.ast, buffers)
     return buffers[0].numpy(), None
   impl = Device[buffers[0].device]
-  chosen = opts_for(item.ast, impl.name) if opts is None else opts
+  chosen = kernel_opts(item.ast, impl.name) if opts is None else opts
   program, _ = impl.run_kernel(item.ast, buffers, chosen, item.var_vals)
   return buffers[0].numpy(), program
 
