@@ -79,6 +79,10 @@ class CLCompiler:
                          device.driver_version])
     self.cache_key = f"opencl|{identity}|pyopencl {cl.VERSION_TEXT}|{' '.join(options)}"
 
+  def with_options(self, options: tuple[str, ...]) -> CLCompiler:
+    """This device's compiler building with other options (refgrad selftest plants wrong ones)."""
+    return CLCompiler(self.context, self.device, options)
+
   def compile(self, source: str) -> bytes:
     program = cl.Program(self.context, source)
     try:
@@ -123,6 +127,10 @@ class CLRuntime:
                options: tuple[str, ...] = BUILD_OPTIONS):
     self.context, self.queue, self.device, self.limits, self.options = context, queue, device, limits, options
     self.built: weakref.WeakValueDictionary[bytes, cl.Program] = weakref.WeakValueDictionary()  # by sha256
+
+  def with_options(self, options: tuple[str, ...]) -> CLRuntime:
+    """This device's runtime loading binaries built with other options (CLCompiler.with_options's)."""
+    return CLRuntime(self.context, self.queue, self.device, self.limits, options)
 
   def synchronize(self) -> None:
     """Launches are asynchronous (reads wait for them anyway); this waits for all of them, e.g. for timing."""

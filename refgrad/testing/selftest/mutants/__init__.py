@@ -18,9 +18,11 @@ use the kit being measured; tests/test_selftest.py runs every one).
 
 Each mutant is the device `<BASE>~<NAME>`, registered by this package's `refgrad_devices` hook: register the module
 (`refgrad.plugin_loader.register`), or load a plugin file that imports the hook
-(`from refgrad.testing.selftest.mutants import refgrad_devices`; selftest writes one for its fuzz workers). Its
-compiler's cache key names the mutant and its flags, so the compile cache never hands a mutant's binary to the real
-device or back.
+(`from refgrad.testing.selftest.mutants import refgrad_devices`; selftest writes one for its fuzz workers). A mutant
+device is made of the registered base device's parts (`Device[base]`: its renderer's dialect, its compiler with
+other flags or options through `with_flags`/`with_options`, its runtime), never of a plugin's modules; its compiler's
+cache key names the mutant and its flags, so the compile cache never hands a mutant's binary to the real device or
+back.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from refgrad.device import DeviceImpl
 from refgrad.dtype import DType, dtypes
+from refgrad.registry import Device
 from refgrad.uop import Ops, UOp
 
 Program = tuple[Callable[..., Any], list[np.ndarray]]  # fn(*tensors) and its inputs, for check_against_reference
@@ -84,14 +85,23 @@ class Backend:
   make_device: Callable[[Mutant], DeviceImpl]  # a copy of the device with the mutant planted
 
 
-def plugin_probe(module: str, device: str) -> str | None:
-  """None if the plugin `module` of the base device is installed and can run here, else why not."""
-  import importlib
-  try:
-    plugin = importlib.import_module(module)
-  except ImportError as e:
-    return f"the {device} backend the mutants are planted in is not installed ({e})"
-  return plugin.probe()
+def device_probe(device: str) -> str | None:
+  """None if the base device is registered and can run here, else why not (its plugin's probe says)."""
+  spec = next((s for s in Device.specs() if s.name == device), None)
+  if spec is None:
+    return f"the {device} backend the mutants are planted in is not installed (no plugin registers {device})"
+  return spec.unavailable_reason
+
+
+class MutantCompiler:
+  """A device's compiler whose cache key names the mutant, so the compile cache never hands a mutant's binary to the
+  real device or back; everything else (compile, an optional compile_batch) is the compiler's own."""
+
+  def __init__(self, compiler: Any, mutant: Mutant):
+    self.compiler, self.cache_key = compiler, f"{compiler.cache_key}|mutant {mutant.name}"
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self.compiler, name)
 
 
 def planted_flags(real: tuple[str, ...], mutant: Mutant) -> tuple[str, ...]:

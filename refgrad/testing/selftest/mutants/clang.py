@@ -3,7 +3,7 @@
 A mutant is planted in one or both of two places:
 - the C source: an exact edit of the shared prelude (cstyle_prelude.py), a rewrite of every rendered translation
   unit, a replaced entry of the renderer's rule table (`C_RULES`), or a replaced method of its `_Render`;
-- the compiler flags of CLANG (`refgrad_clang.FLAGS`): flags added or removed.
+- the compiler flags of the registered CLANG device (its compiler's `flags`): flags added or removed.
 
 Each is one mistake that real backends ship (fast-math shortcuts, conversions with the wrong rounding mode, "compute
 in float and round at the store", a dropped lane of a vectorized reduction, ...) and that docs/SPEC.md forbids.
@@ -11,21 +11,17 @@ in float and round at the store", a dropped lane of a vectorized reduction, ...)
 from __future__ import annotations
 
 import math
-import os
 import re
-import subprocess
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from refgrad.backend_helpers import numbered_source
 from refgrad.codegen.cstyle import C_RULES, CDialect, CStyleRenderer, _Render, c_literal
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
 from refgrad.device import DeviceImpl
 from refgrad.dtype import DType, dtypes
+from refgrad.registry import Device
 from refgrad.testing.selftest.mutants.base import (
   BF16,
   F16,
@@ -35,12 +31,13 @@ from refgrad.testing.selftest.mutants.base import (
   Backend,
   MethodPatch,
   Mutant,
+  MutantCompiler,
   alu,
   arr,
   cast,
+  device_probe,
   op,
   planted_flags,
-  plugin_probe,
   reduce,
   regex,
   twice,
@@ -313,8 +310,8 @@ CLANG_MUTANTS: tuple[Mutant, ...] = (
 
 # ---- planting
 def render_class(base: type, mutant: Mutant) -> type:
-  """A subclass of a backend's render class (C-style `_Render`, LLVM's `_Kernel`) whose patched methods receive the
-  original bound method as their second argument."""
+  """A subclass of the C-style render class (`_Render`) whose patched methods receive the original bound method as
+  their second argument."""
   namespace: dict[str, Any] = {}
   for name, patch in mutant.methods.items():
     original = getattr(base, name)
@@ -348,48 +345,28 @@ C_PRELUDE = PRELUDE + DOUBLE_PRELUDE + WIDE_INT_PRELUDE
 
 
 def clang_flags(mutant: Mutant | None = None) -> tuple[str, ...]:
-  """CLANG's compiler flags, with the mutant's removed and added."""
-  from refgrad_clang import FLAGS
-  return FLAGS if mutant is None else planted_flags(FLAGS, mutant)
-
-
-class MutantCompiler:
-  """CLANG's compiler with the mutant's flags. Its cache key names the mutant: no binary is shared with CLANG."""
-
-  def __init__(self, base: Any, mutant: Mutant):
-    self.path, self.flags = base.path, clang_flags(mutant)
-    self.cache_key = f"{base.cache_key}|mutant {mutant.name}|{' '.join(self.flags)}"
-
-  def compile(self, source: str) -> bytes:
-    import refgrad_clang as clang
-    with tempfile.TemporaryDirectory(prefix="refgrad-mutant-") as tmp:
-      out = os.path.join(tmp, "kernel.so")
-      result = subprocess.run([self.path, *self.flags, "-", "-o", out, *clang.LIBRARIES], input=source,
-                              capture_output=True, text=True)
-      if result.returncode != 0:
-        raise clang.CompileError(f"{os.path.basename(self.path)} failed to compile this mutant program:\n"
-                                 f"{numbered_source(source)}\n\ncompiler stderr:\n{result.stderr.strip()}")
-      return Path(out).read_bytes()
+  """The registered CLANG device's compiler flags, with the mutant's removed and added."""
+  flags = Device["CLANG"].compiler.flags
+  return flags if mutant is None else planted_flags(flags, mutant)
 
 
 def make_device(mutant: Mutant) -> DeviceImpl:
-  """A copy of the CLANG device with the mutant planted."""
-  import refgrad_clang as clang
-  base = clang.make_device()
+  """The registered CLANG device's parts with the mutant planted: its renderer's dialect with the mutant's edits, its
+  compiler with the mutant's flags (`with_flags`), its allocator and runtime."""
+  base = Device["CLANG"]
+  flags = clang_flags(mutant)
+  compiler = base.compiler if flags == base.compiler.flags else base.compiler.with_flags(flags)
   return DeviceImpl(mutant.device, base.allocator, renderer=MutantRenderer(base.renderer.d, mutant),
-                    compiler=MutantCompiler(base.compiler, mutant), runtime=base.runtime)
+                    compiler=MutantCompiler(compiler, mutant), runtime=base.runtime)
 
 
 def probe() -> str | None:
-  return plugin_probe("refgrad_clang", "CLANG")
+  return device_probe("CLANG")
 
 
 def _renderers(mutant: Mutant) -> tuple[Any, Any]:
   """CLANG's dialect (its capabilities choose the opts) where CLANG is installed; the C text is the same without."""
-  dialect = CDialect()
-  if probe() is None:
-    import refgrad_clang as clang
-    dialect = clang.make_device().renderer.d
+  dialect = Device["CLANG"].renderer.d if probe() is None else CDialect()
   return CStyleRenderer(dialect), MutantRenderer(dialect, mutant)
 
 

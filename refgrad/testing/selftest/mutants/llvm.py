@@ -16,20 +16,22 @@ import numpy as np
 
 from refgrad.device import DeviceImpl
 from refgrad.dtype import dtypes
+from refgrad.registry import Device
 from refgrad.testing.selftest.mutants.base import (
   F32,
   F64,
   Backend,
   Mutant,
+  MutantCompiler,
   alu,
   arr,
   cast,
+  device_probe,
   op,
-  plugin_probe,
   regex,
   witness,
 )
-from refgrad.testing.selftest.mutants.clang import apply_text_edits, render_class
+from refgrad.testing.selftest.mutants.clang import apply_text_edits
 from refgrad.uop import Ops
 
 BASE = "LLVM"
@@ -125,38 +127,34 @@ LLVM_MUTANTS: tuple[Mutant, ...] = (
 )
 
 
-class MutantLLVMRenderer:
-  """LLVM's IR renderer with one mutant's text edits and method patches (of render.py's `_Kernel`)."""
+class EditedIRRenderer:
+  """The LLVM device's IR renderer, each program's IR edited by the mutant (LLVM's mutants edit the text only)."""
 
-  def __init__(self, mutant: Mutant):
-    from refgrad_llvm.render import LLVMRenderer, _Kernel
-    self.base, self.mutant = LLVMRenderer(), mutant
-    self.caps, self.kernel_class = self.base.caps, render_class(_Kernel, mutant)
+  def __init__(self, renderer: Any, mutant: Mutant):
+    self.renderer, self.mutant, self.caps = renderer, mutant, renderer.caps
 
   def render(self, program: Any) -> str:
-    return apply_text_edits(self.mutant, self.kernel_class(program).source())
+    return apply_text_edits(self.mutant, self.renderer.render(program))
 
   def code_paths(self, program: Any) -> list[str]:
-    return self.base.code_paths(program)
+    return self.renderer.code_paths(program)
 
 
 def make_device(mutant: Mutant) -> DeviceImpl:
-  """A copy of LLVM with the mutant planted; its compiler's cache key names the mutant (the IR is compiled by
-  LLVM's own compiler: every edit is in the text)."""
-  import refgrad_llvm
-  base = refgrad_llvm.make_device()
-  base.compiler.cache_key += f"|mutant {mutant.name}"
-  return DeviceImpl(mutant.device, base.allocator, renderer=MutantLLVMRenderer(mutant), compiler=base.compiler,
-                    runtime=base.runtime)
+  """The registered LLVM device's parts with the mutant planted in the IR its renderer writes; its compiler's cache
+  key names the mutant."""
+  base = Device[BASE]
+  return DeviceImpl(mutant.device, base.allocator, renderer=EditedIRRenderer(base.renderer, mutant),
+                    compiler=MutantCompiler(base.compiler, mutant), runtime=base.runtime)
 
 
 def probe() -> str | None:
-  return plugin_probe("refgrad_llvm", "LLVM")
+  return device_probe(BASE)
 
 
 def _renderers(mutant: Mutant) -> tuple[Any, Any]:
-  from refgrad_llvm.render import LLVMRenderer
-  return LLVMRenderer(), MutantLLVMRenderer(mutant)
+  renderer = Device[BASE].renderer
+  return renderer, EditedIRRenderer(renderer, mutant)
 
 
 BACKEND = Backend(BASE, probe, lambda: (), lambda: "", _renderers, make_device)

@@ -8,18 +8,21 @@ from typing import Any
 
 import numpy as np
 
+from refgrad.codegen.cstyle import CStyleRenderer
 from refgrad.device import DeviceImpl
+from refgrad.registry import Device
 from refgrad.testing.selftest.mutants.base import (
   F16,
   F32,
   TINY_F32,
   Backend,
   Mutant,
+  MutantCompiler,
   arr,
   cast,
+  device_probe,
   op,
   planted_flags,
-  plugin_probe,
   reduce,
   regex,
   witness,
@@ -74,45 +77,34 @@ OPENCL_MUTANTS: tuple[Mutant, ...] = (
 )
 
 
-def _dialect() -> Any:
-  from refgrad_opencl import find_device
-  from refgrad_opencl.dialect import DeviceLimits, opencl_dialect
-  return opencl_dialect(DeviceLimits.of(find_device()[0]))
-
-
 def build_options(mutant: Mutant | None = None) -> tuple[str, ...]:
-  """OPENCL's build options, with the mutant's removed and added."""
-  from refgrad_opencl.runtime import BUILD_OPTIONS
-  return BUILD_OPTIONS if mutant is None else planted_flags(BUILD_OPTIONS, mutant)
+  """The registered OPENCL device's build options, with the mutant's removed and added."""
+  options = Device[BASE].compiler.options
+  return options if mutant is None else planted_flags(options, mutant)
 
 
 def make_device(mutant: Mutant) -> DeviceImpl:
-  """A copy of OPENCL with the mutant planted: its renderer, and its build options (which the compiler's cache key
-  names, with the mutant)."""
-  import refgrad_opencl
-  from refgrad_opencl.runtime import CLCompiler, CLRuntime
-  base = refgrad_opencl.make_device()
+  """The registered OPENCL device's parts with the mutant planted: its renderer's dialect with the mutant's edits, and
+  its compiler and runtime building with the mutant's options (`with_options`; the compiler's cache key names them,
+  and the mutant)."""
+  base = Device[BASE]
   options = build_options(mutant)
-  compiler = CLCompiler(base.compiler.context, base.compiler.device, options)
-  compiler.cache_key += f"|mutant {mutant.name}"
-  runtime = CLRuntime(base.runtime.context, base.runtime.queue, base.runtime.device, base.runtime.limits, options)
   return DeviceImpl(mutant.device, base.allocator, renderer=MutantRenderer(base.renderer.d, mutant),
-                    compiler=compiler, runtime=runtime, runner_cache=base.runner_cache)
+                    compiler=MutantCompiler(base.compiler.with_options(options), mutant),
+                    runtime=base.runtime.with_options(options), runner_cache=base.runner_cache)
 
 
 def probe() -> str | None:
-  return plugin_probe("refgrad_opencl", "OPENCL")
+  return device_probe(BASE)
 
 
 def _renderers(mutant: Mutant) -> tuple[Any, Any]:
-  from refgrad.codegen.cstyle import CStyleRenderer
-  dialect = _dialect()
+  dialect = Device[BASE].renderer.d
   return CStyleRenderer(dialect), MutantRenderer(dialect, mutant)
 
 
 def _prelude() -> str:
-  from refgrad_opencl.dialect import OPENCL_HEADER
-  return OPENCL_HEADER + C_PRELUDE
+  return Device[BASE].renderer.d.header + C_PRELUDE
 
 
 BACKEND = Backend(BASE, probe, build_options, _prelude, _renderers, make_device)
