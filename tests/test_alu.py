@@ -19,6 +19,7 @@ from refgrad import alu
 from refgrad.alu import exec_alu, exec_bitcast, exec_cast, exec_reduce, undefined_cast_lanes, undefined_lanes
 from refgrad.dtype import DType, dtypes
 from refgrad.ops import OP_FACTS
+from refgrad.testing.edges import edge_values
 from refgrad.uop import GroupOp, Ops
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -53,8 +54,10 @@ def wrap(v: int, dt: DType) -> int:
 
 
 def int_edges(dt: DType, n_random: int = 6) -> list[int]:
+  """The oracle kit's edge values, and what integer ALU semantics also turn on: small odd divisors and shift counts
+  (3, 5, -3), the halves and a third of the range (products and sums that just fit or just overflow), random ints."""
   lo, hi = bounds(dt)
-  picks = {0, 1, 2, 3, 5, 7, -1, -2, -3, -7, lo, lo + 1, hi, hi - 1, hi // 2, lo // 2, hi // 3}
+  picks = set(edge_values(dt)) | {3, 5, -3, hi // 2, lo // 2, hi // 3}
   picks |= {int(v) for v in rng(dt.bits).integers(lo, hi, size=n_random, dtype=dt.np, endpoint=True)}
   return sorted(v for v in picks if lo <= v <= hi)
 
@@ -253,10 +256,13 @@ def to_dtype(values: list[float] | np.ndarray, dt: DType) -> np.ndarray:
 
 
 def float_edges(dt: DType, n_random: int = 10) -> np.ndarray:
+  """The oracle kit's edge values, and what float ALU semantics also turn on: ties and inexact fractions for
+  rounding (1.5, -2.5, 0.75, 0.1, 1/3), half the max, subnormals past the smallest and the largest one, one ulp
+  above 1 and eps, -tiny, and random magnitudes over six decades."""
   fi = ml_dtypes.finfo(dt.np)
   big, tiny, sub = float(fi.max), float(fi.tiny), float(fi.smallest_subnormal)
-  vals = [0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.0, 3.0, -3.0, 0.1, 1 / 3, 7.0, 100.0, 1e4, -2.5, 0.75, big, -big, big / 2,
-          tiny, -tiny, sub, -sub, 3 * sub, tiny - sub, float(fi.eps), 1 + float(fi.eps), math.inf, -math.inf, math.nan]
+  vals = [float(v) for v in edge_values(dt)] + [1.5, -3.0, 0.1, 1 / 3, 7.0, 1e4, -2.5, 0.75, big / 2, -tiny, 3 * sub,
+                                                tiny - sub, float(fi.eps), 1 + float(fi.eps)]
   vals += (rng(dt.bits).standard_normal(n_random) * 10.0 ** rng(1).integers(-3, 3, n_random)).tolist()
   return to_dtype(vals, dt)
 
