@@ -17,15 +17,18 @@ own kernels.
 """
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 from refgrad import multi, symbolic_shapes
 from refgrad.buffer import Buffer
-from refgrad.dtype import dtypes
+from refgrad.device import LRU
+from refgrad.dtype import DType, dtypes
 from refgrad.ops import OP_FACTS
 from refgrad.symbolic_shapes import max_shape, view_shape
-from refgrad.uop import GroupOp, Ops, UOp, prod, walk
+from refgrad.uop import GroupOp, Ops, UOp, arg_key, prod, walk
 
 # Where a node is built, relative to the kernel's output: only elementwise ops above it (a reduce may be inlined),
 # below an EXPAND (a reduce would be recomputed per copy), inside a reduce's input (so would a costly expanded
@@ -234,7 +237,7 @@ def shared_values(roots: list[UOp]) -> tuple[set[UOp], set[UOp]]:
     it is expanded, so it has a kernel of its own, and the weights need it again); only the costly ones are split
     (Scheduler.costly), when the kernel builder meets them."""
   roots = list(dict.fromkeys(roots))
-  order = walk(roots, lambda n: n.op is Ops.BUFFER or n in _REALIZED)
+  order = walk(roots, is_leaf)
   reached_from = {root: 1 << i for i, root in enumerate(roots)}  # a bit per root that needs the node
   users: dict[UOp, list[UOp]] = {}
   for node in reversed(order):  # users before their sources
@@ -247,6 +250,87 @@ def shared_values(roots: list[UOp]) -> tuple[set[UOp], set[UOp]]:
   return reduces, elementwise
 
 
+def is_leaf(node: UOp) -> bool:
+  """Where a schedule stops looking: a buffer, or a node an earlier realize computed (its buffer is read)."""
+  return node.op is Ops.BUFFER or node in _REALIZED
+
+
+@dataclass(frozen=True)
+class Structure:
+  """A graph's structure with its buffers as numbered slots: two graphs of one `key` get the same schedule, but for
+  the buffers. `order` is the graph's nodes (walk order: a position in the key names one of them) and `inputs` the
+  buffers it reads, slot by slot."""
+  key: tuple
+  order: list[UOp]
+  inputs: list[Buffer]
+
+
+def graph_structure(roots: list[UOp]) -> Structure | None:
+  """The structure of the graph from roots down to its leaves, or None where a leaf is one the scheduler would look
+  inside (a node computed over several devices, or into a buffer of another size). Each node is one entry: a leaf
+  its node's op, dtype and shape and its buffer's device, size, dtype and slot (distinct buffers get distinct slots,
+  so a graph reading one buffer twice differs from one reading two); a node without sources (a constant, a device,
+  a Variable) itself, the same node in every graph; any other its op, dtype, arg (as hash-consing tells args apart:
+  -0.0 is not 0.0) and its sources' positions, so shared subgraphs are part of the key."""
+  order = walk(roots, is_leaf)
+  position: dict[UOp, int] = {}
+  inputs: dict[Buffer, int] = {}
+  entries: list[Any] = []
+  for i, node in enumerate(order):
+    position[node] = i
+    if is_leaf(node):
+      if (buf := realized_buffer(node)) is None or buf.size != prod(max_shape(node.shape)):
+        return None
+      slot = inputs.setdefault(buf, len(inputs))
+      entries.append((Ops.BUFFER, node.op, node.dtype, node.shape, buf.device, buf.size, buf.dtype, slot))
+    elif node.src:
+      entries.append((node.op, node.dtype, arg_key(node.arg), *[position[s] for s in node.src]))
+    else:
+      entries.append(node)
+  key = (tuple(position[r] for r in roots), SPLIT_MIN_ELEMENTS, COSTLY_OPS, *entries)
+  return Structure(key, order, list(inputs))
+
+
+@dataclass(frozen=True)
+class Template:
+  """A schedule with its buffers as slots: the structure's inputs first, then the buffers it makes (`made`: device,
+  size, dtype of each). `kernels` are the items (ast, slots, var_vals), `results` each (node position, slot) the
+  schedule computed into a buffer. It holds no buffer, so a cached schedule keeps no memory alive."""
+  kernels: tuple[tuple[UOp, tuple[int, ...], tuple[tuple[UOp, int], ...]], ...]
+  made: tuple[tuple[str, int, DType], ...]
+  results: tuple[tuple[int, int], ...]
+
+  @staticmethod
+  def of(structure: Structure, items: list[ScheduleItem], buffers: dict[UOp, Buffer]) -> Template:
+    slots = {buf: i for i, buf in enumerate(structure.inputs)}
+    made: list[tuple[str, int, DType]] = []
+
+    def slot(buf: Buffer) -> int:
+      if buf not in slots:
+        slots[buf] = len(slots)
+        made.append((buf.device, buf.size, buf.dtype))
+      return slots[buf]
+    kernels = tuple((item.ast, tuple(slot(b) for b in item.buffers), item.var_vals) for item in items)
+    position = {node: i for i, node in enumerate(structure.order)}
+    results = tuple((position[node], slot(buf)) for node, buf in buffers.items())  # may make more (an empty one)
+    return Template(kernels, tuple(made), results)
+
+  def instantiate(self, structure: Structure) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:
+    """The schedule for the graph of `structure`: its own inputs, and new buffers for those the schedule makes."""
+    buffers = structure.inputs + [Buffer(*made) for made in self.made]
+    items = [ScheduleItem(ast, tuple(buffers[i] for i in slots), var_vals) for ast, slots, var_vals in self.kernels]
+    return items, {structure.order[position]: buffers[i] for position, i in self.results}
+
+
+# The schedules of the graph structures seen last: a training step, or fuzz programs of one shape, build the same
+# graph over other buffers again and again, and scheduling it costs many times what computing its key does (CNN
+# optimizer step, 464 nodes: key 2 ms, schedule 32 ms, on a loaded machine). An entry holds kernel graphs and
+# constants, no buffer: the CNN step's largest (its first graph, 1469 nodes) takes 135 KB, so 64 stay under 10 MB.
+# REFGRAD_SCHEDULE_CACHE=0 turns the cache off (bench/train.py measures both).
+SCHEDULE_CACHE_SIZE = 64
+_SCHEDULES: LRU[Template] = LRU(SCHEDULE_CACHE_SIZE)
+
+
 def device_parts(nodes: list[UOp]) -> list[UOp]:
   """nodes as graphs on one device each: a node over several devices gives a MULTI of them (refgrad/multi.py)."""
   return multi.lower_multi(nodes, _REALIZED) if multi.in_use() else nodes
@@ -257,6 +341,17 @@ def create_schedule(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buf
   schedule computes into a buffer of its own) ends up in. A node over several devices is realized part by part:
   the buffers are its lowered parts' (device_parts)."""
   nodes = [p for n in device_parts(nodes) for p in (n.src if n.op is Ops.MULTI else (n,))]
+  if os.environ.get("REFGRAD_SCHEDULE_CACHE") == "0" or (structure := graph_structure(nodes)) is None:
+    return schedule_graph(nodes)
+  if (template := _SCHEDULES.get(structure.key)) is not None:
+    return template.instantiate(structure)
+  items, buffers = schedule_graph(nodes)
+  _SCHEDULES.put(structure.key, Template.of(structure, items, buffers))
+  return items, buffers
+
+
+def schedule_graph(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:
+  """create_schedule's work, for single-device nodes, without the cache."""
   scheduler = Scheduler(nodes)
   results = {n: scheduler.realize(n) for n in nodes}
   return scheduler.items, {**scheduler.done, **results}

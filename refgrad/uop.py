@@ -17,7 +17,7 @@ from refgrad.value_ranges import value_range
 _KEYED = (float, bool, tuple)  # the arg types whose == would merge values a kernel must keep apart
 
 
-def _arg_key(arg: Any) -> Any:
+def arg_key(arg: Any) -> Any:
   """Hash-consing key of an arg: keeps -0.0 apart from 0.0 and True apart from 1. A tuple of ints (a shape, an
   axis list: most args) is its own key, without a copy."""
   kind = type(arg)
@@ -26,7 +26,7 @@ def _arg_key(arg: Any) -> Any:
   if kind is bool:
     return ("bool", arg)
   if kind is tuple and any(type(a) in _KEYED for a in arg):
-    return tuple(_arg_key(a) for a in arg)
+    return tuple(arg_key(a) for a in arg)
   return arg
 
 
@@ -52,7 +52,7 @@ class UOp:
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.void,
               src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-    key = (op, dtype, src, _arg_key(arg))
+    key = (op, dtype, src, arg_key(arg))
     if (ref := UOp._cache.get(key)) is not None and (found := ref()) is not None:
       return found
     node = super().__new__(cls)
