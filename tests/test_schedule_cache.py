@@ -45,20 +45,22 @@ def test_graphs_of_one_structure_share_a_schedule_and_get_their_own_values(sched
   assert len(scheduled) == 1
 
 
-def test_a_training_step_is_scheduled_once():
-  """SGD steps over new parameter buffers each step: every step after the first reuses its schedules, and the
+def test_a_training_step_is_scheduled_once(scheduled):
+  """Gradient steps over a new weight buffer each step: the steps after the first two schedule nothing new, and the
   weights follow numpy's."""
   rng = np.random.default_rng(1)
   x, w0 = rng.standard_normal((8, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
   w = Tensor(w0, requires_grad=True)
-  want = w0.copy()
+  want, misses = w0.copy(), []
   with Tensor.train():
-    for _ in range(3):
+    for _ in range(4):
       w.grad = None
       (Tensor(x) @ w).square().sum().backward()
       w.replace((w - 0.01 * w.grad).detach()).realize()
       want = want - 0.01 * (2 * x.T @ (x @ want))
+      misses.append(len(scheduled))
   np.testing.assert_allclose(w.numpy(), want, rtol=1e-4, atol=1e-6)
+  assert misses[1] == misses[2] == misses[3]
 
 
 # graphs like a * 3 + b but for one thing: (the graph, numpy's value of it)
