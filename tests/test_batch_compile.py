@@ -30,7 +30,8 @@ PROGRAMS = {  # kernels of several shapes, dtypes and preludes; both row sums ar
   "int": lambda x, y: (x.int() * 7).float(),
   "exp2 sqrt": lambda x, y: x.exp2() + y.sqrt(),
 }
-KERNEL = re.compile(r"void (@?)(\w+)\(")  # a kernel's signature in C, OpenCL C (`void name(`) or LLVM IR (`void @name(`)
+# a kernel's signature in C, OpenCL C (`void name(`) or LLVM IR (`void @name(`)
+KERNEL = re.compile(r"void (@?)(\w+)\(")
 
 
 @pytest.fixture
