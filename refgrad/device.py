@@ -31,6 +31,7 @@ from refgrad.uop import UOp
 
 if TYPE_CHECKING:
   from refgrad.buffer import Buffer
+  from refgrad.standalone import StandaloneCase
 
 
 V = TypeVar("V")
@@ -111,6 +112,10 @@ class DeviceImpl:
   # Ops.ADD, MUL or MAX) of same-sized buffers on several devices, meaning what alu.exec_reduce means.
   transfer: Callable[[Buffer, Buffer], None] | None = None
   allreduce: Callable[[Any, Buffer, list[Buffer]], None] | None = None
+  # Optional: standalone(case, device) writes one judged kernel launch (refgrad/standalone.py's StandaloneCase) as
+  # files that run without refgrad ({name: text}, run.sh among them), for a bug report upstream. It is given the
+  # device, so a copy of it with other flags or options (a selftest mutant) writes a reproducer with its own.
+  standalone: Callable[[StandaloneCase, DeviceImpl], dict[str, str]] | None = None
   _runners: LRU[Runner] = field(init=False)
 
   def __post_init__(self):

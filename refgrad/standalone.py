@@ -1,20 +1,22 @@
 """Standalone reproducers: one judged kernel launch as files that run without refgrad.
 
 A finding is worth what its bug report is worth: a compiler's maintainer wants a file in the compiler's own language
-that fails when run, not a refgrad program. A device may offer `DeviceImpl.standalone(case)`, which writes one
-`StandaloneCase` (the source it compiled, every buffer's contents before the launch, the reference's output and
-how each lane is judged) as files: the CLANG device a single C file with a `main()`, others their kernel plus a
-driver. Each driver judges lanes exactly as the oracle does (refgrad/testing/oracle/compare.py): equal bits, any NaN
-for a NaN, or within the lane's ULP or absolute bound; a skipped lane (undefined, or no bound exists) is not looked
-at. It prints the lanes that differ and exits 1 if any does, 0 if none.
+that fails when run, not a refgrad program. A device may offer the hook `DeviceImpl.standalone(case, device)`,
+which writes one `StandaloneCase` (the source it compiled, every buffer's contents before the launch, the
+reference's output and how each lane is judged) as files: the CLANG device a single C file with a `main()`, others
+their kernel plus a driver. Each driver judges lanes exactly as the oracle does (refgrad/testing/oracle/compare.py):
+equal bits, any NaN for a NaN, or within the lane's ULP or absolute bound; a skipped lane (undefined, or no bound
+exists) is not looked at. It prints the lanes that differ and exits 1 if any does, 0 if none.
 
 The pieces here are shared by the drivers: the case, its per-lane tolerances, the C checker and C arrays, and the
 same checker in plain Python (numpy only) for drivers written in Python.
 """
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -38,7 +40,9 @@ class StandaloneCase:
 
   `buffers` are the contents of every PARAM before the launch, in order (0 is the output), each a flat numpy array
   of the buffer's dtype; `expected` is the reference's output (flat, the output's dtype); `skip` marks the output
-  lanes not judged; `ulp_bound` and `abs_bound` (per lane, 0 where the lane must be bit-exact) are the oracle's."""
+  lanes not judged; `ulp_bound` and `abs_bound` (per lane, 0 where the lane must be bit-exact) are the oracle's.
+  `device_error` is what the device raised instead of running the kernel (its compiler crashed or rejected it): the
+  reproducer then fails the same way, in its build."""
   program: Program
   source: str
   buffers: tuple[np.ndarray, ...]
@@ -47,6 +51,11 @@ class StandaloneCase:
   ulp_bound: int = 0
   abs_bound: np.ndarray | None = None
   device: str = ""
+  device_error: str = ""
+
+  def judging_only(self, lanes: np.ndarray) -> StandaloneCase:
+    """This case with every output lane outside `lanes` (a flat boolean mask) skipped: one cell of a batch."""
+    return dataclasses.replace(self, skip=np.asarray(self.skip, bool).reshape(-1) | ~np.asarray(lanes, bool))
 
   @property
   def abs_bounds(self) -> np.ndarray:
@@ -64,6 +73,16 @@ class StandaloneCase:
     if self.abs_bound is not None:
       skip |= np.isinf(np.broadcast_to(np.asarray(self.abs_bound, np.float64), self.expected.shape).reshape(-1))
     return skip
+
+
+def write_reproducer(folder: Path, files: dict[str, str]) -> Path:
+  """Write a reproducer's files into `folder` (made if needed), its run script executable."""
+  folder.mkdir(parents=True, exist_ok=True)
+  for name, text in files.items():
+    (folder / name).write_text(text)
+  if (script := folder / RUN_SCRIPT).exists():
+    script.chmod(0o755)
+  return folder
 
 
 # The float formats the checkers know: item size, exponent bits, mantissa bits. bfloat16 is told apart from

@@ -28,6 +28,8 @@ from refgrad.codegen.cstyle import CDialect, CStyleRenderer
 from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
 from refgrad.registry import DeviceSpec
+from refgrad.standalone import StandaloneCase
+from refgrad_clang.standalone import c_reproducer
 
 
 def c_flags(optimize: str = "-O2", quiet: str = "-Wno-everything") -> tuple[str, ...]:
@@ -194,6 +196,12 @@ class SharedLibraryRuntime:
 
 
 
+def standalone_files(case: StandaloneCase, device: DeviceImpl) -> dict[str, str]:
+  """The hook DeviceImpl.standalone: repro.c and run.sh, built by the device's own compiler with its own flags."""
+  compiler = device.compiler
+  return c_reproducer(case, compiler.path, compiler.flags, LIBRARIES, compiler.version)
+
+
 def probe(config: CCompilerConfig = CLANG) -> str | None:
   path, tried = find_compiler(config)
   return None if path else f"no C compiler found: tried {', '.join(tried)}"
@@ -204,7 +212,8 @@ def make_device(config: CCompilerConfig = CLANG) -> DeviceImpl:
   # AVX2: 8 floats per vector register; every core for long kernels (codegen/opt.py)
   dialect = CDialect(caps=Capabilities(upcast_lanes=8, threads=os.cpu_count() or 1))
   return DeviceImpl(config.device, HostAllocator(), renderer=CStyleRenderer(dialect),
-                    compiler=ClangCompiler(path, config.flags), runtime=SharedLibraryRuntime())
+                    compiler=ClangCompiler(path, config.flags), runtime=SharedLibraryRuntime(),
+                    standalone=standalone_files)
 
 
 @hookimpl

@@ -247,7 +247,9 @@ class JITRuntime:
 
 
 def make_device() -> DeviceImpl:
-  return DeviceImpl("LLVM", HostAllocator(), renderer=LLVMRenderer(), compiler=LLVMCompiler(), runtime=JITRuntime())
+  from refgrad_llvm.standalone import llvm_standalone  # it reads this module's settings: imported once this one is
+  return DeviceImpl("LLVM", HostAllocator(), renderer=LLVMRenderer(), compiler=LLVMCompiler(), runtime=JITRuntime(),
+                    standalone=llvm_standalone)
 
 
 def description() -> str:

@@ -6,9 +6,12 @@ inputs, calls the kernel and judges buffer 0 (refgrad/standalone.py)."""
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
+from refgrad.device import DeviceImpl
 from refgrad.standalone import PY_CHECKER, PYTHON_DRIVER_RUN, RUN_SCRIPT, StandaloneCase, py_data
 from refgrad_llvm import CODE_MODEL, OPT_LEVEL, RELOCATION, host_target, host_target_machine, toolchain
+from refgrad_llvm.isolation import LLVMCrash
 
 # The driver's own code after its data: the compile below must stay the one LLVMCompiler.compile_here runs
 # (parse, verify, the per-module default pipeline at OPT_LEVEL with SLP vectorization and loop unrolling on, loop
@@ -95,3 +98,19 @@ def llvm_reproducer(case: StandaloneCase, loop_vectorize: bool = True) -> dict[s
               f"{loop_vectorize}\n")
   driver = header + PY_CHECKER + "\n\n" + py_data(case) + settings + DRIVER_CODE
   return {"kernel.ll": module, "driver.py": driver, RUN_SCRIPT: PYTHON_DRIVER_RUN}
+
+
+def aborts_vectorized(compiler: Any, source: str) -> bool:
+  """True if LLVM aborts compiling `source` with loop vectorization (in the device's compile child), so the device
+  compiled it without."""
+  try:
+    compiler.child.compile(source, vectorize=True)
+  except LLVMCrash:
+    return True
+  return False
+
+
+def llvm_standalone(case: StandaloneCase, device: DeviceImpl) -> dict[str, str]:
+  """The hook DeviceImpl.standalone: the reproducer compiles kernel.ll as the device did, without loop vectorization
+  where LLVM aborts with it; for a kernel the device failed to compile, with it, so the driver aborts as LLVM did."""
+  return llvm_reproducer(case, bool(case.device_error) or not aborts_vectorized(device.compiler, case.source))

@@ -63,13 +63,14 @@ def make_device() -> DeviceImpl:
 
   from refgrad_opencl.dialect import DeviceLimits, opencl_dialect
   from refgrad_opencl.runtime import CLAllocator, CLCompiler, CLRuntime
+  from refgrad_opencl.standalone import opencl_reproducer
   device, _ = find_device()
   context = cl.Context([device])
   queue = cl.CommandQueue(context, device)
   limits = DeviceLimits.of(device)
   return DeviceImpl("OPENCL", CLAllocator(context, queue), renderer=CStyleRenderer(opencl_dialect(limits)),
                     compiler=CLCompiler(context, device), runtime=CLRuntime(context, queue, device, limits),
-                    runner_cache=RUNNER_CACHE)
+                    runner_cache=RUNNER_CACHE, standalone=opencl_reproducer)
 
 
 @hookimpl

@@ -60,7 +60,10 @@ DRIVER_CODE = textwrap.dedent("""\
 
 
 def launch_sizes(case: StandaloneCase, impl: DeviceImpl) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
-  """(global, local) sizes the OPENCL device `impl` launches the case's program with (its loaded kernel's limits)."""
+  """(global, local) sizes the OPENCL device `impl` launches the case's program with (its loaded kernel's limits); the
+  program's own for a kernel the device failed to build (the driver fails building it too, before any launch)."""
+  if case.device_error:
+    return case.program.global_shape or (1,), case.program.local_shape
   return impl.runtime.launch_sizes(case.program, impl.get_runner(case.program).kernel)
 
 

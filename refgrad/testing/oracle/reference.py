@@ -23,6 +23,7 @@ from refgrad.codegen.pipeline import compile_ast
 from refgrad.execute import kernel_opts, run_schedule, run_transfer
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem, create_schedule
+from refgrad.standalone import StandaloneCase
 from refgrad.symbolic_shapes import bound_region, concrete_graph, is_symbolic_shape, shape_value
 from refgrad.testing.oracle.bounds import kernel_error_bounds
 from refgrad.testing.oracle.compare import Comparison, LaneVerdicts, compare_lanes
@@ -115,7 +116,7 @@ def instance_of(device: str, reference: str) -> str:
 
 def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray],
                 opts: OptList | None) -> tuple[np.ndarray, Program | None]:
-  """Run one kernel or transfer on `device` (a kernel with `opts`, else with what realize would choose), each buffer
+  """Run one kernel or transfer on `device` (a kernel with `opts`: device_opts' choice), each buffer
   on the device's instance standing for the reference's and its inputs copied from the reference's buffers. The
   output starts filled with POISON, so a lane the kernel never writes is caught even where the allocator hands back
   memory that still holds the right answer from an earlier run. Returns the output and the program that ran (None:
@@ -128,10 +129,44 @@ def _device_run(item: ScheduleItem, device: str, inputs: list[np.ndarray],
   if item.is_transfer:
     run_transfer(item.ast, buffers)
     return buffers[0].numpy(), None
-  impl = Device[buffers[0].device]
-  chosen = kernel_opts(item.ast, impl.name) if opts is None else opts
-  program, _ = impl.run_kernel(item.ast, buffers, chosen, item.var_vals)
+  program, _ = Device[buffers[0].device].run_kernel(item.ast, buffers, opts, item.var_vals)
   return buffers[0].numpy(), program
+
+
+def device_opts(item: ScheduleItem, device: str, opts: Callable[[UOp], OptList] | None) -> OptList | None:
+  """The opts the device under test runs a kernel with: opts(ast), drawn once per kernel, else what realize would
+  choose on the device's instance that runs it."""
+  return kernel_opts(item.ast, Device[instance_of(device, item.buffers[0].device)].name) if opts is None else \
+    opts(item.ast)
+
+
+def kernel_case(item: ScheduleItem, device: str, contents: list[np.ndarray], bound: np.ndarray,
+                undefined: np.ndarray | None, opts: OptList | None,
+                inside: Callable[[np.ndarray], np.ndarray]) -> StandaloneCase | None:
+  """One kernel on `device` (the instance standing for the reference's: instance_of) as a StandaloneCase, made of
+  what check_against_reference computes: `contents` the reference's buffers after the kernel, `bound` and
+  `undefined` the oracle's per-lane bounds and skipped lanes of the compared region, `inside` the lanes of the output
+  buffer that region is (a symbolic kernel's: fewer than the buffer). The output starts filled with POISON, as on
+  the device, so a lane the kernel never writes fails; lanes are judged by the oracle's absolute bounds alone (a
+  transcendental's ULP bound is in them, lane by lane), so the reproducer fails exactly where the check does. None
+  if the device cannot render the kernel (its error comes again when it runs)."""
+  instance = instance_of(device, item.buffers[0].device)
+  impl = Device[instance]
+  try:
+    program = compile_ast(item.ast, impl.caps, opts)
+    impl.check_dtypes(program)
+    source = impl.render(program)
+  except Exception:
+    return None
+  out = item.buffers[0]
+  region = inside(np.arange(out.size))
+  skip, abs_bound = np.ones(out.size, bool), np.zeros(out.size, np.float64)
+  skip[region] = False if undefined is None else np.reshape(undefined, -1)
+  abs_bound[region] = bound
+  poisoned = np.full(out.nbytes, POISON, np.uint8).view(out.dtype.np)
+  buffers = (poisoned, *(np.ascontiguousarray(c).reshape(-1).copy() for c in contents[1:]))
+  return StandaloneCase(program, source, buffers, np.ascontiguousarray(contents[0]).reshape(-1).copy(), skip, 0,
+                        abs_bound, device=instance)
 
 
 def transfer_name(item: ScheduleItem) -> str:
@@ -199,7 +234,8 @@ def subnormals_flushed() -> bool:
 def raised_by_device(error: BaseException) -> bool:
   """True if `error` came out of running a kernel on the device under test (its codegen, compiler or runtime),
   False if it came out of the reference, the bounds, the comparison or the report: a bug of refgrad itself."""
-  return any(frame.f_code is _device_run.__code__ for frame, _ in traceback.walk_tb(error.__traceback__))
+  device_code = (_device_run.__code__, kernel_opts.__code__)  # kernel_opts: a search runs the device's kernels
+  return any(frame.f_code in device_code for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
 def explain(item: ScheduleItem, index: int, device: str, actual: np.ndarray, expected: np.ndarray,
@@ -311,7 +347,8 @@ def reference_schedule(fn: Callable[..., Any], *inputs: Any) -> list[ScheduleIte
 
 def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, raise_on_mismatch: bool = True,
                             keep_lanes: bool = False, opts: Callable[[UOp], OptList] | None = None,
-                            on_item: Callable[[int], None] | None = None) -> ReferenceReport:
+                            on_item: Callable[[int], None] | None = None,
+                            on_case: Callable[[int, StandaloneCase], None] | None = None) -> ReferenceReport:
   """Run `fn(*tensors)` (one Tensor or a tuple of them) on `device` and on PYTHON and compare every kernel.
 
   `inputs` are numpy arrays or Python values (made into PYTHON tensors) or PYTHON tensors; `fn` may shard them over
@@ -323,7 +360,10 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
   kernel carries its explanation instead, and with `keep_lanes=True` every kernel keeps its compared lanes.
   `opts(ast)`, if given, chooses the opt list each kernel runs with on the device (refgrad/codegen/opt.py), instead
   of the device's own heuristic; the reference always runs the kernels as lowered. `on_item(index)`, if given, is
-  told each item's index before the device runs it (a fuzz worker keeps it where a crash cannot erase it)."""
+  told each item's index before the device runs it (a fuzz worker keeps it where a crash cannot erase it).
+  `on_case(index, case)`, if given, gets each kernel as a StandaloneCase (the reference's inputs and output, the
+  lanes judged and their bounds, the program the device runs: oracle/standalone_cases.py) before the device runs it,
+  so a kernel whose compile crashes has one too."""
   device = Device.canonicalize(device)
   report = ReferenceReport(device)
   for index, item in enumerate(reference_schedule(fn, *inputs)):
@@ -348,7 +388,11 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
     if reference_undefined is not None:
       reference_undefined = inside(np.asarray(reference_undefined))
       undefined = reference_undefined if undefined is None else undefined | reference_undefined
-    actual, program = _device_run(item, device, contents, None if opts is None else opts(item.ast))
+    chosen = device_opts(item, device, opts)
+    if on_case is not None:
+      if (case := kernel_case(item, device, contents, bound, undefined, chosen, inside)) is not None:
+        on_case(index, case)
+    actual, program = _device_run(item, device, contents, chosen)
     if subnormals_flushed():
       raise ReferenceMismatch(
         f"{device} switched this process to flush-to-zero / denormals-are-zero (x86 MXCSR FTZ/DAZ; loading a library "

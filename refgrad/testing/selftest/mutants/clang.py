@@ -357,7 +357,7 @@ def make_device(mutant: Mutant) -> DeviceImpl:
   flags = clang_flags(mutant)
   compiler = base.compiler if flags == base.compiler.flags else base.compiler.with_flags(flags)
   return DeviceImpl(mutant.device, base.allocator, renderer=MutantRenderer(base.renderer.d, mutant),
-                    compiler=MutantCompiler(compiler, mutant), runtime=base.runtime)
+                    compiler=MutantCompiler(compiler, mutant), runtime=base.runtime, standalone=base.standalone)
 
 
 def probe() -> str | None:

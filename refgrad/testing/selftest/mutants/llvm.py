@@ -145,7 +145,7 @@ def make_device(mutant: Mutant) -> DeviceImpl:
   key names the mutant."""
   base = Device[BASE]
   return DeviceImpl(mutant.device, base.allocator, renderer=EditedIRRenderer(base.renderer, mutant),
-                    compiler=MutantCompiler(base.compiler, mutant), runtime=base.runtime)
+                    compiler=MutantCompiler(base.compiler, mutant), runtime=base.runtime, standalone=base.standalone)
 
 
 def probe() -> str | None:

@@ -91,7 +91,8 @@ def make_device(mutant: Mutant) -> DeviceImpl:
   options = build_options(mutant)
   return DeviceImpl(mutant.device, base.allocator, renderer=MutantRenderer(base.renderer.d, mutant),
                     compiler=MutantCompiler(base.compiler.with_options(options), mutant),
-                    runtime=base.runtime.with_options(options), runner_cache=base.runner_cache)
+                    runtime=base.runtime.with_options(options), runner_cache=base.runner_cache,
+                    standalone=base.standalone)
 
 
 def probe() -> str | None:
