@@ -49,8 +49,8 @@ class Ops(Enum):
 @dataclass(frozen=True)
 class OpFacts:
   """What an ALU op is, as every layer reads it: typing (alu.py checks it), exactness (the oracle kit holds a backend
-  to it), cost (the optimizer and the scheduler weigh kernels by it). docs/SPEC.md states the same facts in prose;
-  tests/test_spec_tables.py keeps the two equal."""
+  to it), cost (the optimizer and the scheduler weigh kernels by it), spelling (formulas in messages). docs/SPEC.md
+  states the same facts in prose; tests/test_spec_tables.py keeps the two equal."""
   arity: int
   kinds: str  # the dtype kinds it is defined on: 'b' bool, 'i' signed int, 'u' unsigned int, 'f' float
   commutative: bool = False
@@ -59,6 +59,7 @@ class OpFacts:
   ulp_bound: Mapping[DType, int] | None = None
   ulp_range: float = math.inf  # ... for |x| up to this (beyond it, only a number in the op's range is required)
   cost: int = 1  # about how many multiply-adds it costs
+  infix: str = ""  # how a formula writes it between its operands (Python's spelling), for sizes and rules shown
 
   @property
   def transcendental(self) -> bool:
@@ -78,14 +79,22 @@ OP_FACTS: dict[Ops, OpFacts] = {
   Ops.EXP2: OpFacts(1, "f", ulp_bound=LIBM_ULPS, cost=LIBM_COST),
   Ops.LOG2: OpFacts(1, "f", ulp_bound=LIBM_ULPS, cost=LIBM_COST),
   Ops.SIN: OpFacts(1, "f", ulp_bound=LIBM_ULPS, ulp_range=1e4, cost=LIBM_COST), Ops.TRUNC: OpFacts(1, "f"),
-  Ops.ADD: OpFacts(2, "biuf", commutative=True), Ops.MUL: OpFacts(2, "biuf", commutative=True),
-  Ops.FDIV: OpFacts(2, "f"), Ops.IDIV: OpFacts(2, "iu"), Ops.MOD: OpFacts(2, "iuf"),
+  Ops.ADD: OpFacts(2, "biuf", commutative=True, infix="+"), Ops.MUL: OpFacts(2, "biuf", commutative=True, infix="*"),
+  Ops.FDIV: OpFacts(2, "f", infix="/"), Ops.IDIV: OpFacts(2, "iu", infix="//"), Ops.MOD: OpFacts(2, "iuf", infix="%"),
   Ops.MAX: OpFacts(2, "biuf", commutative=True),
-  Ops.CMPLT: OpFacts(2, "biuf", comparison=True), Ops.CMPNE: OpFacts(2, "biuf", commutative=True, comparison=True),
-  Ops.AND: OpFacts(2, "biu", commutative=True), Ops.OR: OpFacts(2, "biu", commutative=True),
-  Ops.XOR: OpFacts(2, "biu", commutative=True), Ops.SHL: OpFacts(2, "iu"), Ops.SHR: OpFacts(2, "iu"),
+  Ops.CMPLT: OpFacts(2, "biuf", comparison=True, infix="<"),
+  Ops.CMPNE: OpFacts(2, "biuf", commutative=True, comparison=True, infix="!="),
+  Ops.AND: OpFacts(2, "biu", commutative=True, infix="&"), Ops.OR: OpFacts(2, "biu", commutative=True, infix="|"),
+  Ops.XOR: OpFacts(2, "biu", commutative=True, infix="^"), Ops.SHL: OpFacts(2, "iu", infix="<<"),
+  Ops.SHR: OpFacts(2, "iu", infix=">>"),
   Ops.WHERE: OpFacts(3, "biuf"),
 }
+
+
+def infix(op: Ops) -> str:
+  """How a formula writes `op` between its operands ('' for an op written as a call)."""
+  facts = OP_FACTS.get(op)
+  return "" if facts is None else facts.infix
 
 
 def _ops_where(test: Callable[[OpFacts], bool]) -> frozenset[Ops]:

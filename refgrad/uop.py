@@ -11,7 +11,7 @@ import numpy as np
 
 from refgrad.alu import exec_alu, exec_cast, result_dtype
 from refgrad.dtype import DType, as_python_scalar, dtypes
-from refgrad.ops import GroupOp, Ops  # noqa: F401  (re-exported: the IR's users import them from here)
+from refgrad.ops import GroupOp, Ops, infix  # noqa: F401  (re-exported: the IR's users import them from here)
 from refgrad.value_ranges import value_range
 
 _KEYED = (float, bool, tuple)  # the arg types whose == would merge values a kernel must keep apart
@@ -208,7 +208,7 @@ class UOp:
 
   # ---- printing
   def __repr__(self) -> str:
-    symbolic = self.op in _DECIDABLE or (self.op in _SIZE_OPS and self.dtype.kind == "i")
+    symbolic = self.op in GroupOp.Comparison or (self.op in _SIZE_OPS and self.dtype.kind == "i")
     if symbolic and any(u.op is Ops.DEFINE_VAR for u in self.toposort):
       return render_size(self)
     return render_tree(self)
@@ -219,7 +219,7 @@ class UOp:
   def __bool__(self) -> bool:
     """A comparison of sizes is true or false when it is so for every value of its Variables (`n > 0` of a
     Variable in [1, 10]), as in tinygrad; any other node is an object, and true."""
-    if self.dtype != dtypes.bool or self.op not in _DECIDABLE:
+    if self.dtype != dtypes.bool or self.op not in GroupOp.Comparison:
       return True
     low, high = self.vrange
     if low != high:
@@ -242,8 +242,6 @@ def canonical_const(dtype: DType, value: Any) -> Any:
 
 
 _SIZE_OPS = frozenset({Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.NEG, Ops.IDIV, Ops.MOD, Ops.MAX})
-_SIZE_SYMBOLS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!="}
-_DECIDABLE = frozenset({Ops.CMPLT, Ops.CMPNE})
 
 
 def evaluate(u: UOp, values: dict[UOp, int] | None = None) -> Any:
@@ -285,8 +283,8 @@ def render_size(u: UOp) -> str:
     return f"max({render_size(u.src[0])}, {render_size(u.src[1])})"
   if u.op is Ops.CMPNE and u.src[0].op is Ops.CMPLT and u.src[1].op is Ops.CONST and u.src[1].arg is True:
     return f"({render_size(u.src[0].src[1])} <= {render_size(u.src[0].src[0])})"  # not (a < b) is b <= a
-  if u.op in _SIZE_SYMBOLS and len(u.src) == 2:
-    return f"({render_size(u.src[0])} {_SIZE_SYMBOLS[u.op]} {render_size(u.src[1])})"
+  if symbol := infix(u.op):
+    return f"({render_size(u.src[0])} {symbol} {render_size(u.src[1])})"
   return render_tree(u)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from refgrad.dtype import DTYPES_BY_PRIORITY, DType, dtypes
 from refgrad.interp.graph import evaluate_nodes
-from refgrad.ops import OP_FACTS
+from refgrad.ops import OP_FACTS, infix
 from refgrad.rewrite import PatternMatcher, Rule, UPat, rule_name
 from refgrad.testing.edges import dtype_edges
 from refgrad.testing.oracle.compare import compare
@@ -362,10 +362,6 @@ def prove_rules(rules: PatternMatcher | list[Rule], kinds: Iterable[DType] = DTY
 
 
 # ---- showing a graph as a formula
-_INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&",
-          Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.FDIV: "/"}
-
-
 def formula(u: UOp) -> str:
   """A left or right side as one line: leaves by name, constants by value, ops infix where they have a symbol."""
   if u.op is Ops.DEFINE_VAR:
@@ -373,8 +369,8 @@ def formula(u: UOp) -> str:
   if u.op is Ops.CONST:
     return repr(u.arg)
   parts = [formula(s) for s in u.src]
-  if u.op in _INFIX:
-    return f"({parts[0]} {_INFIX[u.op]} {parts[1]})"
+  if symbol := infix(u.op):
+    return f"({parts[0]} {symbol} {parts[1]})"
   if u.op is Ops.NEG:
     return f"-{parts[0]}"
   if u.op in (Ops.CAST, Ops.BITCAST):
