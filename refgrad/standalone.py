@@ -30,6 +30,8 @@ RUN_SCRIPT = "run.sh"
 KERNEL_FILE_STEM = "kernel"
 KERNEL_BEGIN = "/* ---- refgrad: the kernel as the device compiled it ---- */"
 KERNEL_END = "/* ---- refgrad: the kernel ends; its inputs, the reference's output and the check follow ---- */"
+# where the tools write a reproducer: the folder `<finding>_standalone/` beside the finding `<finding>.py`
+STANDALONE_SUFFIX = "_standalone"
 # the run script of a reproducer whose driver is Python (the interpreter: $PYTHON, else python3 on the PATH)
 PYTHON_DRIVER_RUN = "#!/bin/sh\n\"${PYTHON:-python3}\" driver.py\n"
 

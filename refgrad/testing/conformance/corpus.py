@@ -159,19 +159,23 @@ class ProgramCase:
   def rows(self) -> set[str]:
     return {self.label}
 
+  def opts_on(self, device: str) -> Callable[[UOp], OptList] | None:
+    """What chooses each kernel's opts on `device` (None: its own heuristic); a fresh draw each time, so a run again
+    draws the same opts."""
+    caps = Device[device].caps
+    if self.forced is not None:
+      return lambda ast: largest_opts(ast, self.forced, caps)
+    if self.opts_seed is not None:
+      rng = random.Random(self.opts_seed)
+      return lambda ast: random_kernel_opts(ast, caps, rng)
+    return None
+
   def run(self, device: str) -> UnitOutcome:
     if self.replay:
       _, lanes = check_jit_replay(self.fn, [self.inputs, *_other_inputs(self.inputs, 1 + REPLAYS)], device)
       return UnitOutcome([CaseResult(self.label, "program", PASS, 0, lanes, 0)], [])
-    opts = None
-    if self.opts_seed is not None:
-      rng = random.Random(self.opts_seed)
-      caps = Device[device].caps
-      opts = lambda ast: random_kernel_opts(ast, caps, rng)  # noqa: E731
-    if self.forced is not None:
-      caps = Device[device].caps
-      opts = lambda ast: largest_opts(ast, self.forced, caps)  # noqa: E731
-    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device, opts=opts)
+    report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device,
+                                                      opts=self.opts_on(device))
     return UnitOutcome([CaseResult(self.label, "program", PASS, report.worst_ulp, report.checked,
                                    report.undefined + report.unbounded)],
                        [k.program for k in report.kernels if k.program is not None])

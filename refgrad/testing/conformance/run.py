@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from refgrad.codegen.contract import Program
@@ -13,6 +14,7 @@ from refgrad.dtype import DTYPES_BY_PRIORITY, DType
 from refgrad.registry import Device
 from refgrad.testing.conformance.batches import Batch, all_batches
 from refgrad.testing.conformance.corpus import ProgramCase, corpus_cases
+from refgrad.testing.conformance.reproducers import write_cell_reproducers
 from refgrad.testing.conformance.results import FAIL, UNSUPPORTED, CaseResult, CheckRun, UnitOutcome
 from refgrad.testing.oracle.compare import add_histogram
 from refgrad.testing.oracle.reference import ReferenceMismatch
@@ -83,9 +85,11 @@ def code_paths(device: str, programs: list[Program]) -> Counter[str]:
 
 
 def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | None = None,
-                    only: str | None = None, stop_on_failure: bool = False) -> CheckRun:
+                    only: str | None = None, stop_on_failure: bool = False,
+                    standalone: str | Path | None = None) -> CheckRun:
   """Run every unit (those with a row containing `only`, if given) on `device`; with `stop_on_failure`, stop
-  after the first unit with a failing cell."""
+  after the first unit with a failing cell. With `standalone` (a folder), each failing cell's reproducer in the
+  backend's own language is written there (reproducers.py)."""
   device = Device.canonicalize(device)
   started = time.perf_counter()
   units = [u for u in all_units() if only is None or any(only in row for row in u.rows)]
@@ -94,6 +98,8 @@ def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | No
     if progress:
       progress(i, len(units), unit)
     outcome = run_unit(unit, device)
+    if standalone is not None:
+      write_cell_reproducers(unit, device, outcome.results, Path(standalone))
     results += outcome.results
     programs += outcome.programs
     if stop_on_failure and any(r.status == FAIL for r in outcome.results):

@@ -1,5 +1,6 @@
-"""Findings as files: one standalone pytest file per signature, written once, and index.json with every signature's
-kind, file and count."""
+"""Findings as files: one standalone pytest file per signature, written once, beside it the failing kernel's
+reproducer in the backend's own language (`<file>_standalone/`, by the device's DeviceImpl.standalone hook), and
+index.json with every signature's kind, file and count."""
 from __future__ import annotations
 
 import json
@@ -7,19 +8,26 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from refgrad.standalone import STANDALONE_SUFFIX
+from refgrad.testing.fuzz.program_check import random_opts_seeded_by
 from refgrad.testing.fuzz.report import FuzzReport
 from refgrad.testing.fuzz.results import Finding
+from refgrad.testing.fuzz.signatures import kernel_of
+from refgrad.testing.oracle.standalone_cases import failing_case, write_standalone
+
+# findings whose kernel took the worker process down: their reproducer is written without running that kernel here
+FATAL_KINDS = ("crash", "hang")
 
 
 def finding_source(kind: str, detail: str, program: Any, device: str, plugin_files: list[str],
-                   opts: bool = False) -> str:
+                   opts: bool = False, standalone: str = "") -> str:
   arrays = ",\n      ".join(f"np.array({x.tolist()!r}, dtype=np.dtype({str(x.dtype)!r}))"
                             if x.dtype.name != "bfloat16" else
                             f"np.array({x.astype('float32').tolist()!r}, dtype=np.float32).astype(ml_dtypes.bfloat16)"
                             for x in program.inputs)
   params = ", ".join(f"v{i}" for i in range(len(program.inputs)))
   plugins = "".join(f"load_plugin_file({p!r})\n" for p in plugin_files)
-  summary = textwrap.indent("\n".join(detail.splitlines()[:12]), "# ")
+  summary = textwrap.indent("\n".join([*detail.splitlines()[:12], *([standalone] if standalone else [])]), "# ")
   body = textwrap.indent(program.to_python(), "  ")
   replay_opts = f", opts=random_opts_seeded_by({program.to_python()!r}, {device!r})" if opts else ""
   return f'''"""refgrad fuzz finding ({kind}) on {device}. Run: python -m pytest {{this file}}"""
@@ -30,6 +38,7 @@ import numpy as np
 
 from refgrad import Variable, dtypes  # noqa: F401
 from refgrad.plugin_loader import load_plugin_file  # noqa: F401
+from refgrad.standalone import STANDALONE_SUFFIX
 from refgrad.testing.fuzz.program_check import random_opts_seeded_by, run_one  # noqa: F401
 from refgrad.testing.oracle.reference import check_against_reference
 from refgrad.testing.programs import TensorProgram  # noqa: F401
@@ -65,9 +74,24 @@ class FindingsDir:
     path = self.file_for(finding)
     if not path.exists():
       self.path.mkdir(parents=True, exist_ok=True)
+      standalone = self.write_standalone(finding, path.with_name(path.stem + STANDALONE_SUFFIX))
       path.write_text(finding_source(finding.kind, finding.detail, finding.program, self.device, self.plugin_files,
-                                     self.opts))
+                                     self.opts, standalone))
     return path
+
+  def write_standalone(self, finding: Finding, folder: Path) -> str:
+    """The failing kernel's reproducer in `folder` (replayed in this process, except a kernel that crashed or hung
+    the worker, which is only rendered); one line saying where it is or why there is none."""
+    program = finding.program
+    crashed_in = kernel_of(finding.kind, program, finding.signature) if finding.kind in FATAL_KINDS else None
+    if finding.kind in FATAL_KINDS and crashed_in is None:
+      return "no standalone reproducer: the worker died before naming the kernel it ran"
+    opts = random_opts_seeded_by(program.to_python(), self.device) if self.opts else None
+    try:
+      case = failing_case(program.run, *program.inputs, device=self.device, opts=opts, crashed_in=crashed_in)
+      return write_standalone(folder, case)
+    except Exception as e:  # the pytest file is written whatever goes wrong here
+      return f"no standalone reproducer: writing it failed ({type(e).__name__}: {e})"
 
   def save_index(self, report: FuzzReport) -> None:
     if not report.signatures:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from refgrad.schedule import ScheduleItem
 from refgrad.testing.fuzz.coverage import kernel_pairs
 from refgrad.testing.oracle.reference import reference_schedule
 from refgrad.uop import UOp
@@ -16,10 +17,20 @@ def normalized_form(ast: UOp) -> str:
   return " ".join(f"{op}:{dtype}" for op, dtype in sorted(kernel_pairs(ast))) or "no ops"
 
 
+def _signature(kind: str, items: list[ScheduleItem]) -> str:
+  form = " | ".join(item.ast.op.name if item.is_transfer else normalized_form(item.ast) for item in items)
+  return hashlib.sha256(f"{kind}\n{form}".encode()).hexdigest()
+
+
 def finding_signature(kind: str, program: Any, kernel: int) -> str:
   """sha256 of the kind of failure and the normalized form of the kernel it happened in (the reference's schedule
   item `kernel`, or every kernel of the program when the worker died before naming one)."""
   items = reference_schedule(program.run, *program.inputs)
-  chosen = [items[kernel]] if 0 <= kernel < len(items) else items
-  form = " | ".join(item.ast.op.name if item.is_transfer else normalized_form(item.ast) for item in chosen)
-  return hashlib.sha256(f"{kind}\n{form}".encode()).hexdigest()
+  return _signature(kind, [items[kernel]] if 0 <= kernel < len(items) else items)
+
+
+def kernel_of(kind: str, program: Any, signature: str) -> int | None:
+  """The schedule item a finding happened in, found again from its signature (the first of that form); None when the
+  worker died before naming one."""
+  items = reference_schedule(program.run, *program.inputs)
+  return next((i for i, item in enumerate(items) if _signature(kind, [item]) == signature), None)
