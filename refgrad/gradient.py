@@ -52,6 +52,17 @@ def _max_grad(ctx: Any, node: UOp) -> tuple:
   return share * a_wins, share * b_wins
 
 
+def _fmod_grad(ctx: Any, node: UOp) -> tuple:
+  """fmod(a, b) = a - q b, q the exact quotient truncated: a gets ctx, b gets -ctx q. q is read off the remainder the
+  forward computed, (a - fmod(a, b)) / b rounded (an integer up to rounding), as torch's floor division reads it:
+  trunc(a / b) is another integer where a / b rounds up to one (-0.5 / -0.001 is 500.0, q is 499). With `%`'s sign
+  fix (+b) this gives b torch's -floor_divide(a, b). b == 0 gives q = a / b (torch); an infinite a, a NaN q."""
+  a, b = _t(ctx, node.src[0]), _t(ctx, node.src[1])
+  wide = compute_dtype(ctx.dtype)  # half's q is an integer beyond 2048: rounding (a - r) / b in half could miss it
+  exact = ((a.cast(wide) - _t(ctx, node).cast(wide)) / b.cast(wide)).round().cast(ctx.dtype)
+  return ctx, -ctx * b.eq(0).where(a / b, exact)
+
+
 def _reduce_grad(ctx: Any, node: UOp) -> tuple:
   op, axes = node.arg
   src = _t(ctx, node.src[0])
@@ -131,8 +142,7 @@ GRADIENT_RULES = PatternMatcher([
   (UPat(Ops.WHERE, name="node"), lambda ctx, node: (
     None, _t(ctx, node.src[0]).where(ctx, 0.0), _t(ctx, node.src[0]).where(0.0, ctx))),
   (UPat(Ops.CAST, name="node"), _cast_grad),
-  (UPat(Ops.MOD, name="node"), lambda ctx, node: (  # fmod(a, b) = a - trunc(a / b) * b
-    ctx, -ctx * (_t(ctx, node.src[0]) / _t(ctx, node.src[1])).trunc())),
+  (UPat(Ops.MOD, name="node"), _fmod_grad),
   (UPat(Ops.CUSTOM_GRAD, name="node"), lambda ctx, node: (
     None, *CUSTOM_RULES[node.arg[0]](ctx, _t(ctx, node), [_t(ctx, s) for s in node.src[1:]], *node.arg[1:]))),
   (UPat((Ops.TRUNC, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,

@@ -9,6 +9,8 @@ ties for max/min. Wherever torch's value or gradient is a number, refgrad's must
 Differences from torch that are deliberate are documented in docs/SPEC.md ("Gradients") and tested here as such.
 """
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -26,15 +28,31 @@ DTYPES = {"float32": np.float32, "float64": np.float64}
 # are only checked for NaN; elsewhere a result may still cancel (1 - tanh(6)^2 is 0.5% of an ulp of tanh(6)).
 RTOL = {"float32": 5e-3, "float64": 1e-9}
 MAGNITUDES = (1e-30, 1.0, 3.0, 6.0, 20.0, 88.0, 300.0, 1e4)
+# not representable: a ratio of an integer to one of them lies just beside an integer and rounds onto it in float32
+# and float64 (1 / 0.1 is 10.0, the quotient 9 and a bit), where a rule that rounds a / b instead of taking the
+# quotient its forward used goes wrong (x % y's gradient did)
+INEXACT = (0.1, 1e-3)
 
 
 def edge_points(dt: type) -> list[float]:
   """Where gradient formulas break, a set of its own beside the oracle kit's edge values (refgrad.testing.edges,
   which the forward value tests read): signed zeros, the smallest subnormal and normal, and of both signs the kinks
-  and clamp bounds and the magnitudes where exp over- or underflows in float32 or float64."""
+  and clamp bounds, the magnitudes where exp over- or underflows in float32 or float64, and values whose ratios
+  round onto integers."""
   info = np.finfo(dt)
   tiny, subnormal = float(info.tiny), float(info.smallest_subnormal)
-  return [0.0, -0.0] + [s * m for m in (subnormal, tiny, *MAGNITUDES) for s in (1.0, -1.0)]
+  return [0.0, -0.0] + [s * m for m in (subnormal, tiny, *INEXACT, *MAGNITUDES) for s in (1.0, -1.0)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_edge_pairs_have_quotients_that_round_onto_an_integer(dtype):
+  """The binary tests see pairs whose float quotient is an integer that their exact quotient is not."""
+  points = [float(p) for p in np.array(edge_points(DTYPES[dtype]), DTYPES[dtype]) if np.isfinite(p) and p != 0]
+  with np.errstate(over="ignore"):
+    quotients = {(x, y): np.divide(DTYPES[dtype](x), DTYPES[dtype](y)) for x in points for y in points}
+  rounded_onto = [(x, y) for (x, y), q in quotients.items()
+                  if q == np.trunc(q) and abs(q) < 2 ** 20 and Fraction(x) % Fraction(y) != 0]
+  assert len(rounded_onto) >= 4
 
 
 def check_against_torch(ours: np.ndarray, theirs: np.ndarray, exact: np.ndarray, what: str, rtol: float,
@@ -176,6 +194,63 @@ def test_binary_at_every_pair_of_edge_points(name, dtype):
   x, y = np.meshgrid(points, points, indexing="ij")  # every (x, y) pair, so both orders of every two points
   rg, th = BINARY[name]
   compare(rg, th, [x.copy(), y.copy()], RTOL[dtype])
+
+
+# ---------------------------------------------------------------- x % y: y's gradient is minus the quotient
+INF, NAN = float("inf"), float("nan")
+MOD_POINTS = {  # (x, y) pairs by what they test
+  "exact integer quotient": [(6.0, 3.0), (-6.0, 3.0), (6.0, -3.0), (-6.0, -3.0), (1.0, 0.5), (-0.75, 0.25)],
+  # a / b rounds up onto an integer the exact quotient is below (in magnitude): trunc(a / b) is one too far
+  "quotient rounds onto an integer": [(-0.5, -0.001), (0.5, 0.001), (-0.5, 0.001), (1.0, 0.1), (3.0, 0.1),
+                                      (-3.0, 0.1), (3.0, -0.001), (1.0, -0.1), (0.5, 0.1), (20.0, 0.1)],
+  "quotient just above an integer": [(1.0, 1 / 3), (-1.0, 1 / 3), (2.0, 0.2 / 3), (1.0, -1 / 3), (-1.0, -1 / 3)],
+  "tiny y": [(1.0, 5e-324), (-1.0, 5e-324), (1.0, 1e-300), (1e-300, 3e-301), (-1e-300, 3e-301), (5e-324, 5e-324)],
+  "huge y": [(1.0, 1e300), (-1.0, 1e300), (1.0, -1e300), (1e300, 3e299), (-1e300, 3e299), (1e308, 1e-5)],
+  "signed zeros": [(0.0, 2.0), (-0.0, 2.0), (0.0, -2.0), (-0.0, -2.0), (3.0, 0.0), (3.0, -0.0), (-3.0, 0.0),
+                   (0.0, 0.0), (-0.0, -0.0)],
+  "infinities and NaN": [(INF, 2.0), (-INF, 2.0), (3.0, INF), (-3.0, INF), (3.0, -INF), (-3.0, -INF), (INF, INF),
+                         (NAN, 1.0), (1.0, NAN)],
+}
+
+
+def mod_gradients_torch(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+  torch.remainder(tx, ty).sum().backward()
+  return tx.grad.numpy(), ty.grad.numpy()
+
+
+def mod_gradients(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  tx, ty = Tensor(x, requires_grad=True), Tensor(y, requires_grad=True)
+  (tx % ty).sum().backward()
+  return tx.grad.numpy(), ty.grad.numpy()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("what", MOD_POINTS)
+def test_mod_gradient_is_minus_the_quotient_of_the_remainder(what, dtype):
+  """d(x % y)/dy is -(x // y), the integer quotient that the remainder x % y is left by: -0.5 % -0.001 is -0.00099..
+  (0.001 is a little more than 1/1000, so 499 fits), and -0.5 / -0.001 rounds to 500.0, which is not it. Exactly
+  torch's, infinities and NaNs included (x is inf: the value is NaN, and so is y's gradient)."""
+  with np.errstate(all="ignore"):
+    x, y = (np.array(column, dtype=DTYPES[dtype]) for column in zip(*MOD_POINTS[what]))
+  for ours, theirs in zip(mod_gradients(x, y), mod_gradients_torch(x, y)):
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_half_mod_gradient_is_minus_the_exact_quotient():
+  """float16 (computed through float32): -(x // y) of the half inputs, which float64 holds exactly, rounded to half,
+  wherever it is below 2048 (beyond, half holds every other integer, and y's two contributions, -trunc and +1 where
+  the remainder's sign is fixed, may round twice: 1 ulp). torch's own half backward is off by one from 1024 up
+  (-137.875 % -0.07739 gives 1782, 1781 is the quotient), so torch in float64 is the oracle."""
+  rng = np.random.default_rng(29)
+  y = (rng.choice([-1.0, 1.0], 2000) * 10.0 ** rng.uniform(-3, 1, 2000)).astype(np.float16)
+  nudge = rng.choice([0.0, 1e-3, -1e-3, 0.3], 2000)  # exactly k y, just beside it (rounded to half), or between
+  x = (y.astype(np.float64) * (rng.integers(-2047, 2048, 2000) + nudge)).astype(np.float16)
+  _, ours = mod_gradients(x, y)
+  _, exact = mod_gradients_torch(x.astype(np.float64), y.astype(np.float64))
+  below = np.abs(exact) < 2048
+  assert below.sum() > 1900
+  np.testing.assert_array_equal(ours[below], exact[below].astype(np.float16))
 
 
 # ---------------------------------------------------------------- reductions, scans, losses: rows of edge points
