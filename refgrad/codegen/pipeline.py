@@ -2,7 +2,7 @@
 
 `compile_ast` runs it and gives the `Program` a device renders or interprets (refgrad/codegen/contract.py);
 `lowered_kernel` is the stage opts transform, and `random_kernel_opts` draws legal opt lists for it (the fuzzer,
-`refgrad check` and the search). Each stage lives in its own module: lowering.py, symbolic.py, opt.py, gpu.py,
+`refgrad check` and the search). Each stage lives in its own module: lowering.py, simplify.py, opt.py, gpu.py,
 linearize.py.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The check's op x dtype matrix on a terminal, coloured by status (check_report.matrix_text is the plain one)."""
+"""The check's op x dtype matrix on a terminal, coloured by status (report.matrix_text is the plain one)."""
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
@@ -13,7 +13,7 @@ STATUS_STYLES = {PASS: "green", FAIL: "bold red", UNSUPPORTED: "grey50"}
 
 
 def matrix_table(results: list[CaseResult]) -> Table:
-  """The op x dtype matrix of `refgrad check`, with check_report.matrix_text's rows, columns and cells, coloured by
+  """The op x dtype matrix of `refgrad check`, with report.matrix_text's rows, columns and cells, coloured by
   status."""
   columns = [d.name for d in DTYPES_BY_PRIORITY if any(r.column == d.name for r in results)]
   by_key = {(r.row, r.column): r for r in results}

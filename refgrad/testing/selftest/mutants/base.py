@@ -11,13 +11,14 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from refgrad.codegen.contract import Program
 from refgrad.device import DeviceImpl
 from refgrad.dtype import DType, dtypes
 from refgrad.registry import Device
 from refgrad.uop import Ops, UOp
 
-Program = tuple[Callable[..., Any], list[np.ndarray]]  # fn(*tensors) and its inputs, for check_against_reference
-Witness = Callable[[], Program]
+WitnessCase = tuple[Callable[..., Any], list[np.ndarray]]  # fn(*tensors) and its inputs, for check_against_reference
+Witness = Callable[[], WitnessCase]
 MethodPatch = Callable[..., str]  # (render, the original bound method, *the method's arguments) -> expression
 OptRule = tuple[str, Callable[..., Any]]  # (opt kind, rule), as Capabilities.opt_rules holds them
 
@@ -116,10 +117,10 @@ class OptRulesRenderer:
     self.renderer = renderer
     self.caps = dataclasses.replace(renderer.caps, opt_rules=renderer.caps.opt_rules + rules)
 
-  def render(self, program: Any) -> str:
+  def render(self, program: Program) -> str:
     return self.renderer.render(program)
 
-  def code_paths(self, program: Any) -> list[str]:
+  def code_paths(self, program: Program) -> list[str]:
     return self.renderer.code_paths(program)
 
 

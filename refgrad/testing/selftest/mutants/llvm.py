@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from refgrad.codegen.contract import Program
 from refgrad.device import DeviceImpl
 from refgrad.dtype import dtypes
 from refgrad.registry import Device
@@ -133,10 +134,10 @@ class EditedIRRenderer:
   def __init__(self, renderer: Any, mutant: Mutant):
     self.renderer, self.mutant, self.caps = renderer, mutant, renderer.caps
 
-  def render(self, program: Any) -> str:
+  def render(self, program: Program) -> str:
     return apply_text_edits(self.mutant, self.renderer.render(program))
 
-  def code_paths(self, program: Any) -> list[str]:
+  def code_paths(self, program: Program) -> list[str]:
     return self.renderer.code_paths(program)
 
 
