@@ -27,7 +27,7 @@ from refgrad.codegen.contract import (
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.compile_cache import cached_compile_batch, load_cached
 from refgrad.dtype import ALL_DTYPES
-from refgrad.uop import UOp
+from refgrad.uop import Ops, UOp
 
 if TYPE_CHECKING:
   from refgrad.buffer import Buffer
@@ -111,7 +111,7 @@ class DeviceImpl:
   # of another device into dest of this one; allreduce(op, dest, partials) writes into dest the reduction (op:
   # Ops.ADD, MUL or MAX) of same-sized buffers on several devices, meaning what alu.exec_reduce means.
   transfer: Callable[[Buffer, Buffer], None] | None = None
-  allreduce: Callable[[Any, Buffer, list[Buffer]], None] | None = None
+  allreduce: Callable[[Ops, Buffer, list[Buffer]], None] | None = None
   # Optional: standalone(case, device) writes one judged kernel launch (refgrad/standalone.py's StandaloneCase) as
   # files that run without refgrad ({name: text}, run.sh among them), for a bug report upstream. It is given the
   # device, so a copy of it with other flags or options (a selftest mutant) writes a reproducer with its own.
@@ -190,7 +190,7 @@ class DeviceImpl:
       dest.copyin(src.numpy())
     dest.keep_undefined(src.undefined)
 
-  def all_reduce(self, op: Any, dest: Buffer, partials: list[Buffer]) -> None:
+  def all_reduce(self, op: Ops, dest: Buffer, partials: list[Buffer]) -> None:
     """dest (of this device) = the reduction by op of the partials (buffers of any devices), element by element."""
     if self.allreduce is not None:
       self.allreduce(op, dest, partials)
@@ -215,11 +215,11 @@ class DeviceImpl:
                                   f"it supports {supported}")
 
   def _build_runner(self, program: Program, binary: bytes | None = None) -> Runner:
-    """Load a program: from `binary` if given (compiled by prepare), else from the compile cache."""
+    """Load a program: from `binary` if given (prepare compiled it, and checked its dtypes), else from the compile
+    cache."""
+    if binary is not None:
+      return self.runtime.load(binary, program)
     self.check_dtypes(program)
     if self.interpret is not None:
       return self.interpret(program)
-    if binary is not None:
-      return self.runtime.load(binary, program)
-    source = self.render(program)
-    return load_cached(self.compiler, source, lambda binary: self.runtime.load(binary, program))
+    return load_cached(self.compiler, self.render(program), lambda binary: self.runtime.load(binary, program))
