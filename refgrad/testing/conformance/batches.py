@@ -18,6 +18,7 @@ from refgrad.ops import OP_FACTS
 from refgrad.testing.conformance.results import FAIL, PASS, CaseResult, UnitOutcome
 from refgrad.testing.edges import cast_values, dtype_edges, result_class_inputs
 from refgrad.testing.oracle.compare import Comparison
+from refgrad.testing.oracle.prepare import PlannedCheck
 from refgrad.testing.oracle.reference import KernelResult, check_against_reference, lane_text
 from refgrad.uop import GroupOp, Ops, UOp
 
@@ -74,6 +75,10 @@ class Batch:
       sizes[:] = [p.shape[0] for p in parts]
       return parts[0].cat(*parts[1:]) if len(parts) > 1 else parts[0]
     return run
+
+  def planned(self, device: str) -> PlannedCheck:
+    """What run checks against the reference, for compiling its kernels ahead."""
+    return self.program([]), tuple(self.inputs), None
 
   def run(self, device: str) -> UnitOutcome:
     sizes: list[int] = []

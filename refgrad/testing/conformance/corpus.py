@@ -19,6 +19,7 @@ from refgrad.registry import Device
 from refgrad.symbolic_shapes import Variable
 from refgrad.testing.conformance.results import PASS, CaseResult, UnitOutcome
 from refgrad.testing.oracle.jit_replay import check_jit_replay
+from refgrad.testing.oracle.prepare import PlannedCheck
 from refgrad.testing.oracle.reference import ReferenceReport, check_against_reference
 from refgrad.uop import UOp
 
@@ -169,6 +170,10 @@ class ProgramCase:
       rng = random.Random(self.opts_seed)
       return lambda ast: random_kernel_opts(ast, caps, rng)
     return None
+
+  def planned(self, device: str) -> PlannedCheck | None:
+    """What run checks against the reference, for compiling its kernels ahead (None: a jit replay)."""
+    return None if self.replay else (self.fn, tuple(self.inputs), self.opts_on(device))
 
   def run(self, device: str) -> UnitOutcome:
     if self.replay:

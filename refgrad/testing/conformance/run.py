@@ -17,6 +17,7 @@ from refgrad.testing.conformance.corpus import ProgramCase, corpus_cases
 from refgrad.testing.conformance.reproducers import write_cell_reproducers
 from refgrad.testing.conformance.results import FAIL, UNSUPPORTED, CaseResult, CheckRun, UnitOutcome
 from refgrad.testing.oracle.compare import add_histogram
+from refgrad.testing.oracle.prepare import prepare_checks
 from refgrad.testing.oracle.reference import ReferenceMismatch
 from refgrad.testing.terminal import ProgressBar
 
@@ -84,11 +85,22 @@ def code_paths(device: str, programs: list[Program]) -> Counter[str]:
   return found
 
 
+PREPARED_UNITS = 32  # units whose kernels compile in one batch (most units have one kernel: about 45 kernels)
+
+
+def prepare_units(units: list[Unit], device: str) -> None:
+  """Compile at once the kernels of the units that `device` claims the dtypes of (prepare.prepare_checks)."""
+  claimed = Device[device].caps.dtypes
+  prepare_checks(device, [plan for unit in units if all(d in claimed for d in unit.dtypes)
+                          and (plan := unit.planned(device)) is not None])
+
+
 def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | None = None,
                     only: str | None = None, stop_on_failure: bool = False,
                     standalone: str | Path | None = None) -> CheckRun:
   """Run every unit (those with a row containing `only`, if given) on `device`; with `stop_on_failure`, stop
-  after the first unit with a failing cell. With `standalone` (a folder), each failing cell's reproducer in the
+  after the first unit with a failing cell. The kernels of every PREPARED_UNITS units are compiled in one batch
+  before they run (prepare_units). With `standalone` (a folder), each failing cell's reproducer in the
   backend's own language is written there (reproducers.py)."""
   device = Device.canonicalize(device)
   started = time.perf_counter()
@@ -97,6 +109,8 @@ def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | No
   for i, unit in enumerate(units):
     if progress:
       progress(i, len(units), unit)
+    if i % PREPARED_UNITS == 0:
+      prepare_units(units[i:i + PREPARED_UNITS], device)
     outcome = run_unit(unit, device)
     if standalone is not None:
       write_cell_reproducers(unit, device, outcome.results, Path(standalone))
