@@ -419,11 +419,68 @@ def make_narrow() -> DeviceImpl:
                     runtime=InterpretingRuntime())
 
 
+# ---- compiled devices whose compiler takes batches (DeviceImpl.prepare compiles a batch's kernels at once): a correct
+# one, and some whose compiler fails on kernels with a MAX op (it raises, crashes the process or hangs) or whose
+# runtime runs them wrong
+def _raise(source: str) -> None:
+  raise RuntimeError("error: this compiler cannot take MAX")
+
+
+def _segfault(source: str) -> None:
+  import ctypes
+  ctypes.string_at(0)
+
+
+def _hang(source: str) -> None:
+  import time
+  while True:
+    time.sleep(1)
+
+
+COMPILER_FAULTS: dict[str, Callable[[str], None] | None] = {
+  "BATCHED": None, "BATCHED_COMPILE_ERROR": _raise, "BATCHED_COMPILE_CRASH": _segfault, "BATCHED_COMPILE_HANG": _hang}
+
+
+class BatchingCompiler:
+  """Listings as binaries, one kernel or a batch at a time; `fault` is what it does with a kernel that has a MAX op.
+  What this process compiled: `batches` (each batch's size) and `singles` (kernels compiled alone)."""
+
+  def __init__(self, name: str, fault: Callable[[str], None] | None):
+    self.cache_key, self.fault, self.batches, self.singles = f"tests-{name}", fault, [], 0
+
+  def compile(self, source: str) -> bytes:
+    self.singles += 1
+    return self._build(source)
+
+  def compile_batch(self, sources: list[str]) -> list[bytes]:
+    self.batches.append(len(sources))
+    return [self._build(source) for source in sources]
+
+  def _build(self, source: str) -> bytes:
+    if self.fault is not None and " MAX:" in source:
+      self.fault(source)
+    return source.encode()
+
+
+class BrokenRuntime:
+  def load(self, binary: bytes, program: Program) -> PythonKernel:
+    return PythonKernel(rewrite_program(program, BUGS["BROKEN_CMPLT"]))
+
+
+def make_batching(name: str) -> DeviceImpl:
+  compiler = BatchingCompiler(name, COMPILER_FAULTS.get(name))
+  runtime = BrokenRuntime() if name == "BATCHED_CMPLT" else InterpretingRuntime()
+  return DeviceImpl(name, PythonAllocator(), renderer=ListingRenderer(frozenset(ALL_DTYPES.values())),
+                    compiler=compiler, runtime=runtime)
+
+
 @hookimpl
 def refgrad_devices() -> list[DeviceSpec]:
   specs = [DeviceSpec(name, lambda name=name: make_broken(name), plugin="tests.broken_devices")
            for name in (*BUGS, *BLIND_SPOTS)]
   specs += [DeviceSpec("NARROW", make_narrow, plugin="tests.broken_devices")]
+  specs += [DeviceSpec(name, lambda name=name: make_batching(name), plugin="tests.broken_devices")
+            for name in (*COMPILER_FAULTS, "BATCHED_CMPLT")]
   specs += [DeviceSpec(name, lambda name=name: make_opt_bug(name), plugin="tests.broken_devices")
             for name in (*OPT_BUGS, *OPT_BUGS_BY_ROW)]
   specs += [DeviceSpec(name, lambda name=name: make_gpu_bug(name), plugin="tests.broken_devices", probe=opencl_probe)

@@ -23,7 +23,7 @@ from refgrad.testing.fuzz.results import (
   only_findings,
 )
 from refgrad.testing.fuzz.signatures import finding_signature
-from refgrad.testing.fuzz.worker import Worker
+from refgrad.testing.fuzz.worker import PREPARED, Worker
 from refgrad.testing.strategies import ALL, alu_kernels, claimed_dtypes, tensor_programs
 
 
@@ -47,6 +47,7 @@ class CampaignConfig:
   timeout: float = 30.0        # seconds before a program counts as a hang
   opts: bool = False           # run every kernel under a random legal opt list
   batch: int = 40              # hypothesis examples per batch (one seed, one focus dtype)
+  compile_ahead: bool = True   # compile every kernel of a batch at once before its programs run
   max_findings: int | None = None
   database: str | None = None  # the example database read and written (directory or redis://)
   shared: tuple[str, ...] = ()  # example databases only read
@@ -62,9 +63,10 @@ def batch_seed(start_seed: int, batch: int, index: int, workers: int) -> int:
 class Campaign:
   """One worker's campaign, run in chunks (`run_for`). Worker `index` of `workers` takes batch seeds
   start_seed + k * workers + index, so workers never repeat each other. Worker 0 first replays every example of
-  the database. Each batch runs pipelined: the worker process runs a program while hypothesis draws the next; a
-  batch in which a program failed is run again one program at a time with the same seed, so hypothesis reaches
-  the same failure, shrinks it and saves it in the database."""
+  the database. Each batch's programs are drawn first (while the worker runs the batch before), then sent to the
+  worker, which compiles all their kernels at once and runs them in turn; a batch in which a program failed is run
+  again one program at a time with the same seed, so hypothesis reaches the same failure, shrinks it and saves it in
+  the database. A batch runs to its end even past its chunk's time (not past the command's)."""
 
   def __init__(self, config: CampaignConfig, start_seed: int = 0, index: int = 0, workers: int = 1,
                first_batch: int = 0):
@@ -76,6 +78,7 @@ class Campaign:
     self.database = example_database(config.database, config.shared)
     self.batch_index, self.replay_pending = first_batch, self.database is not None and index == 0
     self.started, self.found, self.harness_failure = time.monotonic(), 0, ""
+    self.ahead: tuple[int, list[Any]] | None = None  # the next batch's programs, drawn while this one ran
 
   def run_for(self, seconds: float) -> Chunk:
     """Batches until `seconds` have passed, or the command's time is up (the first call of worker 0 only replays
@@ -163,46 +166,56 @@ class Campaign:
       finding.replayed = True
     self._keep(chunk, found.values())
 
+  def _plan(self, index: int) -> tuple[DType, int]:
+    """Batch `index`'s focus dtype and seed."""
+    return self.allowed[index % len(self.allowed)], batch_seed(self.start_seed, index, self.index, self.workers)
+
+  def _programs(self, index: int) -> list[Any]:
+    """Batch `index`'s programs, as hypothesis draws them from its seed (drawn ahead while the batch before ran)."""
+    if self.ahead is not None and self.ahead[0] == index:
+      return self.ahead[1]
+    programs: list[Any] = []
+
+    def draw(program: Any) -> None:
+      programs.append(program)
+    self._run(self._test(draw, *self._plan(index), [Phase.generate], None))
+    return programs
+
   def _batch(self, chunk: Chunk, deadline: float) -> None:
-    seed_value = batch_seed(self.start_seed, self.batch_index, self.index, self.workers)
-    focus = self.allowed[self.batch_index % len(self.allowed)]
+    index = self.batch_index
+    programs = self._programs(index)
     self.batch_index += 1
     chunk.batches += 1
-    suspect = self._pipelined(chunk, focus, seed_value, deadline)
+    suspect = self._run_batch(chunk, programs)
     if suspect is None:
       return
     found: dict[str, Finding] = {}
     stop_at = max(deadline, time.monotonic() + SHRINK_SECONDS)
-    self._run(self._test(self._shrinking_check(chunk, found, stop_at), focus, seed_value,
+    self._run(self._test(self._shrinking_check(chunk, found, stop_at), *self._plan(index),
                          [Phase.generate, Phase.shrink], self.database))
     # one finding a batch: what hypothesis shrank to (the failures on the way are larger forms of it); not
     # reproduced (a flaky hang): the program as first seen
     self._keep(chunk, list(found.values())[-1:] or [suspect])
 
-  def _pipelined(self, chunk: Chunk, focus: DType, seed_value: int, deadline: float) -> Finding | None:
-    """One batch with the worker one program behind hypothesis; the first failing program, if any."""
-    pending: list[Any] = []
+  def _run_batch(self, chunk: Chunk, programs: list[Any]) -> Finding | None:
+    """The batch in the worker, every kernel of its programs compiled first in one go (unless the config says not
+    to), then each program run in turn until the first that fails, whose finding this returns. The next batch is
+    drawn while the worker compiles. A worker that dies or hangs while compiling runs the batch again without
+    compiling ahead, so that a crash or a hang is pinned to its program and kernel."""
+    self.worker.send(programs, prepare=self.config.compile_ahead)
+    self.ahead = None
+    if not self.done:
+      self.ahead = (self.batch_index, self._programs(self.batch_index))
+    if self.config.compile_ahead and (first := self.worker.receive()) != PREPARED:
+      if isinstance(first, Verdict) and first.kind == "harness":  # the worker never started
+        return self._verdict(chunk, programs[0], first)
+      self.worker.send(programs)
     suspect: Finding | None = None
-
-    def collect() -> None:
-      nonlocal suspect
-      program = pending.pop()
-      finding = self._verdict(chunk, program, self.worker.receive())
-      suspect = suspect or finding
-
-    def check(program: Any) -> None:
-      if suspect is not None or time.monotonic() > deadline or self.harness_failure:
-        return
-      if pending:
-        collect()
-      if suspect is None:
-        self.worker.send(program)
-        pending.append(program)
-    try:
-      self._run(self._test(check, focus, seed_value, [Phase.generate], None))
-    finally:
-      if pending:
-        collect()
+    for program in programs:  # the first always runs, even when the worker's start-up took the time
+      suspect = self._verdict(chunk, program, self.worker.receive())
+      if suspect is not None or self.harness_failure or self.seconds_left <= 0:
+        break
+    self.worker.finish()
     return suspect
 
   def _keep(self, chunk: Chunk, findings: Any) -> None:

@@ -13,6 +13,7 @@ from refgrad.codegen.pipeline import random_kernel_opts
 from refgrad.registry import Device
 from refgrad.testing.fuzz.coverage import kernel_pairs
 from refgrad.testing.oracle.compare import add_histogram
+from refgrad.testing.oracle.prepare import prepare_checks
 from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference, raised_by_device
 from refgrad.uop import GroupOp, Ops, UOp
 
@@ -24,6 +25,13 @@ def random_opts_seeded_by(program_text: str, device: str) -> Callable[[UOp], Opt
   caps = Device[device].caps
   rng = random.Random(hashlib.sha256(program_text.encode()).hexdigest())
   return lambda ast: random_kernel_opts(ast, caps, rng)
+
+
+def prepare_programs(programs: list[Any], device: str, opts: bool = False) -> None:
+  """Compile at once the kernels run_one(program, device, opts=opts) will run for each of the programs (never
+  raises: whatever fails here fails in run_one as it would have)."""
+  prepare_checks(device, [(p.run, tuple(p.inputs), random_opts_seeded_by(p.to_python(), device) if opts else None)
+                          for p in programs])
 
 
 def transcendental_root(program: Any) -> tuple[str, str] | None:

@@ -1,7 +1,8 @@
-"""The worker process that runs one program at a time for a campaign, replaced whenever it dies or hangs, so that a
+"""The worker process that runs a campaign's programs, a batch at a time, replaced whenever it dies or hangs, so that a
 segfault or a hang of the backend under test becomes a finding and the campaign goes on."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import time
@@ -9,8 +10,26 @@ import traceback
 from typing import Any
 
 from refgrad.plugin_loader import load_plugin_file
-from refgrad.testing.fuzz.program_check import run_one
+from refgrad.testing.fuzz.program_check import prepare_programs, run_one
 from refgrad.testing.fuzz.results import Verdict
+
+# What the worker process says besides a Verdict per program: its batch's kernels are compiled, and its batch ended.
+# The campaign says STOP to end a batch early (its first finding, or the time is up).
+PREPARED, END, STOP = "prepared", "end", "stop"
+
+
+def _verdict(program: Any, device: str, opts: bool, current: Any) -> Verdict:
+  covered: set[tuple[str, str]] = set()
+  ulp: dict[tuple[str, str], dict[int, int]] = {}
+  current.value = -1
+
+  def started(index: int) -> None:
+    current.value = index
+  try:
+    kind, detail = run_one(program, device, covered, opts, ulp, started)
+    return Verdict(kind, detail, sorted(covered), ulp, current.value)
+  except Exception:
+    return Verdict("harness", traceback.format_exc())
 
 
 def _worker_main(conn: Any, current: Any, device: str, plugin_files: list[str], opts: bool) -> None:
@@ -18,27 +37,28 @@ def _worker_main(conn: Any, current: Any, device: str, plugin_files: list[str], 
   for path in plugin_files:
     load_plugin_file(path)
   conn.send("ready")  # the timeout of the first program starts now, not while this process imports
-
-  def started(index: int) -> None:
-    current.value = index
   while True:
     try:
-      program = conn.recv()
+      message = conn.recv()
     except EOFError:  # the campaign is gone
       return
-    if program is None:
+    if message is None:
       return
-    covered: set[tuple[str, str]] = set()
-    ulp: dict[tuple[str, str], dict[int, int]] = {}
-    current.value = -1
+    if message == STOP:  # for a batch that had ended before it came
+      continue
+    programs, prepare = message
     try:
-      kind, detail = run_one(program, device, covered, opts, ulp, started)
-      verdict = Verdict(kind, detail, sorted(covered), ulp, current.value)
-    except Exception:
-      verdict = Verdict("harness", traceback.format_exc())
-    try:
-      conn.send(verdict)
-    except (BrokenPipeError, EOFError):  # the campaign stopped (Ctrl-C, time up) while this program ran
+      if prepare:
+        current.value = -1
+        prepare_programs(programs, device, opts)
+        conn.send(PREPARED)
+      for program in programs:
+        if conn.poll():  # STOP: the rest of the batch is not wanted
+          conn.recv()
+          break
+        conn.send(_verdict(program, device, opts, current))
+      conn.send(END)
+    except (BrokenPipeError, EOFError):  # the campaign stopped (Ctrl-C, time up) while this batch ran
       return
 
 
@@ -46,14 +66,15 @@ STARTUP_SECONDS = 300  # to import refgrad and the plugins in a new worker proce
 
 
 class Worker:
-  """A worker process that is replaced whenever it dies or hangs. `send` then `receive` lets the campaign draw the
-  next program while this one runs; `current` (shared memory) names the schedule item running, so a crash or a
-  hang still says which kernel it was in."""
+  """A worker process that is replaced whenever it dies or hangs. It is sent a batch of programs (`send`), compiles
+  their kernels at once if asked, then runs them in order; `receive` gives its messages one by one (PREPARED, a
+  Verdict per program, END), so the campaign draws the next batch while this one runs. `current` (shared memory)
+  names the schedule item running, so a crash or a hang still says which kernel it was in."""
 
   def __init__(self, device: str, plugin_files: list[str], timeout: float, opts: bool = False):
     self.device, self.plugin_files, self.timeout, self.opts = device, plugin_files, timeout, opts
     self.process: multiprocessing.Process | None = None
-    self.sent_at, self.start_failure = 0.0, ""
+    self.heard_at, self.start_failure, self.in_batch = 0.0, "", False
 
   def start(self) -> str:
     """Start the process and wait until it has loaded refgrad and the plugins; why it could not, or ""."""
@@ -77,36 +98,53 @@ class Worker:
               f"files {self.plugin_files} failed")
     return ""
 
-  def send(self, program: Any) -> None:
+  def send(self, programs: list[Any], prepare: bool = False) -> None:
+    """Start a batch: with `prepare`, the worker first compiles every kernel of its programs in one go."""
     if self.process is None or not self.process.is_alive():
       self.start_failure = self.start()
     if not self.start_failure:
-      self.conn.send(program)
-    self.sent_at = time.monotonic()
+      self.conn.send((programs, prepare))
+    self.heard_at, self.in_batch = time.monotonic(), not self.start_failure
 
-  def receive(self) -> Verdict:
-    """The verdict on the program sent last: a hang if none comes within the timeout, a crash if the process died;
-    refgrad's own failure ("harness") if the process never started."""
+  def receive(self) -> Verdict | str:
+    """The worker's next message: PREPARED, the Verdict on the next program, or END. A hang if none comes within the
+    timeout of the one before, a crash if the process died (either ends the batch); refgrad's own failure
+    ("harness") if the process never started."""
     if self.start_failure:
       return Verdict("harness", self.start_failure)
-    if not self.conn.poll(max(0.0, self.timeout - (time.monotonic() - self.sent_at))):
+    if not self.conn.poll(max(0.0, self.timeout - (time.monotonic() - self.heard_at))):
       kernel = self.current.value
       self.stop()
       return Verdict("hang", f"no answer within {self.timeout:.0f} s", kernel=kernel)
     try:
-      return self.conn.recv()
+      message = self.conn.recv()
     except (EOFError, ConnectionResetError):
       code = self.process.exitcode if self.process else None
       self.process.join()
       self.process = None
+      self.in_batch = False
       return Verdict("crash", f"the worker process died (exit code {code})", kernel=self.current.value)
+    self.heard_at, self.in_batch = time.monotonic(), message != END
+    return message
+
+  def finish(self) -> None:
+    """End the batch: the programs not run yet are skipped, what the worker still says of it is read."""
+    if self.in_batch:
+      with contextlib.suppress(OSError):  # the process just died: receive says so
+        self.conn.send(STOP)
+    while self.in_batch:
+      self.receive()
 
   def run(self, program: Any) -> Verdict:
-    self.send(program)
-    return self.receive()
+    """One program, its kernels compiled as it runs them."""
+    self.send([program])
+    verdict = self.receive()
+    self.finish()
+    return verdict
 
   def stop(self) -> None:
     if self.process is not None:
       self.process.kill()
       self.process.join()
       self.process = None
+    self.in_batch = False
