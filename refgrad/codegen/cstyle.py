@@ -32,6 +32,11 @@ C_TYPES = {
   dtypes.float64: "double",
 }
 C_STORAGE = {**C_TYPES, dtypes.bool: "uint8_t", dtypes.float16: "uint16_t", dtypes.bfloat16: "uint16_t"}
+# a float's prelude helpers to its bits (an unsigned int of its width) and back; half and bfloat16 values are floats
+FLOAT_BITS: dict[DType, tuple[str, str]] = {
+  dtypes.float32: ("rg_f32_bits", "rg_bits_f32"), dtypes.float64: ("rg_f64_bits", "rg_bits_f64"),
+  **{dt: (f"rg_f32_to_{name}", f"rg_{name}_to_f32") for dt, name in EMULATED_16BIT.items()},
+}
 
 C_HEADER = """#include <stdint.h>
 #include <string.h>
@@ -275,24 +280,12 @@ class _Render(ProgramWalker):
   def cast(self, a: str, src: DType, dst: DType) -> str:
     return CAST_RULES[dst.kind](self, a, src, dst)
 
-  def bits_of(self, a: str, dt: DType) -> str:
-    if dt in EMULATED_16BIT:
-      return f"rg_f32_to_{EMULATED_16BIT[dt]}({a})"
-    if dt == dtypes.float32:
-      return f"rg_f32_bits({a})"
-    if dt == dtypes.float64:
-      return f"rg_f64_bits({a})"
-    return f"({self.d.types[UNSIGNED_OF_WIDTH[dt.bits]]})({a})"
-
   def bitcast(self, a: str, src: DType, dst: DType) -> str:
-    bits = self.bits_of(a, src)
-    if dst in EMULATED_16BIT:
-      return f"rg_{EMULATED_16BIT[dst]}_to_f32(({self.ctype(dtypes.uint16)})({bits}))"
-    if dst == dtypes.float32:
-      return f"rg_bits_f32(({self.ctype(dtypes.uint32)})({bits}))"
-    if dst == dtypes.float64:
-      return f"rg_bits_f64(({self.ctype(dtypes.uint64)})({bits}))"
-    return f"({self.ctype(dst)})({bits})"
+    """Through the bits as an unsigned integer of the width: a float's helpers (FLOAT_BITS) read and make them, an
+    integer converts to and from the unsigned type."""
+    unsigned = self.d.types[UNSIGNED_OF_WIDTH[src.bits]]
+    bits = f"{FLOAT_BITS[src][0]}({a})" if src in FLOAT_BITS else f"({unsigned})({a})"
+    return f"{FLOAT_BITS[dst][1]}(({unsigned})({bits}))" if dst in FLOAT_BITS else f"({self.ctype(dst)})({bits})"
 
 
 # ---- statements: they write their own lines and have no value (or, like an index, name it themselves)
