@@ -136,13 +136,17 @@ VIEW_BASES = {
 }
 
 
-def view_pair(base: str, dtype=dtypes.float32) -> tuple[Tensor, torch.Tensor]:
-  """The same (2, 3, 4) view VIEW_BASES[base] as a refgrad Tensor and as a torch tensor."""
+def view_pair(base: str, dtype=dtypes.float32, values: np.ndarray | None = None) -> tuple[Tensor, torch.Tensor]:
+  """The same (2, 3, 4) view VIEW_BASES[base] as a refgrad Tensor and as a torch tensor. Its elements are their
+  positions in the base (0, 1, 2, ...), or `values` at those positions (at least 120 of them)."""
+  def elements(positions):
+    return np.asarray(positions if values is None else np.asarray(values)[positions]).astype(NP_DTYPE[dtype])
+
   def make_refgrad(a):
-    return Tensor(np.asarray(a).astype(NP_DTYPE[dtype]))
+    return Tensor(elements(a))
 
   def make_torch(a):
-    return to_torch(np.asarray(a).astype(NP_DTYPE[dtype]))
+    return to_torch(elements(a))
   return VIEW_BASES[base](make_refgrad, Tensor.pad), VIEW_BASES[base](make_torch, F.pad)
 
 

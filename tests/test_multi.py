@@ -3,7 +3,7 @@ kind on split and replicated tensors against numpy, uneven and empty parts, the 
 reduction bound, autograd and an optimizer on sharded parameters against one device, and the errors."""
 import numpy as np
 import pytest
-from helpers import training_step
+from helpers import edge_values, training_step
 
 from refgrad import Device, Tensor, TinyJit, dtypes
 from refgrad.nn import Linear
@@ -19,7 +19,7 @@ def last_device(t):
   return t.device[-1] if isinstance(t.device, tuple) else t.device
 
 
-EDGES = np.array([0.0, -0.0, 1.5, -2.25, np.inf, -np.inf, 3e38, -1e-45, 7.0, -7.0, 0.5, 2.0], np.float32)
+EDGES = edge_values(dtypes.float32)
 
 
 def data(shape, seed=0):
