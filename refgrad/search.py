@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from refgrad.buffer import Buffer
 from refgrad.codegen.contract import OptList, opts_text
 from refgrad.codegen.opt import OptError, parse_opts
-from refgrad.codegen.pipeline import compile_ast, random_kernel_opts
+from refgrad.codegen.pipeline import compile_ast, kernel_name, lowered_kernel, random_kernel_opts
 from refgrad.compile_cache import cache_dir
 from refgrad.registry import Device
 from refgrad.uop import Ops, UOp
@@ -102,7 +102,7 @@ def search_opts(ast: UOp, device: str, budget: int) -> OptList:
   before (with at least this budget), else searched now. Prints the choice."""
   device = Device.canonicalize(device)
   key = kernel_key(ast, device)
-  name = compile_ast(ast).name
+  name = kernel_name(*lowered_kernel(ast))  # a program's name, without compiling one for it
   path = _cache_path(key)
   try:
     cached = json.loads(path.read_text())
