@@ -27,6 +27,7 @@ class CaseResult:
 class UnitOutcome:
   results: list[CaseResult]
   programs: list[Program] = field(default_factory=list)  # what ran on the device, for the code-path report
+  paths: Counter[str] = field(default_factory=Counter)  # the code paths they took (run_unit reads them once)
 
 
 @dataclass

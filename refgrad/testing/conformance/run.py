@@ -49,7 +49,8 @@ def run_unit(unit: Unit, device: str) -> UnitOutcome:
   except Exception as e:  # a crash of the device under test is a failure with its message
     status, detail = FAIL, f"{type(e).__name__}: {e}"
   else:
-    paths = sorted(code_paths(device, outcome.programs))
+    outcome.paths = code_paths(device, outcome.programs)
+    paths = sorted(outcome.paths)
     for result in outcome.results:
       result.paths = paths
     return outcome
@@ -105,7 +106,8 @@ def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | No
   device = Device.canonicalize(device)
   started = time.perf_counter()
   units = [u for u in all_units() if only is None or any(only in row for row in u.rows)]
-  results, programs = [], []
+  results: list[CaseResult] = []
+  paths: Counter[str] = Counter()
   for i, unit in enumerate(units):
     if progress:
       progress(i, len(units), unit)
@@ -115,11 +117,11 @@ def run_conformance(device: str, progress: Callable[[int, int, Unit], None] | No
     if standalone is not None:
       write_cell_reproducers(unit, device, outcome.results, Path(standalone))
     results += outcome.results
-    programs += outcome.programs
+    paths.update(outcome.paths)
     if stop_on_failure and any(r.status == FAIL for r in outcome.results):
       break
   reports = getattr(Device[device].renderer, "code_paths", None) is not None
-  return CheckRun(device, merge(results), code_paths(device, programs), reports, time.perf_counter() - started)
+  return CheckRun(device, merge(results), paths, reports, time.perf_counter() - started)
 
 
 def progress_printer(stream: Any = None) -> Callable[[int, int, Unit], None]:
