@@ -1,5 +1,5 @@
-"""The `refgrad` command: `demo`, `devices`, `check` (conformance), `fuzz` (differential fuzzing) and `selftest`
-(the kit's own mutation score)."""
+"""The `refgrad` command: `demo`, `devices`, `check` (conformance), `fuzz` (differential fuzzing), `reduce` (shrink a
+finding's standalone reproducer) and `selftest` (the kit's own mutation score)."""
 from __future__ import annotations
 
 import argparse
@@ -341,6 +341,14 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
   return 1 if report.findings else 0
 
 
+def cmd_reduce(args: argparse.Namespace) -> int:
+  """Shrink a finding's standalone reproducer with C-Vise or C-Reduce, keeping its failure."""
+  from refgrad.testing.reduce import reduce_reproducer, reproducer_folder
+  reduced = reduce_reproducer(reproducer_folder(args.finding), args.tool, args.timeout, args.quick)
+  print(f"reduced reproducer: {reduced}")
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = _Parser(prog="refgrad", description="refgrad: tensors you can prove right")
   sub = parser.add_subparsers(dest="command", required=True)
@@ -381,6 +389,15 @@ def build_parser() -> argparse.ArgumentParser:
   fz.add_argument("--html", metavar="FILE", help="write the campaign report (coverage, ULP errors, rates, findings)")
   fz.add_argument("--quiet", action="store_true", help="no live dashboard, only the final summary")
   fz.set_defaults(fn=cmd_fuzz)
+  reduce = sub.add_parser("reduce", help="shrink a finding's standalone reproducer with C-Vise or C-Reduce")
+  reduce.add_argument("finding", metavar="FINDING",
+                      help="a standalone reproducer's folder, or a finding's pytest file with one beside it")
+  reduce.add_argument("--tool", default="cvise", choices=("cvise", "creduce"), help="the reducer (default: cvise)")
+  reduce.add_argument("--timeout", type=float, default=20.0,
+                      help="seconds one build and run of a candidate may take (default: 20)")
+  reduce.add_argument("--quick", action="store_true",
+                      help="only delete lines and tokens (C-Vise's delta passes): faster, less small")
+  reduce.set_defaults(fn=cmd_reduce)
   selftest = add_selftest_parser(sub)
   for p in (devices, demo, check, fz, selftest):
     p.add_argument("--plugin", action="append", metavar="FILE", help="load a backend plugin from a .py file")

@@ -157,6 +157,8 @@ HOW: dict[str, object] = {
     Interrupt(needs=("CLANG",)),
   "refgrad selftest --device CLANG                     # the kit's own mutation score (also LLVM, OPENCL)":
     Elsewhere("tests/test_selftest.py", "runs the selftest's mutants of CLANG; the whole score takes minutes"),
+  "refgrad reduce FINDING                              # shrink a finding's standalone reproducer (C-Vise)":
+    Elsewhere("tests/test_reduce_command.py", "reduces a planted wrong kernel's reproducer with C-Vise"),
   "refgrad fuzz --device CLANG --seconds 3600 --jobs 2 --html campaign.html":
     Interrupt(writes=("campaign.html",), needs=("CLANG",)),
   "ray start --head --port 6379                        # on the head node; `ray start --address HEAD:6379` on others":
