@@ -1,4 +1,7 @@
 """The plugin contract: an out-of-tree example backend registered in-process, checked against PYTHON."""
+import dataclasses
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,7 +12,9 @@ from hypothesis import given, settings
 from refgrad import Device, Tensor, plugin_loader
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.hookspecs import hookimpl
+from refgrad.standalone import RUN_SCRIPT
 from refgrad.testing.oracle.reference import check_against_reference
+from refgrad.testing.oracle.standalone_cases import cases_on, write_standalone
 from refgrad.testing.strategies import PROGRAM_HEALTH_CHECKS, tensor_programs
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pyloops"
@@ -71,3 +76,19 @@ def test_a_plugin_that_fails_to_import_is_listed_unavailable():
       Tensor([1], device="badplugin")
   finally:
     Device.remove("BADPLUGIN")
+
+
+def test_example_plugin_writes_a_standalone_reproducer(pyloops, tmp_path):
+  """The example's DeviceImpl.standalone hook (docs/writing-a-backend.md): run.sh passes on the kernel PYLOOPS ran,
+  and fails naming the lane when an expected value is wrong."""
+  x = np.array([[0.0, -0.0, 1.5], [np.inf, np.nan, -3.25]], np.float32)
+  case = cases_on(pyloops, lambda t: t.max(1) * 2, x)[-1]
+  wrong = case.expected.copy()
+  wrong[0] += 1
+  env = {**os.environ, "PYTHON": sys.executable}
+  runs = {}
+  for name, expected in (("right", case.expected), ("wrong", wrong)):
+    write_standalone(tmp_path / name, dataclasses.replace(case, expected=expected))
+    runs[name] = subprocess.run(["sh", RUN_SCRIPT], cwd=tmp_path / name, env=env, capture_output=True, text=True)
+  assert runs["right"].returncode == 0, runs["right"].stdout + runs["right"].stderr
+  assert runs["wrong"].returncode == 1 and "lane 0: got bits" in runs["wrong"].stdout

@@ -18,6 +18,7 @@ from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
 from refgrad.ops import OP_FACTS
 from refgrad.registry import DeviceSpec
+from refgrad.standalone import PY_CHECKER, PYTHON_DRIVER_RUN, RUN_SCRIPT, StandaloneCase, py_data
 from refgrad.uop import Ops, UOp
 
 
@@ -165,9 +166,35 @@ class PythonRuntime:
     return namespace[program.name]
 
 
+def standalone_files(case: StandaloneCase, device: DeviceImpl) -> dict[str, str]:
+  """kernel.py (the rendered function) and driver.py, which runs it on the case's buffers and judges buffer 0 with
+  refgrad.standalone's checker. PYLOOPS kernels call refgrad's alu.py, so this driver imports refgrad; a real
+  backend's reproducer needs only its own compiler or driver."""
+  header = "import sys\n\nfrom refgrad import alu\nfrom refgrad.dtype import dtypes\nfrom refgrad.uop import Ops\n"
+  driver = header + PY_CHECKER + "\n\n" + py_data(case) + f"KERNEL = {case.program.name!r}\n" + PYLOOPS_DRIVER
+  return {"kernel.py": case.source, "driver.py": driver, RUN_SCRIPT: PYTHON_DRIVER_RUN}
+
+
+PYLOOPS_DRIVER = """
+
+def main():
+  namespace = {"np": np, "alu": alu, "dtypes": dtypes, "Ops": Ops}
+  with open("kernel.py") as f:
+    exec(f.read(), namespace)
+  buffers = [np.frombuffer(data, np.uint8).copy() for data in INIT]
+  namespace[KERNEL](*buffers)
+  bad = check(buffers[0][:len(EXPECTED)].tobytes(), EXPECTED, SKIP, ABS_BOUND, SIZE, EXP_BITS, MAN_BITS, ULP_BOUND)
+  print(f"{bad} of {int((~SKIP).sum())} judged lanes differ from the reference")
+  sys.exit(1 if bad else 0)
+
+
+main()
+"""
+
+
 def make_device() -> DeviceImpl:
   return DeviceImpl("PYLOOPS", NumpyAllocator(), renderer=PyLoopsRenderer(), compiler=PythonCompiler(),
-                    runtime=PythonRuntime())
+                    runtime=PythonRuntime(), standalone=standalone_files)
 
 
 @hookimpl
