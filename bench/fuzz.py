@@ -1,16 +1,27 @@
 """`refgrad fuzz` throughput: Ray workers against one worker and against local processes, the PYTHON harness against
-the one before issue 17, and how soon a new campaign replays a finding from a shared (Redis) example database.
+the one before issue 17, and how soon a new campaign replays a finding from a shared (Redis) example database; with
+`--batches`, programs/s per device with and without compiling a batch's kernels ahead (issue 30).
 
     python bench/fuzz.py [--seconds 40] [--skip-baseline]
+    python bench/fuzz.py --batches [--seconds 20] [--devices PYTHON CLANG LLVM OPENCL]
 
 Targets (issue 17), all measured in this run: 2 Ray workers >= 1.7x the programs/s of 1 on CLANG; Ray within 10%
 of `--jobs 2`; PYTHON programs/s per worker >= 2x the old harness (commit 1fe1c05, checked out into a temporary
 directory and run the same way); a finding replayed within 5 s of a new campaign's start. Every run gets a fresh
 compile cache, so no run profits from kernels an earlier one compiled.
+
+Targets (issue 30), `--batches`: programs/s on PYTHON >= 500, CLANG >= 80 per worker, LLVM >= 200, OPENCL >= 40. Each
+device runs with one and two workers (`--jobs`), before (each kernel compiled as it runs: compile_ahead=False) and
+after (a batch's kernels compiled at once), each into a fresh compile cache and then again warm (the same campaign
+on the cache the fresh run filled; past the programs that run reached it compiles again). Each figure is the
+programs/s of the campaigns (each in a process of its own, as `refgrad fuzz --jobs`) once their worker processes
+have started, summed over the workers. The load average is printed with each row: the machine may be shared.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import os
 import shutil
 import socket
@@ -109,12 +120,53 @@ def replay_seconds(ray_workers: int | None) -> tuple[float | None, str]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def campaign_rate(device: str, seconds: float, index: int, workers: int, compile_ahead: bool, cache: str) -> float:
+  """programs/s of worker `index` of `workers`'s campaign over `seconds`, once its worker process has started."""
+  from refgrad.testing.fuzz.campaign import Campaign, CampaignConfig
+  os.environ["REFGRAD_CACHE"] = cache
+  campaign = Campaign(CampaignConfig(device, compile_ahead=compile_ahead), 0, index, workers)
+  try:
+    campaign.worker.start()
+    chunk = campaign.run_for(seconds)
+  finally:
+    campaign.close()
+  return chunk.programs / chunk.seconds
+
+
+def batch_run(device: str, seconds: float, jobs: int, compile_ahead: bool, cache: str) -> float:
+  """programs/s of `jobs` campaigns at once (each in a process of its own, as `refgrad fuzz --jobs`)."""
+  context = multiprocessing.get_context("spawn")
+  with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+    rates = [pool.submit(campaign_rate, device, seconds, i, jobs, compile_ahead, cache) for i in range(jobs)]
+    return sum(rate.result() for rate in rates)
+
+
+def batches_table(devices: list[str], seconds: float) -> None:
+  """programs/s per device, workers, before/after and fresh/warm compile cache (module docstring)."""
+  print(f"each campaign {seconds:g} s once its worker has started; programs/s summed over the workers\n")
+  print(f"{'device':8} {'jobs':>4}  {'mode':7} {'fresh cache':>11} {'warm cache':>11}   load average (1/5/15 min)")
+  for device in devices:
+    for jobs in (1, 2):
+      for compile_ahead in (False, True):
+        cache = tempfile.mkdtemp(prefix="refgrad-bench-cache-")
+        fresh, warm = (batch_run(device, seconds, jobs, compile_ahead, cache) for _ in range(2))
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        mode = "after" if compile_ahead else "before"
+        print(f"{device:8} {jobs:>4}  {mode:7} {fresh:11.1f} {warm:11.1f}   {load}", flush=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--seconds", type=float, default=40.0)
+  parser.add_argument("--seconds", type=float, default=None, help="seconds a campaign (40; 20 with --batches)")
   parser.add_argument("--skip-baseline", action="store_true", help="do not run the old harness")
+  parser.add_argument("--batches", action="store_true", help="programs/s with and without compiling ahead")
+  parser.add_argument("--devices", nargs="+", default=["PYTHON", "CLANG", "LLVM", "OPENCL"])
   args = parser.parse_args()
-  s = args.seconds
+  if args.batches:
+    batches_table(args.devices, args.seconds or 20.0)
+    return
+  s = args.seconds or 40.0
   print(f"each campaign {s:g} s, programs/s from its start (worker start-up included)\n")
   one, two = ray_run("CLANG", s, 1), ray_run("CLANG", s, 2)
   jobs = run("CLANG", s, jobs=2)
