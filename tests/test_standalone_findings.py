@@ -194,3 +194,17 @@ def test_refgrad_check_writes_a_reproducer_for_each_failing_cell(tmp_path, bare_
                   if line.startswith("standalone reproducer"))
     wrong = run_by_hand(folder, bare_env)
     assert wrong.returncode == 1 and folder.parent == out, wrong.stdout + wrong.stderr
+
+
+@pytest.mark.parametrize("device", ["CLANG", "GCC", "CLANG_O3"])
+def test_each_c_compiler_device_writes_a_reproducer_built_by_its_own_compiler_and_flags(device, tmp_path, bare_env):
+  if not available(device):
+    pytest.skip(f"{device} cannot run here")
+  x = np.array([0.0, -0.0, 1.5, np.inf, np.nan, -7.25], np.float32)
+  case = cases_on(device, lambda t: (t * 3 + 1).exp2(), x)[-1]
+  write_standalone(tmp_path, case)
+  compiler = Device[device].compiler
+  command = (tmp_path / RUN_SCRIPT).read_text().splitlines()[1]
+  assert command.startswith(Path(compiler.path).name + " ") and compiler.flags[0] in command.split()
+  right = run_by_hand(tmp_path, bare_env)
+  assert right.returncode == 0, right.stdout + right.stderr
