@@ -8,9 +8,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from refgrad.codegen.contract import OptList
-from refgrad.execute import kernel_opts
 from refgrad.registry import Device
-from refgrad.testing.oracle.reference import instance_of, reference_schedule
+from refgrad.testing.oracle.reference import device_opts, instance_of, reference_schedule
 from refgrad.uop import UOp
 
 # What check_against_reference is given: the program, its inputs and its opts chooser (None: the device's own opts).
@@ -31,9 +30,7 @@ def prepare_checks(device: str, checks: Iterable[PlannedCheck]) -> None:
     try:
       items = reference_schedule(fn, *inputs)
       for item in (i for i in items if not i.is_transfer):
-        instance = instance_of(device, item.buffers[0].device)
-        chosen = kernel_opts(item.ast, Device[instance].name) if opts is None else opts(item.ast)
-        kernels[instance].append((item.ast, chosen))
+        kernels[instance_of(device, item.buffers[0].device)].append((item.ast, device_opts(item, device, opts)))
     except Exception:  # the check itself raises it, where it is a finding or a failing cell
       continue
   for instance, planned in kernels.items():
