@@ -144,6 +144,35 @@ def test_a_compiler_crash_gives_the_source_that_crashes_it_and_the_command(crash
   assert crashed.returncode != 0 and "PLEASE submit a bug report" in crashed.stderr, crashed.stderr
 
 
+def test_ir_llvm_rejects_gives_a_reproducer_that_fails_in_its_driver_as_the_device_did(tmp_path, bare_env):
+  """An LLVM whose IR is broken (a line LLVM cannot parse after each kernel): the device's compile raises, the case
+  carries its error, and the driver fails parsing kernel.ll, before any launch."""
+  if not available("LLVM"):
+    pytest.skip("LLVM is not available")
+  llvm = Device["LLVM"]
+  Device.register("LLVM_BAD_IR", lambda: dataclasses.replace(llvm, name="LLVM_BAD_IR",
+                                                             renderer=AppendingRenderer(llvm.renderer)))
+  try:
+    case = failing_case(lambda t: t + 1, np.array([1.0, 2.0], np.float32), device="LLVM_BAD_IR")
+    assert case is not None and "LLVMCompileError" in case.device_error
+    write_standalone(tmp_path, case)
+  finally:
+    Device.remove("LLVM_BAD_IR")
+  failed = run_by_hand(tmp_path, bare_env)
+  assert failed.returncode != 0 and "judged lanes" not in failed.stdout and "not a valid IR" in failed.stderr, \
+    failed.stdout + failed.stderr
+
+
+class AppendingRenderer:
+  """A renderer whose every kernel ends with a line that is not LLVM IR."""
+
+  def __init__(self, renderer):
+    self.renderer, self.caps = renderer, renderer.caps
+
+  def render(self, program) -> str:
+    return self.renderer.render(program) + "\nnot a valid IR line\n"
+
+
 def tensor_program(method: str, *inputs: np.ndarray) -> TensorProgram:
   return TensorProgram(list(inputs), [Step(method, tuple(range(len(inputs))), (True,) * len(inputs))])
 
