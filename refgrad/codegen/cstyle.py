@@ -12,13 +12,13 @@ arrays, barriers and gated stores.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from refgrad.alu import reduce_identity
 from refgrad.codegen.contract import Capabilities, Program
 from refgrad.codegen.cstyle_prelude import DOUBLE_PRELUDE, PRELUDE, WIDE_INT_PRELUDE
-from refgrad.codegen.walker import ProgramWalker, Rule
+from refgrad.codegen.walker import ProgramWalker, Rule, code_paths, pieces
 from refgrad.dtype import EMULATED_16BIT, ODD_HELPER, DType, dtypes, round_to_odd_source
 from refgrad.uop import Ops, UOp
 
@@ -92,50 +92,6 @@ def c_literal(value: object, dtype: DType, d: CDialect) -> str:
   if math.isinf(value):
     return f"({'-' if value < 0 else ''}({ctype})INFINITY)"
   return f"{float(value).hex()}{suffix}"
-
-
-def splittable_reduce(program: Program, start: int, lanes: int) -> bool:
-  """The loop at `start` is innermost, feeds exactly one accumulator and runs at least 2*lanes times, so a
-  renderer may run it as `lanes` independent accumulators (the order of a reduction is free: SPEC.md)."""
-  end = program.loop_ends[start]
-  body = program.uops[start + 1:end]
-  return (lanes > 1 and program.uops[start].arg[1] >= 2 * lanes and not any(u.op is Ops.RANGE for u in body)
-          and sum(u.op is Ops.ACCUMULATE for u in body) == 1)
-
-
-def pieces(program: Program, start: int, stop: int, lanes: int) -> Iterator[tuple[int, int | None]]:
-  """uops[start:stop] in render order: (i, end) for a reduce loop from i to end that splittable_reduce lets a
-  renderer run over `lanes` accumulators, (i, None) for any other uop, to render on its own."""
-  i = start
-  while i < stop:
-    end = program.loop_ends.get(i)
-    if end is not None and splittable_reduce(program, i, lanes):
-      yield i, end
-      i = end + 1
-    else:
-      yield i, None
-      i += 1
-
-
-def code_paths(program: Program, lanes: int) -> list[str]:
-  """The paths a renderer that splits reductions over `lanes` accumulators (see splittable_reduce) takes for
-  a program, and the other shapes renderers special-case: what `refgrad check` reports as reached."""
-  paths = set()
-  for start, end in program.loop_ends.items():
-    if splittable_reduce(program, start, lanes):
-      paths.add(f"split reduction ({lanes} accumulators)")
-      if program.uops[start].arg[1] % lanes:
-        paths.add("split reduction remainder loop")
-    elif any(u.op is Ops.ACCUMULATE for u in program.uops[start + 1:end]):
-      paths.add("serial reduction loop")
-  if any(u.op is Ops.DEFINE_LOCAL for u in program.uops):
-    paths.add("grouped reduction (local memory and barriers)")
-  if any(u.op is Ops.LOAD and len(u.src) > 2 for u in program.uops):
-    paths.add("gated load (padding)")
-  paths |= {f"{opt.kind} opt" for opt in program.opts} | {f"{opt.kind} by {opt.amount}" for opt in program.opts}
-  paths |= {f"{u.dtype.name} arithmetic" for u in program.uops
-            if u.dtype in (dtypes.float16, dtypes.bfloat16) and u.op not in (Ops.LOAD, Ops.PARAM)}
-  return sorted(paths)
 
 
 class CStyleRenderer:

@@ -291,7 +291,7 @@ WORK_THRESHOLD = 1 << 16
 THREAD_THRESHOLD = 1 << 19
 
 
-LONG_LOOP = 16  # an innermost reduce loop at least this long runs split over several accumulators (cstyle.pieces)
+LONG_LOOP = 16  # an innermost reduce loop at least this long runs split over several accumulators (walker.pieces)
 
 
 def tile_shares_loads(sink: UOp, axis: int) -> bool:

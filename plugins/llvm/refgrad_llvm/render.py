@@ -22,8 +22,7 @@ import numpy as np
 
 from refgrad.alu import reduce_identity
 from refgrad.codegen.contract import Capabilities, Program
-from refgrad.codegen.cstyle import code_paths, pieces
-from refgrad.codegen.walker import ProgramWalker, Rule
+from refgrad.codegen.walker import ProgramWalker, Rule, code_paths, pieces
 from refgrad.dtype import EMULATED_16BIT, ODD_HELPER, DType, dtypes, round_to_odd_source
 from refgrad.uop import Ops, UOp
 from refgrad_llvm.prelude import needed_helpers
