@@ -150,22 +150,27 @@ def view_pair(base: str, dtype=dtypes.float32, values: np.ndarray | None = None)
   return VIEW_BASES[base](make_refgrad, Tensor.pad), VIEW_BASES[base](make_torch, F.pad)
 
 
-def grads_match(fn_rg, fn_torch, *arrays: np.ndarray, rtol: float = 1e-4, seed=None) -> None:
-  """d(sum(f(*arrays) * w))/d(each input), refgrad against torch autograd, with fixed random weights w (or `seed`,
-  the weights given): the output shapes agree, each gradient has its input's dtype (inputs keep their numpy
-  dtype), and the values agree within rtol plus an atol of 1e-6 relative to the largest gradient. An input that is
-  not part of the graph has a zero gradient on both sides."""
-  ours = [Tensor(a, requires_grad=True) for a in arrays]
-  theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-  out_rg, out_t = fn_rg(*ours), fn_torch(*theirs)
-  assert tuple(out_rg.shape) == tuple(out_t.shape), f"shape {out_rg.shape}, torch {tuple(out_t.shape)}"
-  dt = arrays[0].dtype
-  weights = np.random.default_rng(1).standard_normal(out_t.shape).astype(dt) if seed is None else seed
-  (out_rg * Tensor(np.asarray(weights, dtype=dt))).sum().backward()
-  (out_t * torch.tensor(np.asarray(weights, dtype=dt))).sum().backward()
-  for a, ours_t, theirs_t in zip(arrays, ours, theirs):
-    want = theirs_t.grad.numpy() if theirs_t.grad is not None else np.zeros_like(a)
-    got = ours_t.grad.numpy() if ours_t.grad is not None else np.zeros_like(a)
+def weighted_backward(fn, arrays: list[np.ndarray], weights_for, make=Tensor) -> list[np.ndarray]:
+  """fn's value and d(sum(fn(*arrays) * w))/d(each input) as numpy arrays, with w = weights_for(output shape) in the
+  inputs' dtype: in refgrad, or in torch with make=torch.tensor. An input that is not part of the graph gets a zero
+  gradient."""
+  inputs = [make(a, requires_grad=True) for a in arrays]
+  out = fn(*inputs)
+  (out * make(np.asarray(weights_for(tuple(out.shape)), dtype=arrays[0].dtype))).sum().backward()
+  grads = [t.grad.numpy() if t.grad is not None else np.zeros_like(a) for a, t in zip(arrays, inputs)]
+  return [out.detach().numpy(), *grads]
+
+
+def grads_match(fn_rg, fn_torch, *arrays: np.ndarray, rtol: float = 1e-4) -> None:
+  """Gradients of sum(f(*arrays) * w), w fixed random weights (weighted_backward), refgrad against torch autograd:
+  the output shapes agree, each gradient has its input's dtype (inputs keep their numpy dtype), and the values agree
+  within rtol plus an atol of 1e-6 relative to the largest gradient."""
+  def weights_for(shape):
+    return np.random.default_rng(1).standard_normal(shape)
+  ours = weighted_backward(fn_rg, list(arrays), weights_for)
+  theirs = weighted_backward(fn_torch, list(arrays), weights_for, torch.tensor)
+  assert ours[0].shape == theirs[0].shape, f"shape {ours[0].shape}, torch {theirs[0].shape}"
+  for a, got, want in zip(arrays, ours[1:], theirs[1:]):
     assert got.dtype == a.dtype, f"gradient dtype {got.dtype}, input dtype {a.dtype}"
     scale = float(np.abs(want).max()) if want.size else 1.0
     np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6 * max(scale, 1.0))

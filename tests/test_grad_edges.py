@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual torch alias
-from helpers import ACTIVATIONS
+from helpers import ACTIVATIONS, weighted_backward
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,31 +70,22 @@ def check_against_torch(ours: np.ndarray, theirs: np.ndarray, exact: np.ndarray,
   assert not bad.any(), f"{what}: refgrad {ours[bad]}, torch {exact[bad]} (at flat index {np.flatnonzero(bad)})"
 
 
-def torch_results(torch_fn, arrays: list[np.ndarray], weights: np.ndarray) -> list[np.ndarray]:
-  """torch's value and the gradient of sum(value * weights) for each input, as float64 numpy arrays."""
-  inputs = [torch.tensor(a, requires_grad=True) for a in arrays]
-  out = torch_fn(*inputs)
-  (out * torch.tensor(weights.astype(arrays[0].dtype))).sum().backward()
-  grads = [t.grad.double().numpy() if t.grad is not None else np.zeros(a.shape) for a, t in zip(arrays, inputs)]
-  return [out.detach().double().numpy()] + grads
-
-
 def compare(rg_fn, torch_fn, arrays: list[np.ndarray], rtol: float, atol: float = 0.0) -> None:
-  """Value and gradient of sum(f(*arrays) * w) with fixed weights w, refgrad against torch in the same dtype and
-  against torch in float64 on the same inputs. Results below the smallest normal number may round differently
-  (subnormals), so they are only compared absolutely."""
-  atol = max(atol, float(np.finfo(arrays[0].dtype).tiny))
-  weights = np.random.default_rng(11).uniform(0.5, 1.5, torch_fn(*map(torch.tensor, arrays)).shape)
-  theirs = torch_results(torch_fn, arrays, weights)
-  exact = torch_results(torch_fn, [a.astype(np.float64) for a in arrays], weights.astype(arrays[0].dtype))
-  ours = [Tensor(a, requires_grad=True) for a in arrays]
-  out = rg_fn(*ours)
-  assert tuple(out.shape) == theirs[0].shape
-  (out * Tensor(weights.astype(arrays[0].dtype))).sum().backward()
-  results = [out] + [t.grad if t.grad is not None else t.zeros_like() for t in ours]
-  for i, (got, want, want64) in enumerate(zip(results, theirs, exact)):
+  """Value and gradient of sum(f(*arrays) * w) with fixed weights w (helpers.weighted_backward), refgrad against
+  torch in the same dtype and against torch in float64 on the same inputs. Results below the smallest normal number
+  may round differently (subnormals), so they are only compared absolutely."""
+  dt = arrays[0].dtype
+  atol = max(atol, float(np.finfo(dt).tiny))
+
+  def weights_for(shape):  # in the inputs' dtype, so that the float64 run has the same weights
+    return np.random.default_rng(11).uniform(0.5, 1.5, shape).astype(dt)
+  theirs = weighted_backward(torch_fn, arrays, weights_for, torch.tensor)
+  exact = weighted_backward(torch_fn, [a.astype(np.float64) for a in arrays], weights_for, torch.tensor)
+  ours = weighted_backward(rg_fn, arrays, weights_for)
+  assert ours[0].shape == theirs[0].shape
+  for i, (got, want, want64) in enumerate(zip(ours, theirs, exact)):
     what = "value" if i == 0 else f"gradient of input {i - 1}"
-    check_against_torch(got.numpy().astype(np.float64), want, want64, what, rtol, atol)
+    check_against_torch(got.astype(np.float64), want.astype(np.float64), want64, what, rtol, atol)
 
 
 # ---------------------------------------------------------------- elementwise: every edge point at once
@@ -213,16 +204,9 @@ MOD_POINTS = {  # (x, y) pairs by what they test
 }
 
 
-def mod_gradients_torch(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
-  torch.remainder(tx, ty).sum().backward()
-  return tx.grad.numpy(), ty.grad.numpy()
-
-
-def mod_gradients(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  tx, ty = Tensor(x, requires_grad=True), Tensor(y, requires_grad=True)
-  (tx % ty).sum().backward()
-  return tx.grad.numpy(), ty.grad.numpy()
+def mod_gradients(x: np.ndarray, y: np.ndarray, make=Tensor) -> list[np.ndarray]:
+  """The gradients of sum(x % y), in refgrad or (make=torch.tensor) torch."""
+  return weighted_backward(lambda a, b: a % b, [x, y], np.ones, make)[1:]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -233,7 +217,7 @@ def test_mod_gradient_is_minus_the_quotient_of_the_remainder(what, dtype):
   torch's, infinities and NaNs included (x is inf: the value is NaN, and so is y's gradient)."""
   with np.errstate(all="ignore"):
     x, y = (np.array(column, dtype=DTYPES[dtype]) for column in zip(*MOD_POINTS[what]))
-  for ours, theirs in zip(mod_gradients(x, y), mod_gradients_torch(x, y)):
+  for ours, theirs in zip(mod_gradients(x, y), mod_gradients(x, y, torch.tensor)):
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -247,7 +231,7 @@ def test_half_mod_gradient_is_minus_the_exact_quotient():
   nudge = rng.choice([0.0, 1e-3, -1e-3, 0.3], 2000)  # exactly k y, just beside it (rounded to half), or between
   x = (y.astype(np.float64) * (rng.integers(-2047, 2048, 2000) + nudge)).astype(np.float16)
   _, ours = mod_gradients(x, y)
-  _, exact = mod_gradients_torch(x.astype(np.float64), y.astype(np.float64))
+  _, exact = mod_gradients(x.astype(np.float64), y.astype(np.float64), torch.tensor)
   below = np.abs(exact) < 2048
   assert below.sum() > 1900
   np.testing.assert_array_equal(ours[below], exact[below].astype(np.float16))
