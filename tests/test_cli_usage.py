@@ -246,3 +246,23 @@ def test_the_sample_rotates_with_its_seed_and_refgrad_full_runs_everything(tmp_p
   assert all(len(cases) < SAMPLED_CASES for cases in samples)
   assert f"{SAMPLED_CASES} tests collected" in run_sampled(tmp_path, "--co", "--refgrad-full")
   assert f"{SAMPLED_CASES} tests collected" in run_sampled(tmp_path, "--co", env={"REFGRAD_TEST_ALL": "1"})
+
+
+def test_the_sample_is_seeded_by_the_commit_and_by_a_fixed_seed_without_git(tmp_path, monkeypatch):
+  """Without REFGRAD_SAMPLE_SEED, the header names the commit checked out as the seed (so each commit samples
+  anew); where git fails (not a checkout, no git), the fixed seed, and the sample is still drawn."""
+  monkeypatch.delenv("REFGRAD_SAMPLE_SEED", raising=False)
+  if subprocess.run(["git", "rev-parse", "HEAD"], cwd=TESTS, capture_output=True, timeout=30).returncode != 0:
+    pytest.skip("the suite runs outside a git checkout")
+  seed = re.search(r"seed (\S+) ", run_sampled(tmp_path, "--co", "-v")).group(1)
+  # a commit of this checkout (not necessarily HEAD now: others may commit while the suite runs)
+  commit = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{seed}^{{commit}}"], cwd=TESTS,
+                          capture_output=True, text=True, timeout=30)
+  assert re.fullmatch("[0-9a-f]{40}", seed) and commit.stdout.strip() == seed, seed
+  failing_git = tmp_path / "bin" / "git"
+  failing_git.parent.mkdir()
+  failing_git.write_text("#!/bin/sh\necho 'fatal: not a git repository' >&2\nexit 128\n")
+  failing_git.chmod(0o755)
+  out = run_sampled(tmp_path, "--co", "-v", env={"PATH": f"{failing_git.parent}{os.pathsep}{os.environ['PATH']}"})
+  assert "seed 0 " in out
+  assert re.search(rf"\d+/{SAMPLED_CASES} tests collected", out), out
