@@ -60,7 +60,8 @@ NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
   "max_findings": (lambda v: v >= 1, "at least 1 finding to stop at"),
   "seed": (lambda v: v >= 0, "a non-negative integer"),
 }
-PATHS = ("html", "json", "findings", "database", "shared_database")  # outputs and databases, checked before work
+# outputs and databases, checked before work
+PATHS = ("html", "json", "findings", "standalone", "database", "shared_database")
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -96,7 +97,8 @@ def _check_paths(args: argparse.Namespace) -> None:
   from refgrad.testing.fuzz.database import database_problem, unwritable_directory
   checks: dict[str, Callable[[str], str]] = {
     "html": _unwritable_file, "json": _unwritable_file, "findings": unwritable_directory,
-    "database": database_problem, "shared_database": lambda url: database_problem(url, write=False)}
+    "standalone": unwritable_directory, "database": database_problem,
+    "shared_database": lambda url: database_problem(url, write=False)}
   for dest, value in given:
     if problem := checks[dest](value):
       raise UsageError(f"argument {_option(dest)}: {problem}")
@@ -252,7 +254,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     _check_only(args.only, [row for unit in all_units() for row in unit.rows])
   if not args.quiet:
     print(f"refgrad check on {device}", file=sys.stderr)
-  run = run_conformance(device, None if args.quiet else progress_printer(), only=args.only)
+  run = run_conformance(device, None if args.quiet else progress_printer(), only=args.only,
+                        standalone=args.standalone)
   results = run.results
   if not args.quiet:
     print_matrix(results)
@@ -306,39 +309,76 @@ def _check_fuzz_options(args: argparse.Namespace) -> None:
     _check_ray(args.ray)
 
 
+def _fuzz_devices(args: argparse.Namespace) -> list[str]:
+  """The devices of a campaign: --device is repeatable and takes comma-separated names, each one once."""
+  names = [name.strip() for value in args.device for name in value.split(",") if name.strip()]
+  devices = list(dict.fromkeys(_device(name) for name in names))
+  if not devices:
+    raise UsageError("argument --device: no device named")
+  return devices
+
+
+def _device_html(html: str | None, device: str, several: bool) -> str | None:
+  """Each device's campaign report: the --html file itself, or with several devices one file per device beside it."""
+  if html is None or not several:
+    return html
+  path = Path(html)
+  return str(path.with_name(f"{path.stem}-{device}{path.suffix}"))
+
+
 def cmd_fuzz(args: argparse.Namespace) -> int:
-  """Random programs on a device against the reference until the time is up; findings become pytest files."""
-  from refgrad.testing.fuzz.driver import fuzz
-  device = _device(args.device)
+  """Random programs on each device against the reference until the time is up; findings become pytest files.
+  Several devices run one after another, each for an equal share of --seconds."""
+  devices = _fuzz_devices(args)
   _check_fuzz_options(args)
+  share = args.seconds / len(devices)
+  statuses, programs, findings = [], 0, 0
+  for n, device in enumerate(devices):
+    # the first campaign's clock starts with the process (its start-up counts), the others' when they start: one
+    # that overruns its share a little does not take the next one's
+    started = args.started if n == 0 else time.time()
+    status, report = _fuzz_one(args, device, share, started, _device_html(args.html, device, len(devices) > 1))
+    statuses.append(status)
+    if report is not None:
+      programs, findings = programs + report.programs, findings + len(report.findings)
+    if status == INTERRUPTED:
+      return INTERRUPTED
+  if len(devices) > 1:
+    print(f"campaign across {', '.join(devices)}: {programs} programs, {findings} distinct finding(s)")
+  return max(statuses)
+
+
+def _fuzz_one(args: argparse.Namespace, device: str, seconds: float, started: float, html: str | None):
+  """One device's campaign and its summary: (exit status, report or None when the harness failed)."""
+  from refgrad.testing.fuzz.driver import fuzz
   engine = f"{args.workers or args.jobs} Ray worker(s) at {args.ray}" if args.ray else f"{args.jobs} job(s)"
   if not args.quiet:
-    print(f"refgrad fuzz on {device} for {args.seconds:g} s with {engine}, seed {args.seed}", file=sys.stderr)
+    print(f"refgrad fuzz on {device} for {seconds:g} s with {engine}, seed {args.seed}", file=sys.stderr)
   try:
-    report = fuzz(device, args.seconds, args.seed, args.jobs, args.findings, args.plugin or [], args.timeout,
+    report = fuzz(device, seconds, args.seed, args.jobs, args.findings, args.plugin or [], args.timeout,
                   args.max_findings, args.opts, database=args.database, shared=tuple(args.shared_database or ()),
-                  ray=args.ray, workers=args.workers, html=args.html, quiet=args.quiet, started=args.started)
+                  ray=args.ray, workers=args.workers, html=html, quiet=args.quiet, started=started)
   except Exception:  # by construction not a finding: refgrad's own harness failed
     traceback.print_exc()
     print(f"refgrad fuzz: refgrad's own fuzzing harness failed (above), not {device}: this is a bug in refgrad, "
           "please report it", file=sys.stderr)
-    return HARNESS_FAILED
+    return HARNESS_FAILED, None
   for finding in report.signatures.values():
     print(f"finding ({finding.kind}): {finding.path}" + (f"  (hit {finding.count} times)" if finding.count > 1 else ""))
   if report.replayed:
     print(f"replayed {report.replayed} example(s) from the example database")
-  print(f"{report.programs} programs in {report.seconds:.1f} s: {report.rate:.1f} programs/s, "
+  print(f"{device}: {report.programs} programs in {report.seconds:.1f} s: {report.rate:.1f} programs/s, "
         f"{len(report.findings)} distinct finding(s)" + ("; interrupted" if report.interrupted else ""))
   print(report.coverage_text())
-  if args.html:
-    print(f"report: {args.html}")
+  if html:
+    print(f"report: {html}")
   if report.interrupted:
-    return INTERRUPTED
+    return INTERRUPTED, report
   if not report.programs:  # a CI job must not pass having tested nothing
-    print(f"refgrad fuzz: error: argument --seconds: no program ran in {args.seconds:g} s (start-up took it all): "
-          "give it more time", file=sys.stderr)
-    return USAGE
-  return 1 if report.findings else 0
+    print(f"refgrad fuzz: error: argument --seconds: no program ran on {device} in {seconds:g} s (start-up took it "
+          "all): give it more time", file=sys.stderr)
+    return USAGE, report
+  return (1 if report.findings else 0), report
 
 
 def cmd_reduce(args: argparse.Namespace) -> int:
@@ -365,10 +405,14 @@ def build_parser() -> argparse.ArgumentParser:
   check.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
   check.add_argument("--verbose", "-v", action="store_true", help="print the explanation of every failure")
   check.add_argument("--only", metavar="ROW", help="run only the cases whose row contains ROW (e.g. CAST, REDUCE)")
+  check.add_argument("--standalone", metavar="DIR", help="write each failing cell's reproducer in the backend's own "
+                     "language into DIR (DeviceImpl.standalone)")
   check.add_argument("--quiet", "-q", action="store_true", help="no progress and no matrix: only the summary lines")
   check.set_defaults(fn=cmd_check)
   fz = sub.add_parser("fuzz", help="differential fuzzing of a device against the reference")
-  fz.add_argument("--device", required=True)
+  fz.add_argument("--device", required=True, action="append",
+                  help="the device to fuzz; repeat it or give NAME,NAME,... for one campaign across several devices, "
+                       "one after another, each for an equal share of --seconds")
   fz.add_argument("--seconds", type=float, default=60.0,
                   help="time limit of the whole command, its start-up included (default: 60)")
   fz.add_argument("--seed", type=int, default=0)
