@@ -88,6 +88,7 @@ BINARY = {
   "maximum": (lambda a, b: a.maximum(b), lambda a, b: torch.maximum(a, b)),
   "minimum": (lambda a, b: a.minimum(b), lambda a, b: torch.minimum(a, b)),
   "where": (lambda a, b: (a > b).where(a, b * 2), lambda a, b: torch.where(a > b, a, b * 2)),
+  "mod": (lambda a, b: a % b, torch.remainder),  # b's gradient: minus the quotients, summed over the broadcast rows
   "matmul": (lambda a, b: a @ b.T, lambda a, b: a @ b.T),
 }
 
