@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from refgrad import Device, plugin_loader
+from refgrad.cli import main
 from refgrad.codegen.contract import Opt
 from refgrad.standalone import RUN_SCRIPT
 from refgrad.testing.conformance.results import FAIL
@@ -237,3 +238,10 @@ def test_each_c_compiler_device_writes_a_reproducer_built_by_its_own_compiler_an
   assert command.startswith(Path(compiler.path).name + " ") and compiler.flags[0] in command.split()
   right = run_by_hand(tmp_path, bare_env)
   assert right.returncode == 0, right.stdout + right.stderr
+
+
+def test_refgrad_check_refuses_a_standalone_folder_it_could_not_write_before_any_work(tmp_path, capsys):
+  taken = tmp_path / "a file"
+  taken.write_text("")
+  assert main(["check", "--device", "PYTHON", "--standalone", str(taken)]) == 2
+  assert "is a file, not a directory" in capsys.readouterr().err
