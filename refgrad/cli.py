@@ -375,7 +375,7 @@ def _fuzz_one(args: argparse.Namespace, device: str, seconds: float, started: fl
   if report.interrupted:
     return INTERRUPTED, report
   if not report.programs:  # a CI job must not pass having tested nothing
-    print(f"refgrad fuzz: error: argument --seconds: no program ran on {device} in {seconds:g} s (start-up took it "
+    print(f"refgrad fuzz: error: argument --seconds: no program ran in {seconds:g} s on {device} (start-up took it "
           "all): give it more time", file=sys.stderr)
     return USAGE, report
   return (1 if report.findings else 0), report
