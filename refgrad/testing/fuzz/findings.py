@@ -85,7 +85,7 @@ class FindingsDir:
     program = finding.program
     crashed_in = kernel_of(finding.kind, program, finding.signature) if finding.kind in FATAL_KINDS else None
     if finding.kind in FATAL_KINDS and crashed_in is None:
-      return "no standalone reproducer: the worker died before naming the kernel it ran"
+      return "no standalone reproducer: the worker died outside a kernel it named (in a transfer, or before naming one)"
     opts = random_opts_seeded_by(program.to_python(), self.device) if self.opts else None
     try:
       case = failing_case(program.run, *program.inputs, device=self.device, opts=opts, crashed_in=crashed_in)

@@ -30,7 +30,8 @@ def finding_signature(kind: str, program: Any, kernel: int) -> str:
 
 
 def kernel_of(kind: str, program: Any, signature: str) -> int | None:
-  """The schedule item a finding happened in, found again from its signature (the first of that form); None when the
-  worker died before naming one."""
+  """The kernel a finding happened in (its schedule item), found again from its signature (the first of that form);
+  None when it happened in a transfer, or the worker died before naming an item."""
   items = reference_schedule(program.run, *program.inputs)
-  return next((i for i, item in enumerate(items) if _signature(kind, [item]) == signature), None)
+  return next((i for i, item in enumerate(items) if not item.is_transfer and _signature(kind, [item]) == signature),
+              None)
