@@ -8,6 +8,7 @@ them, and a device without the hook says so.
 interpreter for the Python drivers (they need numpy and llvmlite or pyopencl) and PYTHONPATH naming a folder whose
 sitecustomize.py makes refgrad and its plugins unimportable (the venv has refgrad installed)."""
 import dataclasses
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -187,6 +188,8 @@ def test_a_fuzz_finding_has_its_reproducer_beside_its_pytest_file(tmp_path, bare
   path = FindingsDir(str(tmp_path), device, [], opts=False).write(finding)
   folder = path.with_name(path.stem + "_standalone")
   assert str(folder) in path.read_text()
+  with pytest.raises(AssertionError, match="differs from the reference"):  # the pytest file replays it as before
+    runpy.run_path(str(path))["test_finding"]()
   wrong = run_by_hand(folder, bare_env)
   assert wrong.returncode == 1 and "2 of 3 judged lanes differ" in wrong.stdout, wrong.stdout + wrong.stderr
 

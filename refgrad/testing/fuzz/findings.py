@@ -38,7 +38,6 @@ import numpy as np
 
 from refgrad import Variable, dtypes  # noqa: F401
 from refgrad.plugin_loader import load_plugin_file  # noqa: F401
-from refgrad.standalone import STANDALONE_SUFFIX
 from refgrad.testing.fuzz.program_check import random_opts_seeded_by, run_one  # noqa: F401
 from refgrad.testing.oracle.reference import check_against_reference
 from refgrad.testing.programs import TensorProgram  # noqa: F401
