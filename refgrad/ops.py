@@ -42,6 +42,10 @@ class Ops(Enum):
   # GPU-shaped kernel programs (codegen/gpu.py): work-group indices, local memory, barriers
   LOCAL_INDEX = auto(); GROUP_INDEX = auto(); DEFINE_LOCAL = auto(); BARRIER = auto()  # noqa: E702
 
+  # members are singletons compared by identity: hash them by identity in C (Enum's own __hash__ is a Python
+  # function hashing the name, and graph building hashes ops tens of thousands of times a training step)
+  __hash__ = object.__hash__
+
   def __repr__(self) -> str:
     return f"Ops.{self.name}"
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from refgrad.standalone import KERNEL_BEGIN, KERNEL_END, KERNEL_FILE_STEM, RUN_SCRIPT
+from refgrad.standalone import KERNEL_BEGIN, KERNEL_END, KERNEL_FILE_STEM, RUN_SCRIPT, STANDALONE_SUFFIX
 
 # tool -> (its name for people, how to install it)
 REDUCERS = {"cvise": ("C-Vise", "apt-get install cvise (Debian, Ubuntu), or see https://github.com/marxin/cvise"),
@@ -31,7 +31,6 @@ CRASH_MARKERS = ("Assertion", "internal compiler error", "LLVM ERROR", "UNREACHA
 MISMATCH_LINE = "judged lanes differ from the reference"
 # kernel languages C-Vise's C passes understand, and the pass group to use on each
 C_SUFFIXES = {".c": "all", ".h": "all", ".cl": "opencl-120"}
-STANDALONE_SUFFIX = "_standalone"  # a finding `x.py`'s standalone reproducer is the folder `x_standalone/`
 
 
 class ReduceError(RuntimeError):
