@@ -246,24 +246,29 @@ def _compile_and_store(compiler: Compiler, source: str, path: Path) -> bytes:
 
 
 def cached_compile_batch(compiler: Compiler, sources: Sequence[str]) -> list[bytes]:
-  """[cached_compile(compiler, s) for s in sources], the misses compiled together: MAX_BATCH at a time by the
-  compiler's optional compile_batch (one compiler run), else one by one. A batch that fails is compiled again in
-  halves, down to single kernels compiled with `compile`; a kernel that does not compile raises its own error (the
-  first such), after every other kernel is compiled and cached."""
+  """[cached_compile(compiler, s) for s in sources], the misses compiled together (cached_compile_each); a kernel
+  that does not compile raises its own error (the first such), after every other kernel is compiled and cached."""
+  results = cached_compile_each(compiler, sources)
+  if (error := next((r for r in results if isinstance(r, Exception)), None)) is not None:
+    raise error
+  return results
+
+
+def cached_compile_each(compiler: Compiler, sources: Sequence[str]) -> list[bytes | Exception]:
+  """Each source's binary as cached_compile gives it, or the exception its compile alone raises. The misses are
+  compiled together: MAX_BATCH at a time by the compiler's optional compile_batch (one compiler run), else one by
+  one. A batch that fails is compiled again in halves, down to single kernels compiled with `compile`, so one
+  kernel that does not compile costs the others a few compiler runs, not one each."""
   cache_limit()
   paths = [_entry_path(compiler, source) for source in sources]
-  found = {path: payload for path in dict.fromkeys(paths) if (payload := _lookup(path)) is not None}
+  found: dict[Path, bytes | Exception] = {path: payload for path in dict.fromkeys(paths)
+                                          if (payload := _lookup(path)) is not None}
   missing = list({path: source for path, source in zip(paths, sources) if path not in found}.items())
-  errors = []
   for start in range(0, len(missing), MAX_BATCH):
     chunk = missing[start:start + MAX_BATCH]
-    results = _compile_pieces(compiler, [source for _, source in chunk])
-    compiled = [(path, result) for (path, _), result in zip(chunk, results) if isinstance(result, bytes)]
-    _store(compiled)
-    found.update(compiled)
-    errors += [result for result in results if isinstance(result, Exception)]
-  if errors:
-    raise errors[0]
+    results = dict(zip((path for path, _ in chunk), _compile_pieces(compiler, [source for _, source in chunk])))
+    _store([(path, result) for path, result in results.items() if isinstance(result, bytes)])
+    found.update(results)
   return [found[path] for path in paths]
 
 
@@ -287,7 +292,7 @@ def _compile_pieces(compiler: Compiler, sources: Sequence[str]) -> list[bytes | 
 def _compile_one(compiler: Compiler, source: str) -> bytes | Exception:
   try:
     return compiler.compile(source)
-  except Exception as e:  # raised by cached_compile_batch once the other kernels are compiled
+  except Exception as e:  # the caller raises it or leaves it to the kernel's run, once the others are compiled
     return e
 
 

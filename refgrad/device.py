@@ -25,7 +25,7 @@ from refgrad.codegen.contract import (
   UnsupportedDTypeError,
 )
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.compile_cache import cached_compile_batch, load_cached
+from refgrad.compile_cache import cached_compile_each, load_cached
 from refgrad.dtype import ALL_DTYPES
 from refgrad.uop import Ops, UOp
 
@@ -142,7 +142,8 @@ class DeviceImpl:
   def prepare(self, kernels: Sequence[tuple[UOp, OptList | None]]) -> None:
     """Compile and load, all at once, the kernels (ast, opts as run_kernel takes them) about to run that are not
     loaded yet, so that their run_kernel calls find them: a compiler with compile_batch builds them in one go
-    (compile_cache.cached_compile_batch). At most `runner_cache` are loaded, the first ones to run, so a longer list
+    (compile_cache.cached_compile_each), and a batch with a kernel that does not compile is split until the others
+    do, so they load here all the same. At most `runner_cache` are loaded, the first ones to run, so a longer list
     does not evict its own first kernels; the rest are only compiled (into the compile cache). This only saves time:
     a kernel that fails here (its dtype, its compile, its load) is left to run_kernel, which raises its error when
     its turn comes, as without prepare."""
@@ -157,11 +158,10 @@ class DeviceImpl:
            if (source := _attempt(self._checked_source, program)) is not None}
     if not new:
       return
-    try:
-      binaries = cached_compile_batch(self.compiler, [source for _, source in new.values()])
-    except Exception:  # a kernel that does not compile: run_kernel raises its error in its turn
-      return
-    for (key, (program, _)), binary in list(zip(new.items(), binaries))[:self._runners.maxsize]:
+    binaries = _attempt(cached_compile_each, self.compiler, [source for _, source in new.values()]) or []
+    compiled = [(key, program, binary) for (key, (program, _)), binary in zip(new.items(), binaries)
+                if isinstance(binary, bytes)]  # a kernel that does not compile: run_kernel raises its error in its turn
+    for key, program, binary in compiled[:self._runners.maxsize]:
       with contextlib.suppress(Exception):  # a binary that does not load: load_cached evicts it in its turn
         self._runners.put(key, self._build_runner(program, binary))
 
