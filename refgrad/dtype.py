@@ -11,9 +11,12 @@ import numpy as np
 
 
 @functools.total_ordering
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class DType:
-  """A scalar element type. `priority` orders dtypes of the same kind; `kind` is 'b', 'i', 'u' or 'f'."""
+  """A scalar element type. `priority` orders dtypes of the same kind; `kind` is 'b', 'i', 'u' or 'f'.
+
+  There is one object per dtype (those of `dtypes`; unpickling returns them, see __reduce__), so == and hash are
+  object identity, computed in C: every graph node's hash-consing key hashes its dtype."""
   name: str
   itemsize: int
   kind: str

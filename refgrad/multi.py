@@ -18,12 +18,11 @@ checked like any others.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
 from refgrad.dtype import dtypes
 from refgrad.rewrite import PatternMatcher, UPat
-from refgrad.uop import GroupOp, Ops, UOp, prod, walk
+from refgrad.uop import GroupOp, Ops, UOp, arg_key, prod, walk
 
 Bounds = tuple[tuple[int, int], ...]
 
@@ -58,12 +57,29 @@ def multi(parts: list[UOp] | tuple[UOp, ...], axis: int | None, bounds: Bounds |
   return node
 
 
+# (dtype, device, Python type, arg_key of the value) -> the constant's node on one device: every Python number a
+# Tensor op takes becomes one, and a training step makes the same few dozens of times. Bounded, cleared when full.
+# Not for several devices: a node held here would keep multi.in_use() true.
+_CONSTS: dict[tuple, UOp] = {}
+_CONSTS_SIZE = 1024
+
+
 def const_on(dtype: Any, value: Any, device: str | tuple[str, ...]) -> UOp:
   """A constant on a device, or on several (a tuple of names: the constant is replicated on each)."""
+  kind = type(value)
+  plain = type(device) is str and (kind is float or kind is int or kind is bool)
+  key = (dtype, device, kind, arg_key(value)) if plain else None
+  if key is not None and (found := _CONSTS.get(key)) is not None:
+    return found
   device_node = UOp(Ops.DEVICE, dtypes.void, (), device)
   if isinstance(device, tuple):
     _LIVE.add(device_node)
-  return UOp.const(dtype, value).replace(src=(device_node,))
+  node = UOp.const(dtype, value).replace(src=(device_node,))
+  if key is not None:
+    if len(_CONSTS) >= _CONSTS_SIZE:
+      _CONSTS.clear()
+    _CONSTS[key] = node
+  return node
 
 
 # ---- single-device building blocks
@@ -276,10 +292,11 @@ MULTI_RULES = PatternMatcher([
 ])
 
 
-def lower_multi(roots: list[UOp], realized: Mapping[UOp, Any]) -> list[UOp]:
+def lower_multi(roots: list[UOp], realized: Any) -> list[UOp]:
   """Each root with its graph on one device per part: a single-device node, or a MULTI of single-device parts.
-  `realized` holds the nodes an earlier realize computed (schedule._REALIZED): a node over several devices there
-  maps to the MULTI of its parts' buffer nodes, and the walk stops at it (a single-device one is lowered as any)."""
+  `realized` (read with get and [], as a dict) holds the nodes an earlier realize computed (schedule._REALIZED): a
+  node over several devices there maps to the MULTI of its parts' buffer nodes, and the walk stops at it (a
+  single-device one is lowered as any)."""
   lowered: dict[UOp, UOp] = {}
 
   def computed(node: UOp) -> bool:

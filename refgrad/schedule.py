@@ -18,7 +18,6 @@ own kernels.
 from __future__ import annotations
 
 import os
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,12 +65,31 @@ class ScheduleItem:
     return self.ast.op in (Ops.COPY, Ops.ALLREDUCE)
 
 
+class NodeValues:
+  """node -> value, kept on the node itself (in its __dict__, beside its cached facts): an entry lives exactly as long
+  as its node, as in a WeakKeyDictionary, but a lookup is one dict read where a WeakKeyDictionary makes a weak
+  reference, and every schedule looks up every node of its graph."""
+  KEY = "realized_value"
+
+  def get(self, node: UOp, default: Any = None) -> Any:
+    return node.__dict__.get(self.KEY, default)
+
+  def __contains__(self, node: UOp) -> bool:
+    return self.KEY in node.__dict__
+
+  def __getitem__(self, node: UOp) -> Any:
+    return node.__dict__[self.KEY]
+
+  def __setitem__(self, node: UOp, value: Any) -> None:
+    node.__dict__[self.KEY] = value
+
+
 # Graph nodes that have been computed, and each one's value: the buffer holding it, or for a node over several
 # devices the MULTI of its parts' buffer nodes. A tensor that must keep its autograd history keeps its graph node
 # after realize(); this table lets every later schedule (values, gradients) read the buffers instead of recomputing
 # the node, and the multi-device lowering stop there. Keys are weak: an entry, and its buffers, live exactly as long
 # as some graph still refers to the node.
-_REALIZED: weakref.WeakKeyDictionary[UOp, Buffer | UOp] = weakref.WeakKeyDictionary()
+_REALIZED = NodeValues()
 
 
 def realized_buffer(node: UOp) -> Buffer | None:
@@ -252,7 +270,7 @@ def shared_values(roots: list[UOp]) -> tuple[set[UOp], set[UOp]]:
 
 def is_leaf(node: UOp) -> bool:
   """Where a schedule stops looking: a buffer, or a node an earlier realize computed (its buffer is read)."""
-  return node.op is Ops.BUFFER or node in _REALIZED
+  return node.op is Ops.BUFFER or NodeValues.KEY in node.__dict__  # `node in _REALIZED`, inlined: it runs per node
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,26 @@ def arg_key(arg: Any) -> Any:
     return ("float", arg.hex()) if not math.isnan(arg) else ("float", "nan")
   if kind is bool:
     return ("bool", arg)
-  if kind is tuple and any(type(a) in _KEYED for a in arg):
-    return tuple(arg_key(a) for a in arg)
+  if kind is tuple:
+    for a in arg:  # a loop, not any(): this runs for every node made
+      if type(a) in _KEYED:
+        return tuple(arg_key(a) for a in arg)
   return arg
+
+
+class node_fact:  # noqa: N801  (a decorator, named like functools.cached_property)
+  """A fact of a node computed on its first read and kept in the node's __dict__: functools.cached_property without
+  the lock Python 3.11 takes on every first read (thousands of nodes are made a training step). Two threads reading a
+  new node's fact at once both compute the same value, as a node never changes."""
+
+  def __init__(self, compute: Callable[[Any], Any]):
+    self.compute, self.name, self.__doc__ = compute, compute.__name__, compute.__doc__
+
+  def __get__(self, node: Any, owner: type | None = None) -> Any:
+    if node is None:
+      return self
+    value = node.__dict__[self.name] = self.compute(node)
+    return value
 
 
 def _forget(cache: dict[tuple, weakref.ref], key: tuple, dead: weakref.ref) -> None:
@@ -76,7 +93,7 @@ class UOp:
     return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), src, kwargs.get("arg", self.arg))
 
   # ---- graph walks
-  @functools.cached_property
+  @node_fact
   def toposort(self) -> tuple[UOp, ...]:
     """Every node reachable from self, each after its sources."""
     order: list[UOp] = []
@@ -106,11 +123,11 @@ class UOp:
     return rebuilt[self]
 
   # ---- tensor-graph facts
-  @functools.cached_property
+  @node_fact
   def shape(self) -> tuple[int, ...]:
     return infer_shape(self)
 
-  @functools.cached_property
+  @node_fact
   def device(self) -> str | tuple[str, ...]:
     """The device name; a tuple of names for a tensor over several devices (a MULTI, or a constant on them)."""
     if self.op is Ops.MULTI:
@@ -170,7 +187,7 @@ class UOp:
   def where(self, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (self, a, b))  # noqa: E704
   def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))  # noqa: E704,E501
 
-  @functools.cached_property
+  @node_fact
   def vrange(self) -> tuple[Any, Any]:
     """(lowest, highest) value this integer node can take; see refgrad/value_ranges.py."""
     return value_range(self)
@@ -232,13 +249,29 @@ def _negated(comparison: Any) -> Any:
   return comparison if comparison is NotImplemented else comparison.ne(True)
 
 
+# (dtype, Python type, arg_key of the value) -> the canonical constant: rounding through numpy costs ~20 us, and a
+# training step makes the same few constants (0, 1, eps, the betas) dozens of times; bounded, cleared when full
+_CANONICAL: dict[tuple, Any] = {}
+_CANONICAL_SIZE = 4096
+
+
 def canonical_const(dtype: DType, value: Any) -> Any:
   """Store constants as the Python type of their dtype's kind (bool, int with wraparound, float), holding the
   value the dtype can represent: floats are rounded to the dtype and float -> int truncates, both by alu.py."""
+  kind = type(value)
+  key = (dtype, kind, arg_key(value)) if kind is float or kind is int or kind is bool else None
+  if key is not None and (found := _CANONICAL.get(key)) is not None:
+    return found
   if dtype.kind == "f" or (dtype.kind in "iu" and isinstance(value, float)):
     converted = exec_cast(np.array(float(value), np.float64), dtype)
-    return float(converted) if dtype.kind == "f" else int(converted)
-  return as_python_scalar(dtype, value)
+    out = float(converted) if dtype.kind == "f" else int(converted)
+  else:
+    out = as_python_scalar(dtype, value)
+  if key is not None:
+    if len(_CANONICAL) >= _CANONICAL_SIZE:
+      _CANONICAL.clear()
+    _CANONICAL[key] = out
+  return out
 
 
 _SIZE_OPS = frozenset({Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.NEG, Ops.IDIV, Ops.MOD, Ops.MAX})

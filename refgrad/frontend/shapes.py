@@ -2,6 +2,7 @@
 valid dim, shape or broadcast is."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +64,7 @@ def check_shape(shape: tuple, what: str) -> Shape:
   return tuple(int(s) for s in shape)
 
 
+@functools.lru_cache(maxsize=4096)  # every binary op of two shapes asks; a training step asks the same few again
 def broadcast_shape(*shapes: Shape) -> Shape:
   """numpy's broadcast of several shapes; ShapeError naming the shapes and the first dimension that differs."""
   ndim = max(len(s) for s in shapes)
