@@ -443,10 +443,13 @@ COMPILER_FAULTS: dict[str, Callable[[str], None] | None] = {
 
 class BatchingCompiler:
   """Listings as binaries, one kernel or a batch at a time; `fault` is what it does with a kernel that has a MAX op.
-  What this process compiled: `batches` (each batch's size) and `singles` (kernels compiled alone)."""
+  What this process compiled: `batches` (each batch's size) and `singles` (kernels compiled alone). One that never
+  fails may say it is `isolated` (a compiler that cannot crash its caller): a fuzz campaign then compiles its next
+  batch while one runs, as on LLVM."""
 
   def __init__(self, name: str, fault: Callable[[str], None] | None):
     self.cache_key, self.fault, self.batches, self.singles = f"tests-{name}", fault, [], 0
+    self.isolated = fault is None
 
   def compile(self, source: str) -> bytes:
     self.singles += 1

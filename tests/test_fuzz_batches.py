@@ -14,7 +14,7 @@ from refgrad import Device
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.testing.conformance.run import all_units, merge, run_conformance, run_unit
 from refgrad.testing.fuzz.campaign import Campaign, CampaignConfig
-from refgrad.testing.fuzz.program_check import prepare_programs, run_one
+from refgrad.testing.fuzz.program_check import CompileAhead, prepare_programs, run_one
 from refgrad.testing.fuzz.results import Chunk
 from refgrad.testing.fuzz.signatures import finding_signature
 from refgrad.testing.oracle.reference import reference_schedule
@@ -73,7 +73,27 @@ def test_a_batch_compiles_every_kernel_of_its_programs_in_one_go_and_runs_them_w
   assert len(compiler.batches) == 1 and compiler.singles == 0
 
 
+def test_the_next_batch_compiles_in_the_background_and_its_checks_run_the_schedules_planned_for_it():
+  """What a worker does with the batch it was announced (on a device whose compiler says it is isolated): its
+  kernels compile in one batch in another thread, prepare only loads them, and each check runs its planned
+  schedule, with no compile left."""
+  runner = campaign("BATCHED")
+  try:
+    programs = runner._programs(0)
+  finally:
+    runner.close()
+  compiler, ahead = Device["BATCHED"].compiler, CompileAhead()
+  ahead.start(programs, "BATCHED", False)
+  taken, plan = ahead.take()
+  assert taken is programs and len(compiler.batches) == 1 and compiler.batches[0] > 1
+  assert prepare_programs(programs, "BATCHED", plan=plan) is plan and len(plan.schedules) == len(programs)
+  assert all(run_one(p, "BATCHED", schedule=s) == ("ok", "") for p, s in zip(programs, plan.schedules))
+  assert len(compiler.batches) == 1 and compiler.singles == 0
+
+
 def test_batched_and_one_at_a_time_give_the_same_verdicts_and_a_wrong_kernel_is_named():
+  """BATCHED_CMPLT's compiler is isolated: compiled ahead, each batch after the first compiles while the one before
+  runs."""
   batched = verdicts("BATCHED_CMPLT", True, 2)
   assert batched == verdicts("BATCHED_CMPLT", False, 2)
   program, last = batched[-1]  # a batch stops at its first finding

@@ -5,6 +5,7 @@ Every strategy shrinks toward small, readable examples: few dims, small sizes, p
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -136,7 +137,7 @@ def arrays(draw: st.DrawFn, dtype: DType | None = None, shape: tuple | None = No
 
 def draw_array(draw: st.DrawFn, dtype: DType, shape: tuple, edges: bool = True) -> np.ndarray:
   """`arrays` inside another strategy: the same draws, without building a strategy per array."""
-  n = int(np.prod(shape))
+  n = math.prod(shape)
   if n > MAX_DRAWN_VALUES:  # long rows (to reach split reductions): values from a drawn seed, edges mixed in
     rng = np.random.default_rng(between(draw, 0, 2**16))
     pool = (edge_values(dtype) if edges else []) + [float(v) for v in rng.integers(-8, 9, 16)]
@@ -149,7 +150,8 @@ def draw_array(draw: st.DrawFn, dtype: DType, shape: tuple, edges: bool = True) 
     if dtype == dtypes.bool or dtypes.is_float(dtype):
       array = np.array(values, dtype=np.float64 if dtypes.is_float(dtype) else np.bool_).astype(dtype.np)
     else:
-      array = np.array([v % (1 << dtype.bits) for v in values], dtype=np.uint64).astype(dtype.np)
+      wrap = 1 << dtype.bits
+      array = np.array([v % wrap for v in values], dtype=np.uint64).astype(dtype.np)
   return array.reshape(shape)
 
 
@@ -254,7 +256,7 @@ def _draw_movement(b: _Builder, v: int, shape: tuple, dtype: DType) -> None:
   choices = ["reshape", "flip", "pad", "contiguous"] + (["permute", "shrink"] if len(shape) else [])
   choices += ["expand"] if 1 in shape else []
   name = pick(draw, choices)
-  n = int(np.prod(shape))
+  n = math.prod(shape)
   if name == "reshape":
     new = pick(draw, _factor_shapes(n) if n else [(0,), (0, 2)])
     b.add(Step("reshape", (v, new), (True,)), new, dtype)
@@ -321,14 +323,15 @@ def tensor_programs(draw: st.DrawFn, max_inputs: int = 2, max_steps: int = 6, ed
 
 
 # ---- random kernels: primitive ops straight on UOps
-def _ops_for(dtype: DType, root: bool) -> list[str]:
+@functools.cache
+def _ops_for(dtype: DType, root: bool) -> tuple[str, ...]:
   """Primitive ops (by name) whose result has `dtype`; transcendentals only at the root (see alu_kernels)."""
   from refgrad.ops import OP_FACTS
   names = [op.name for op, facts in OP_FACTS.items()
            if dtype.kind in facts.kinds and not facts.comparison and (root or not facts.transcendental)]
   if dtype == dtypes.bool:
     names += ["CMPLT", "CMPNE"]
-  return names + ["CAST", "BITCAST"]
+  return (*names, "CAST", "BITCAST")
 
 
 def _expr(draw: st.DrawFn, dtype: DType, depth: int, inputs: list[np.ndarray], size: int, allowed: tuple[DType, ...],

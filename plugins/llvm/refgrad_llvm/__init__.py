@@ -91,6 +91,8 @@ class LLVMCompiler:
   (isolation.py). If LLVM aborts there, the kernel is compiled again without loop vectorization (with a warning);
   if LLVM aborts even then, the result is an LLVMCompileError, never a dead caller."""
 
+  isolated = True  # compiles in child processes, one per thread compiling: refgrad fuzz compiles ahead in a thread
+
   def __init__(self):
     import llvmlite.binding as llvm
     self.llvm = llvm

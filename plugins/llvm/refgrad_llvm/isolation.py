@@ -52,8 +52,8 @@ def _package_roots() -> list[str]:
 
 
 class CompileChild:
-  """The parent's end: one child per process (a forked copy of the parent starts its own), started on first use and
-  again after it dies. `compile` returns ("object", bytes) or ("rejected", LLVM's message); raises LLVMCrash."""
+  """The parent's end of one child (a forked copy of the parent starts its own), started on first use and again
+  after it dies. `compile` returns ("object", bytes) or ("rejected", LLVM's message); raises LLVMCrash."""
 
   command = (sys.executable, "-c", "from refgrad_llvm.isolation import main; main()")
 
@@ -112,7 +112,36 @@ class CompileChild:
       stream.close()
 
 
-SHARED = CompileChild()  # every LLVMCompiler of a process sends its programs to this one child
+class CompileChildren:
+  """As many children as compiles run at once, each used by one compile at a time: a thread that compiles while
+  another thread's compile is in flight (refgrad fuzz compiles the next batch while this one runs) neither waits
+  for it nor for a child LLVM hangs in. Most processes compile from one thread, and start one child."""
+
+  def __init__(self):
+    self._idle: list[CompileChild] = []
+    self._every: list[CompileChild] = []
+    self._lock = threading.Lock()
+
+  def compile(self, source: str | list[str], vectorize: bool) -> tuple[str, Any]:
+    with self._lock:
+      child = self._idle.pop() if self._idle else self._new()
+    try:
+      return child.compile(source, vectorize)
+    finally:
+      with self._lock:
+        self._idle.append(child)
+
+  def _new(self) -> CompileChild:
+    child = CompileChild()
+    self._every.append(child)
+    return child
+
+  def close(self) -> None:
+    for child in self._every:
+      child.close()
+
+
+SHARED = CompileChildren()  # every LLVMCompiler of a process sends its programs to these children
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from refgrad.dtype import DType
 from refgrad.plugin_loader import load_plugin_file
 from refgrad.testing.fuzz.database import database_key, example_database
+from refgrad.testing.fuzz.program_check import compiles_apart
 from refgrad.testing.fuzz.results import (
   FINDING_KINDS,
   Chunk,
@@ -74,6 +75,7 @@ class Campaign:
       load_plugin_file(path)
     self.config, self.start_seed, self.index, self.workers = config, start_seed, index, workers
     self.allowed = claimed_dtypes(config.device)
+    self.announces = config.compile_ahead and compiles_apart(config.device)  # compiles a batch while one runs
     self.worker = Worker(config.device, list(config.plugin_files), config.timeout, config.opts)
     self.database = example_database(config.database, config.shared)
     self.batch_index, self.replay_pending = first_batch, self.database is not None and index == 0
@@ -200,12 +202,15 @@ class Campaign:
   def _run_batch(self, chunk: Chunk, programs: list[Any]) -> Finding | None:
     """The batch in the worker, every kernel of its programs compiled first in one go (unless the config says not
     to), then each program run in turn until the first that fails, whose finding this returns. The next batch is
-    drawn while the worker compiles. A worker that dies or hangs while compiling runs the batch again without
-    compiling ahead, so that a crash or a hang is pinned to its program and kernel."""
+    drawn while the worker compiles, and on a device that compiles apart (program_check.compiles_apart) announced
+    to the worker, which compiles its kernels while this batch runs. A worker that dies or hangs while compiling
+    runs the batch again without compiling ahead, so that a crash or a hang is pinned to its program and kernel."""
     self.worker.send(programs, prepare=self.config.compile_ahead)
     self.ahead = None
     if not self.done:
       self.ahead = (self.batch_index, self._programs(self.batch_index))
+      if self.announces:
+        self.worker.announce(self.ahead[1])
     if self.config.compile_ahead and (first := self.worker.receive()) != PREPARED:
       if isinstance(first, Verdict) and first.kind == "harness":  # the worker never started
         return self._verdict(chunk, programs[0], first)

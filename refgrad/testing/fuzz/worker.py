@@ -10,15 +10,18 @@ import traceback
 from typing import Any
 
 from refgrad.plugin_loader import load_plugin_file
-from refgrad.testing.fuzz.program_check import prepare_programs, run_one
+from refgrad.schedule import ScheduleItem
+from refgrad.testing.fuzz.program_check import CompileAhead, prepare_programs, run_one
 from refgrad.testing.fuzz.results import Verdict
 
 # What the worker process says besides a Verdict per program: its batch's kernels are compiled, and its batch ended.
-# The campaign says STOP to end a batch early (its first finding, or the time is up).
-PREPARED, END, STOP = "prepared", "end", "stop"
+# The campaign sends a batch as (programs, prepare), programs None for the ones it announced last; (UPCOMING,
+# programs) to announce the next batch, whose kernels then compile while this one runs; STOP to end a batch early
+# (its first finding, or the time is up).
+PREPARED, END, STOP, UPCOMING = "prepared", "end", "stop", "upcoming"
 
 
-def _verdict(program: Any, device: str, opts: bool, current: Any) -> Verdict:
+def _verdict(program: Any, device: str, opts: bool, current: Any, schedule: list[ScheduleItem] | None) -> Verdict:
   covered: set[tuple[str, str]] = set()
   ulp: dict[tuple[str, str], dict[int, int]] = {}
   current.value = -1
@@ -26,7 +29,7 @@ def _verdict(program: Any, device: str, opts: bool, current: Any) -> Verdict:
   def started(index: int) -> None:
     current.value = index
   try:
-    kind, detail = run_one(program, device, covered, opts, ulp, started)
+    kind, detail = run_one(program, device, covered, opts, ulp, started, schedule)
     return Verdict(kind, detail, sorted(covered), ulp, current.value)
   except Exception:
     return Verdict("harness", traceback.format_exc())
@@ -37,6 +40,7 @@ def _worker_main(conn: Any, current: Any, device: str, plugin_files: list[str], 
   for path in plugin_files:
     load_plugin_file(path)
   conn.send("ready")  # the timeout of the first program starts now, not while this process imports
+  ahead = CompileAhead()
   while True:
     try:
       message = conn.recv()
@@ -46,20 +50,35 @@ def _worker_main(conn: Any, current: Any, device: str, plugin_files: list[str], 
       return
     if message == STOP:  # for a batch that had ended before it came
       continue
-    programs, prepare = message
+    if message[0] == UPCOMING:
+      ahead.start(message[1], device, opts)
+      continue
     try:
-      if prepare:
-        current.value = -1
-        prepare_programs(programs, device, opts)
-        conn.send(PREPARED)
-      for program in programs:
-        if conn.poll():  # STOP: the rest of the batch is not wanted
-          conn.recv()
-          break
-        conn.send(_verdict(program, device, opts, current))
-      conn.send(END)
+      _run_batch(conn, current, device, opts, ahead, *message)
     except (BrokenPipeError, EOFError):  # the campaign stopped (Ctrl-C, time up) while this batch ran
       return
+
+
+def _run_batch(conn: Any, current: Any, device: str, opts: bool, ahead: CompileAhead, programs: list[Any] | None,
+               prepare: bool) -> None:
+  """One batch: its kernels compiled first if asked (those of the announced batch already are, or are compiling),
+  then each program run and its Verdict sent, until a STOP comes; an announcement of the next batch that comes
+  meanwhile starts compiling it."""
+  plan = None
+  if programs is None:
+    programs, plan = ahead.take()
+  if prepare:
+    current.value = -1
+    plan = prepare_programs(programs, device, opts, plan)
+    conn.send(PREPARED)
+  for index, program in enumerate(programs):
+    if conn.poll():
+      message = conn.recv()
+      if message == STOP:  # the rest of the batch is not wanted
+        break
+      ahead.start(message[1], device, opts)
+    conn.send(_verdict(program, device, opts, current, plan.schedules[index] if plan else None))
+  conn.send(END)
 
 
 STARTUP_SECONDS = 300  # to import refgrad and the plugins in a new worker process (minutes on a loaded machine)
@@ -75,9 +94,11 @@ class Worker:
     self.device, self.plugin_files, self.timeout, self.opts = device, plugin_files, timeout, opts
     self.process: multiprocessing.Process | None = None
     self.heard_at, self.start_failure, self.in_batch = 0.0, "", False
+    self.announced: list[Any] | None = None  # the batch this process was told comes next (it compiles its kernels)
 
   def start(self) -> str:
     """Start the process and wait until it has loaded refgrad and the plugins; why it could not, or ""."""
+    self.announced = None
     context = multiprocessing.get_context("spawn")
     self.conn, child = context.Pipe()
     self.current = context.Value("i", -1, lock=False)
@@ -99,12 +120,20 @@ class Worker:
     return ""
 
   def send(self, programs: list[Any], prepare: bool = False) -> None:
-    """Start a batch: with `prepare`, the worker first compiles every kernel of its programs in one go."""
+    """Start a batch: with `prepare`, the worker first compiles every kernel of its programs in one go (those of the
+    batch it was announced are compiling already, and are not sent again)."""
     if self.process is None or not self.process.is_alive():
       self.start_failure = self.start()
     if not self.start_failure:
-      self.conn.send((programs, prepare))
-    self.heard_at, self.in_batch = time.monotonic(), not self.start_failure
+      self.conn.send((None if programs is self.announced else programs, prepare))
+    self.heard_at, self.in_batch, self.announced = time.monotonic(), not self.start_failure, None
+
+  def announce(self, programs: list[Any]) -> None:
+    """Tell the running worker which batch comes next, so it compiles that batch's kernels while this one runs."""
+    if self.process is not None and self.process.is_alive() and not self.start_failure:
+      with contextlib.suppress(OSError):  # the process just died: receive says so
+        self.conn.send((UPCOMING, programs))
+        self.announced = programs
 
   def receive(self) -> Verdict | str:
     """The worker's next message: PREPARED, the Verdict on the next program, or END. A hang if none comes within the
@@ -147,4 +176,4 @@ class Worker:
       self.process.kill()
       self.process.join()
       self.process = None
-    self.in_batch = False
+    self.in_batch, self.announced = False, None

@@ -348,7 +348,8 @@ def reference_schedule(fn: Callable[..., Any], *inputs: Any) -> list[ScheduleIte
 def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, raise_on_mismatch: bool = True,
                             keep_lanes: bool = False, opts: Callable[[UOp], OptList] | None = None,
                             on_item: Callable[[int], None] | None = None,
-                            on_case: Callable[[int, StandaloneCase], None] | None = None) -> ReferenceReport:
+                            on_case: Callable[[int, StandaloneCase], None] | None = None,
+                            schedule: list[ScheduleItem] | None = None) -> ReferenceReport:
   """Run `fn(*tensors)` (one Tensor or a tuple of them) on `device` and on PYTHON and compare every kernel.
 
   `inputs` are numpy arrays or Python values (made into PYTHON tensors) or PYTHON tensors; `fn` may shard them over
@@ -363,10 +364,11 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
   told each item's index before the device runs it (a fuzz worker keeps it where a crash cannot erase it).
   `on_case(index, case)`, if given, gets each kernel as a StandaloneCase (the reference's inputs and output, the
   lanes judged and their bounds, the program the device runs: oracle/standalone_cases.py) before the device runs it,
-  so a kernel whose compile crashes has one too."""
+  so a kernel whose compile crashes has one too. `schedule`, if given, is reference_schedule(fn, *inputs) made
+  already (oracle/prepare.py plans it to compile the kernels ahead) and not run yet."""
   device = Device.canonicalize(device)
   report = ReferenceReport(device)
-  for index, item in enumerate(reference_schedule(fn, *inputs)):
+  for index, item in enumerate(reference_schedule(fn, *inputs) if schedule is None else schedule):
     if on_item is not None:
       on_item(index)
     run_schedule([item])  # the reference
