@@ -84,3 +84,13 @@ def compile_sources(compiled: list[tuple[Any, list[str]]]) -> None:
   for compiler, sources in compiled:
     cached_compile_each(compiler, sources)
 
+
+def growing_batches(count: int, largest: int) -> list[range]:
+  """range(count) cut into consecutive batches of 1, 2, 4, ... items, then `largest` each. Compiling each batch's
+  kernels at once, a run that stops at its first failure has compiled ahead at most about as many as it ran (an
+  early failure is found as soon as with no batches), and a long run pays one compiler run per `largest`."""
+  batches, start, size = [], 0, 1
+  while start < count:
+    batches.append(range(start, min(start + size, count)))
+    start, size = start + size, min(2 * size, largest)
+  return batches

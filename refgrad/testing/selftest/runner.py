@@ -124,11 +124,20 @@ class Job:
 
 def check_steps(device: str, rows: Collection[str] | None = None) -> list[tuple[str, Callable[[], list[Any]]]]:
   """`refgrad check` as (label, run) steps in its own order (its batches and programs), each run giving CaseResults
-  (row, column, status, detail); `rows` keeps the steps that check one of those rows."""
-  from refgrad.testing.conformance.run import all_units, run_unit
-  keep = (lambda step_rows: True) if rows is None else (lambda step_rows: bool(set(step_rows) & set(rows)))
-  return [(unit.label, functools.partial(lambda u: run_unit(u, device).results, unit))
-          for unit in all_units() if keep(unit.rows)]
+  (row, column, status, detail); `rows` keeps the steps that check one of those rows. As in refgrad check, the
+  kernels of several steps compile at once before the first of them runs (prepare_units), but 1, 2, 4, ... steps'
+  at a time before PREPARED_UNITS': a mutant stops at its first failure, and one caught at its first steps would
+  otherwise wait for the kernels of 32."""
+  from refgrad.testing.conformance.run import PREPARED_UNITS, all_units, prepare_units, run_unit
+  from refgrad.testing.oracle.prepare import growing_batches
+  units = [unit for unit in all_units() if rows is None or set(unit.rows) & set(rows)]
+  ahead = {batch.start: batch for batch in growing_batches(len(units), PREPARED_UNITS)}
+
+  def step(index: int) -> list[Any]:
+    if (batch := ahead.get(index)) is not None:
+      prepare_units([units[i] for i in batch], device)
+    return run_unit(units[index], device).results
+  return [(unit.label, functools.partial(step, index)) for index, unit in enumerate(units)]
 
 
 def _check(job: Job, send: Callable[..., None], started: float) -> list[str]:
