@@ -31,16 +31,26 @@ _thread_pool: ThreadPoolExecutor | None = None
 
 
 def run_ranges(launch: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
-  """launch(start, end) for every range at once, on a pool of CPU threads shared by every CPU device (a ctypes call
-  releases the GIL, so the ranges really run in parallel); the first error raised by any range is raised here."""
+  """launch(start, end) for every range at once: the first in this thread, the others on a pool of CPU threads shared
+  by every CPU device (a ctypes call releases the GIL, so the ranges really run in parallel; running one here saves
+  a thread hand-off per launch and keeps this thread working rather than waiting). Every range has ended when this
+  returns; the first error raised by any range is raised here."""
   global _thread_pool
-  if len(ranges) == 1:
-    launch(*ranges[0])
+  if not ranges:
     return
-  if _thread_pool is None:
+  if _thread_pool is None and len(ranges) > 1:
     _thread_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="refgrad-kernel")
-  for future in [_thread_pool.submit(launch, start, end) for start, end in ranges]:
-    future.result()
+  others = [_thread_pool.submit(launch, start, end) for start, end in ranges[1:]]
+  errors: list[BaseException] = []
+  try:
+    launch(*ranges[0])
+  except Exception as error:  # the other ranges still write the buffers: wait for them before raising
+    errors.append(error)
+  for future in others:
+    if (error := future.exception()) is not None:
+      errors.append(error)
+  if errors:
+    raise errors[0]
 
 
 def numbered_source(source: str) -> str:

@@ -57,6 +57,7 @@ class DeviceRegistry:
     self._aliases: dict[str, str] = {}
     self._default: str | None = None
     self._late: list[Callable[[], None]] = []
+    self._found: dict[str, DeviceImpl] = {}  # name as given -> instance: every kernel launch looks its device up
 
   def add_later(self, register: Callable[[], None]) -> None:
     """Call `register` at the next lookup of a device: a plugin imported before refgrad is still being imported
@@ -78,6 +79,7 @@ class DeviceRegistry:
       raise ValueError(f"device {name} is already registered by plugin {existing.plugin!r}; plugin {spec.plugin!r} "
                        f"cannot register it again (remove one of the two, or give the device another name)")
     self._specs[name] = spec
+    self._found.clear()
 
   def register(self, name: str, factory: Callable[[], DeviceImpl], plugin: str = "refgrad",
                unavailable_reason: str | None = None) -> None:
@@ -87,9 +89,11 @@ class DeviceRegistry:
   def remove(self, name: str) -> None:
     self._specs.pop(name.upper(), None)
     self._aliases = {a: n for a, n in self._aliases.items() if n != name.upper()}
+    self._found.clear()
 
   def alias(self, alias: str, name: str) -> None:
     self._aliases[alias.upper()] = name.upper()
+    self._found.clear()
 
   def canonicalize(self, name: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
     """'clang:1' -> 'CLANG:1'; None -> the default device; a tuple or list of names (a tensor over several devices)
@@ -113,6 +117,8 @@ class DeviceRegistry:
 
   def __getitem__(self, name: str) -> DeviceImpl:
     """The device instance: "CLANG" and "CLANG:0" are one, "CLANG:1" another with its own buffers and caches."""
+    if type(name) is str and (found := self._found.get(name)) is not None:
+      return found
     full = self.canonicalize(name)
     base = full.partition(":")[0]
     spec = self._specs[base]
@@ -120,6 +126,8 @@ class DeviceRegistry:
       raise RuntimeError(f"device {base} is unavailable: {spec.unavailable_reason}")
     if full not in spec.instances:
       spec.instances[full] = spec.make()
+    if type(name) is str:
+      self._found[name] = spec.instances[full]
     return spec.instances[full]
 
   @property
