@@ -11,11 +11,14 @@ directory and run the same way); a finding replayed within 5 s of a new campaign
 compile cache, so no run profits from kernels an earlier one compiled.
 
 Targets (issue 30), `--batches`: programs/s on PYTHON >= 500, CLANG >= 80 per worker, LLVM >= 200, OPENCL >= 40. Each
-device runs with one and two workers (`--jobs`), before (each kernel compiled as it runs: compile_ahead=False) and
-after (a batch's kernels compiled at once), each into a fresh compile cache and then again warm (the same campaign
-on the cache the fresh run filled; past the programs that run reached it compiles again). Each figure is the
-programs/s of the campaigns (each in a process of its own, as `refgrad fuzz --jobs`) once their worker processes
-have started, summed over the workers. The load average is printed with each row: the machine may be shared.
+device runs with one and two workers (`--jobs`), before (each kernel compiled as it runs: compile_ahead=False) and after
+(a batch's kernels compiled at once; on LLVM, whose compiler is isolated, while the batch before runs), each into a
+fresh compile cache and then again warm (the same campaign on the cache the fresh run filled; past the programs that run
+reached it compiles again). Each figure is the programs/s of the campaigns (each in a process of its own, as `refgrad
+fuzz --jobs`) once their worker processes have started, summed over the workers, followed by the CPU ms a program: the
+CPU time of every process of the campaigns (the campaign's, which draws the programs, its worker's, which runs them, and
+the worker's children, LLVM's compile processes) over all their programs, a figure a loaded machine changes far less
+than programs/s. The load average is printed with each row: the machine may be shared.
 """
 from __future__ import annotations
 
@@ -120,39 +123,60 @@ def replay_seconds(ray_workers: int | None) -> tuple[float | None, str]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def campaign_rate(device: str, seconds: float, index: int, workers: int, compile_ahead: bool, cache: str) -> float:
-  """programs/s of worker `index` of `workers`'s campaign over `seconds`, once its worker process has started."""
+def tree_cpu(pid: int) -> float:
+  """CPU seconds (user and system) that process `pid` and its live descendants (LLVM's compile children) have used,
+  read from /proc (0 where it cannot be read)."""
+  try:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+  except OSError:
+    return 0.0
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") + sum(tree_cpu(c) for c in children)
+
+
+def campaign_rate(device: str, seconds: float, index: int, workers: int, compile_ahead: bool,
+                  cache: str) -> tuple[int, float, float]:
+  """Worker `index` of `workers`'s campaign over `seconds`, once its worker process has started: the programs it
+  ran, the seconds it took and the CPU seconds it used (its own process, the worker's and the worker's children)."""
   from refgrad.testing.fuzz.campaign import Campaign, CampaignConfig
   os.environ["REFGRAD_CACHE"] = cache
   campaign = Campaign(CampaignConfig(device, compile_ahead=compile_ahead), 0, index, workers)
   try:
     campaign.worker.start()
+    worker_cpu = lambda: tree_cpu(campaign.worker.process.pid) if campaign.worker.process else 0.0  # noqa: E731
+    cpu = time.process_time() + worker_cpu()
     chunk = campaign.run_for(seconds)
+    cpu = time.process_time() + worker_cpu() - cpu
   finally:
     campaign.close()
-  return chunk.programs / chunk.seconds
+  return chunk.programs, chunk.seconds, cpu
 
 
-def batch_run(device: str, seconds: float, jobs: int, compile_ahead: bool, cache: str) -> float:
-  """programs/s of `jobs` campaigns at once (each in a process of its own, as `refgrad fuzz --jobs`)."""
+def batch_run(device: str, seconds: float, jobs: int, compile_ahead: bool, cache: str) -> tuple[float, float]:
+  """`jobs` campaigns at once (each in a process of its own, as `refgrad fuzz --jobs`): programs/s summed over them,
+  and CPU ms a program (all their processes' CPU time over all their programs)."""
   context = multiprocessing.get_context("spawn")
   with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-    rates = [pool.submit(campaign_rate, device, seconds, i, jobs, compile_ahead, cache) for i in range(jobs)]
-    return sum(rate.result() for rate in rates)
+    futures = [pool.submit(campaign_rate, device, seconds, i, jobs, compile_ahead, cache) for i in range(jobs)]
+    runs = [future.result() for future in futures]
+  programs = sum(count for count, _, _ in runs)
+  return sum(count / took for count, took, _ in runs), 1000 * sum(cpu for _, _, cpu in runs) / max(programs, 1)
 
 
 def batches_table(devices: list[str], seconds: float) -> None:
-  """programs/s per device, workers, before/after and fresh/warm compile cache (module docstring)."""
-  print(f"each campaign {seconds:g} s once its worker has started; programs/s summed over the workers\n")
-  print(f"{'device':8} {'jobs':>4}  {'mode':7} {'fresh cache':>11} {'warm cache':>11}   load average (1/5/15 min)")
+  """programs/s and CPU ms a program per device, workers, before/after and fresh/warm cache (module docstring)."""
+  print(f"each campaign {seconds:g} s once its worker has started; programs/s summed over the workers; CPU ms a "
+        "program: every process of the campaigns (campaign, worker, compile children) over all their programs\n")
+  print(f"{'device':8} {'jobs':>4}  {'mode':7} {'fresh cache':>18} {'warm cache':>18}   load average (1/5/15 min)")
   for device in devices:
     for jobs in (1, 2):
       for compile_ahead in (False, True):
         cache = tempfile.mkdtemp(prefix="refgrad-bench-cache-")
-        fresh, warm = (batch_run(device, seconds, jobs, compile_ahead, cache) for _ in range(2))
+        figures = [batch_run(device, seconds, jobs, compile_ahead, cache) for _ in range(2)]
+        shown = " ".join(f"{rate:7.1f}/s {cpu:5.2f} ms" for rate, cpu in figures)
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         mode = "after" if compile_ahead else "before"
-        print(f"{device:8} {jobs:>4}  {mode:7} {fresh:11.1f} {warm:11.1f}   {load}", flush=True)
+        print(f"{device:8} {jobs:>4}  {mode:7} {shown}   {load}", flush=True)
         shutil.rmtree(cache, ignore_errors=True)
 
 

@@ -465,6 +465,17 @@ class BatchingCompiler:
     return source.encode()
 
 
+class HangingRenderer(ListingRenderer):
+  """Hangs rendering a kernel with a MAX op: a fuzz worker on its device (whose compiler is isolated) first meets it
+  planning the next batch while this one runs."""
+
+  def render(self, program: Program) -> str:
+    source = super().render(program)
+    if " MAX:" in source:
+      _hang(source)
+    return source
+
+
 class BrokenRuntime:
   def load(self, binary: bytes, program: Program) -> PythonKernel:
     return PythonKernel(rewrite_program(program, BUGS["BROKEN_CMPLT"]))
@@ -473,8 +484,8 @@ class BrokenRuntime:
 def make_batching(name: str) -> DeviceImpl:
   compiler = BatchingCompiler(name, COMPILER_FAULTS.get(name))
   runtime = BrokenRuntime() if name == "BATCHED_CMPLT" else InterpretingRuntime()
-  return DeviceImpl(name, PythonAllocator(), renderer=ListingRenderer(frozenset(ALL_DTYPES.values())),
-                    compiler=compiler, runtime=runtime)
+  renderer = (HangingRenderer if name == "BATCHED_RENDER_HANG" else ListingRenderer)(frozenset(ALL_DTYPES.values()))
+  return DeviceImpl(name, PythonAllocator(), renderer=renderer, compiler=compiler, runtime=runtime)
 
 
 @hookimpl
@@ -483,7 +494,7 @@ def refgrad_devices() -> list[DeviceSpec]:
            for name in (*BUGS, *BLIND_SPOTS)]
   specs += [DeviceSpec("NARROW", make_narrow, plugin="tests.broken_devices")]
   specs += [DeviceSpec(name, lambda name=name: make_batching(name), plugin="tests.broken_devices")
-            for name in (*COMPILER_FAULTS, "BATCHED_CMPLT")]
+            for name in (*COMPILER_FAULTS, "BATCHED_CMPLT", "BATCHED_RENDER_HANG")]
   specs += [DeviceSpec(name, lambda name=name: make_opt_bug(name), plugin="tests.broken_devices")
             for name in (*OPT_BUGS, *OPT_BUGS_BY_ROW)]
   specs += [DeviceSpec(name, lambda name=name: make_gpu_bug(name), plugin="tests.broken_devices", probe=opencl_probe)

@@ -119,6 +119,27 @@ def test_a_kernel_of_a_batch_its_compiler_rejects_crashes_on_or_hangs_in_is_a_fi
     runner.close()
 
 
+def test_a_hang_planning_the_announced_batch_is_no_finding_and_the_batch_itself_names_its_kernel():
+  """BATCHED_RENDER_HANG's renderer hangs on kernels with a MAX op and its compiler is isolated: the worker meets
+  the hang planning the next batch while this one runs, so this one's remaining programs run again in a new worker
+  (all fine), and the next batch's own prepare meets it again, which pins it to its program and kernel."""
+  device = "BATCHED_RENDER_HANG"
+  runner = Campaign(CampaignConfig(device, (BROKEN_FILE,), 3.0, batch=4))  # small batches: some have no MAX
+  has_max = lambda index: any(max_kernel(p, device) is not None for p in runner._programs(index))  # noqa: E731
+  try:
+    index = next(i for i in range(1, 20) if has_max(i) and not has_max(i - 1))
+    before, chunk = runner._programs(index - 1), Chunk()
+    runner.batch_index = index  # the batch drawn and announced while the one before runs
+    assert runner._run_batch(chunk, before) is None and chunk.programs == len(before) and not chunk.findings
+    programs = runner._programs(index)
+    suspect = runner._run_batch(Chunk(), programs)
+    culprit = next(p for p in programs if max_kernel(p, device) is not None)
+    assert suspect is not None and suspect.kind == "hang" and suspect.program is culprit
+    assert suspect.signature == finding_signature("hang", culprit, max_kernel(culprit, device))
+  finally:
+    runner.close()
+
+
 def test_check_compiles_the_kernels_of_many_rows_in_one_batch_with_the_results_of_one_at_a_time():
   compiler = Device["BATCHED"].compiler
   batched = run_conformance("BATCHED", only="CMPLT").results

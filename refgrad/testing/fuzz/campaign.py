@@ -24,7 +24,7 @@ from refgrad.testing.fuzz.results import (
   only_findings,
 )
 from refgrad.testing.fuzz.signatures import finding_signature
-from refgrad.testing.fuzz.worker import PREPARED, Worker
+from refgrad.testing.fuzz.worker import PLANNING, PREPARED, Worker
 from refgrad.testing.strategies import ALL, alu_kernels, claimed_dtypes, tensor_programs
 
 
@@ -203,8 +203,9 @@ class Campaign:
     """The batch in the worker, every kernel of its programs compiled first in one go (unless the config says not
     to), then each program run in turn until the first that fails, whose finding this returns. The next batch is
     drawn while the worker compiles, and on a device that compiles apart (program_check.compiles_apart) announced
-    to the worker, which compiles its kernels while this batch runs. A worker that dies or hangs while compiling
-    runs the batch again without compiling ahead, so that a crash or a hang is pinned to its program and kernel."""
+    to the worker, which plans it and compiles its kernels while this batch runs. A worker that dies or hangs while
+    compiling runs the batch again without compiling ahead, and one that dies or hangs while planning the next
+    batch runs the rest of this one again, so that a crash or a hang is pinned to its program and kernel."""
     self.worker.send(programs, prepare=self.config.compile_ahead)
     self.ahead = None
     if not self.done:
@@ -216,8 +217,14 @@ class Campaign:
         return self._verdict(chunk, programs[0], first)
       self.worker.send(programs)
     suspect: Finding | None = None
-    for program in programs:  # the first always runs, even when the worker's start-up took the time
-      suspect = self._verdict(chunk, program, self.worker.receive())
+    done = 0
+    while done < len(programs):  # the first always runs, even when the worker's start-up took the time
+      verdict = self.worker.receive()
+      if isinstance(verdict, Verdict) and verdict.kind in ("crash", "hang") and verdict.kernel == PLANNING:
+        self.worker.send(programs[done:])  # it died planning the next batch, whose own prepare meets it again
+        continue
+      suspect = self._verdict(chunk, programs[done], verdict)
+      done += 1
       if suspect is not None or self.harness_failure or self.seconds_left <= 0:
         break
     self.worker.finish()

@@ -19,6 +19,7 @@ from refgrad.testing.fuzz.results import Verdict
 # programs) to announce the next batch, whose kernels then compile while this one runs; STOP to end a batch early
 # (its first finding, or the time is up).
 PREPARED, END, STOP, UPCOMING = "prepared", "end", "stop", "upcoming"
+PLANNING = -2  # `current` while the worker plans the announced batch (no program of this batch is running)
 
 
 def _verdict(program: Any, device: str, opts: bool, current: Any, schedule: list[ScheduleItem] | None) -> Verdict:
@@ -51,7 +52,7 @@ def _worker_main(conn: Any, current: Any, device: str, plugin_files: list[str], 
     if message == STOP:  # for a batch that had ended before it came
       continue
     if message[0] == UPCOMING:
-      ahead.start(message[1], device, opts)
+      _plan_ahead(current, device, opts, ahead, message[1])
       continue
     try:
       _run_batch(conn, current, device, opts, ahead, *message)
@@ -76,9 +77,15 @@ def _run_batch(conn: Any, current: Any, device: str, opts: bool, ahead: CompileA
       message = conn.recv()
       if message == STOP:  # the rest of the batch is not wanted
         break
-      ahead.start(message[1], device, opts)
+      _plan_ahead(current, device, opts, ahead, message[1])
     conn.send(_verdict(program, device, opts, current, plan.schedules[index] if plan else None))
   conn.send(END)
+
+
+def _plan_ahead(current: Any, device: str, opts: bool, ahead: CompileAhead, programs: list[Any]) -> None:
+  """Plan the announced batch and start compiling it; a crash or hang meanwhile is no program's of this batch."""
+  current.value = PLANNING
+  ahead.start(programs, device, opts)
 
 
 STARTUP_SECONDS = 300  # to import refgrad and the plugins in a new worker process (minutes on a loaded machine)
