@@ -32,8 +32,15 @@ KERNEL_BEGIN = "/* ---- refgrad: the kernel as the device compiled it ---- */"
 KERNEL_END = "/* ---- refgrad: the kernel ends; its inputs, the reference's output and the check follow ---- */"
 # where the tools write a reproducer: the folder `<finding>_standalone/` beside the finding `<finding>.py`
 STANDALONE_SUFFIX = "_standalone"
+
+
+def run_script(commands: str) -> str:
+  """RUN_SCRIPT's text: `commands` run in the reproducer's own folder, wherever `sh .../run.sh` is started from."""
+  return f"#!/bin/sh\ncd \"$(dirname \"$0\")\" || exit 2\n{commands}\n"
+
+
 # the run script of a reproducer whose driver is Python (the interpreter: $PYTHON, else python3 on the PATH)
-PYTHON_DRIVER_RUN = "#!/bin/sh\n\"${PYTHON:-python3}\" driver.py\n"
+PYTHON_DRIVER_RUN = run_script("\"${PYTHON:-python3}\" driver.py")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from refgrad.standalone import C_CHECKER, KERNEL_BEGIN, KERNEL_END, RUN_SCRIPT, StandaloneCase, c_main
+from refgrad.standalone import C_CHECKER, KERNEL_BEGIN, KERNEL_END, RUN_SCRIPT, StandaloneCase, c_main, run_script
 
 # flags that build a shared library; a standalone program is an executable
 LIBRARY_ONLY_FLAGS = ("-fPIC", "-shared")
@@ -36,5 +36,5 @@ def c_reproducer(case: StandaloneCase, compiler: str, flags: tuple[str, ...], li
             f"   exit status 0: the output matches the reference; 1: it does not (the lanes that differ are printed)\n"
             f"*/\n")
   body = f"{KERNEL_BEGIN}\n{case.source}\n{KERNEL_END}\n\n{C_CHECKER}\n{c_main(case, kernel_call(case))}"
-  run = f"#!/bin/sh\n{build_command(os.path.basename(compiler), flags, libraries)}\n"
+  run = run_script(build_command(os.path.basename(compiler), flags, libraries))
   return {"repro.c": header + body, RUN_SCRIPT: run}
