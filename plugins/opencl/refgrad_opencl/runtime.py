@@ -1,15 +1,19 @@
-"""The OPENCL device's parts on top of pyopencl: buffers, the compiler (source -> device binary), and launches.
+"""The OPENCL device's parts on top of pyopencl: buffers, the compiler (source -> a checked source), and launches.
 
 One in-order command queue carries every transfer and launch, so a kernel always sees the data copied in
 before it, and a blocking read-back waits for every kernel queued before it: results are never read early.
 
 A batch of kernels is one program (`CLCompiler.compile_batch`), built once: PoCL spends about half a second in its
-frontend per program, whatever its size. The binary of a built program also holds every kernel compiled for any
-work-group size (PoCL: 0.15 to 0.7 s a kernel, measured), which a batch does not save; a compiled object linked at
-load time would skip that, but PoCL applies -cl-denorms-are-zero only when building, so the build stays.
+frontend per program, whatever its size. What the compile cache keeps of a kernel is its source, checked by that
+build, not the program's binary: asking PoCL for the binary compiles every kernel of the program for any work-group
+size (measured: 0.13 s a one-kernel program, 10.6 s a fuzz batch of 34 kernels, twice its build and its kernels'
+first launches together), and a launch compiles the kernel for its own work-group size again anyway. The runtime
+loads the program the compiler built (ProgramBuilds); another process builds the source again, which PoCL's own
+kernel cache makes quick (about 0.1 s a program) when it built that source before.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import re
 import weakref
@@ -29,6 +33,7 @@ from refgrad_opencl.dialect import DeviceLimits
 # mad options: every op rounds as the spec says. -w: generated code trips harmless warnings (x < x is false)
 BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt", "-w")
 GROUP_OPS = frozenset({Ops.LOCAL_INDEX, Ops.GROUP_INDEX, Ops.DEFINE_LOCAL, Ops.BARRIER})
+KEPT_BUILDS = 8  # programs built by the compiler that stay alive until a runtime loads them (a batch: one or two)
 
 
 class CompileError(RuntimeError):
@@ -65,38 +70,59 @@ class CLAllocator:
       cl.enqueue_copy(self.queue, np.frombuffer(dest, dtype=np.uint8), handle, is_blocking=True)
 
 
+class ProgramBuilds:
+  """OpenCL programs built from source in this process, found by context, build options and source, so that each
+  is built once: CLCompiler builds a program to check that it compiles, and CLRuntime loads that build. The last
+  `kept` built stay alive until a runtime takes them; a loaded one lives while a runner of one of its kernels does."""
+
+  def __init__(self, kept: int):
+    self.programs: weakref.WeakValueDictionary[tuple, cl.Program] = weakref.WeakValueDictionary()
+    self.recent: collections.deque[cl.Program] = collections.deque(maxlen=kept)
+
+  def get(self, context: cl.Context, device: cl.Device, source: str, options: tuple[str, ...]) -> cl.Program:
+    """The program built from `source`, built now if it is not yet; CompileError with the build log if it fails."""
+    key = (context.int_ptr, options, hashlib.sha256(source.encode()).digest())
+    if (program := self.programs.get(key)) is None:
+      program = cl.Program(context, source)
+      try:
+        program.build(options=list(options), devices=[device])
+      except cl.RuntimeError as e:
+        log = program.get_build_info(device, cl.program_build_info.LOG).strip() or str(e)
+        raise CompileError(f"OpenCL ({describe(device)}) failed to build this program:\n"
+                           f"{numbered_source(source)}\n\nbuild log:\n{log}") from None
+      self.programs[key] = program
+      self.recent.append(program)
+    return program
+
+
+BUILDS = ProgramBuilds(KEPT_BUILDS)
+
+
 class CLCompiler:
-  """OpenCL C -> the device's program binary, which CLRuntime reloads without building the source again.
+  """OpenCL C -> the same OpenCL C, once a build proved that it compiles (the build is kept for CLRuntime to load).
 
   `options` are the build options (BUILD_OPTIONS unless given: refgrad selftest plants wrong ones); they are part
-  of the cache key."""
+  of the cache key, whose `opencl source` says that an entry holds the source, never a program binary."""
 
   def __init__(self, context: cl.Context, device: cl.Device, options: tuple[str, ...] = BUILD_OPTIONS):
     self.context, self.device, self.options = context, device, options
-    # the binary is the driver's: which platform and device built it (PoCL's CPU device names the CPU it targets),
-    # with which driver, and how
+    # the build is the driver's: which platform and device (PoCL's CPU device names the CPU it targets), with which
+    # driver, and how
     identity = "|".join([device.platform.name, device.platform.version, device.name, device.version,
                          device.driver_version])
-    self.cache_key = f"opencl|{identity}|pyopencl {cl.VERSION_TEXT}|{' '.join(options)}"
+    self.cache_key = f"opencl source|{identity}|pyopencl {cl.VERSION_TEXT}|{' '.join(options)}"
 
   def with_options(self, options: tuple[str, ...]) -> CLCompiler:
     """This device's compiler building with other options (refgrad selftest plants wrong ones)."""
     return CLCompiler(self.context, self.device, options)
 
   def compile(self, source: str) -> bytes:
-    program = cl.Program(self.context, source)
-    try:
-      program.build(options=list(self.options), devices=[self.device])
-    except cl.RuntimeError as e:
-      log = program.get_build_info(self.device, cl.program_build_info.LOG).strip() or str(e)
-      raise CompileError(f"OpenCL ({describe(self.device)}) failed to build this program:\n"
-                         f"{numbered_source(source)}\n\nbuild log:\n{log}") from None
-    (binary,) = program.get_info(cl.program_info.BINARIES)
-    return bytes(binary)
+    BUILDS.get(self.context, self.device, source, self.options)
+    return source.encode()
 
   def compile_batch(self, sources: Sequence[str]) -> list[bytes]:
     """One program per distinct prelude in the batch (usually one), each kernel renamed `b<i>_<name>` after its
-    place in the batch, as two kernels may share a name. Each binary names its kernel in its program's binary
+    place in the batch, as two kernels may share a name. Each binary names its kernel in its program's source
     (`batch_binary`)."""
     kernels = [split_kernel(source) for source in sources]
     programs: dict[str, list[str]] = {}  # prelude -> the code of its kernels, renamed
@@ -120,16 +146,15 @@ def split_kernel(source: str) -> tuple[str, str, str]:
 
 
 class CLRuntime:
-  """Loads program binaries (built with `options`, as CLCompiler's) and launches them with the program's global and
-  local shapes. The kernels of a batch share one loaded program."""
+  """Loads checked sources (as CLCompiler's, built with `options`: the build CLCompiler made, else built here) and
+  launches their kernels with the program's global and local shapes. The kernels of a batch share one program."""
 
   def __init__(self, context: cl.Context, queue: cl.CommandQueue, device: cl.Device, limits: DeviceLimits,
                options: tuple[str, ...] = BUILD_OPTIONS):
     self.context, self.queue, self.device, self.limits, self.options = context, queue, device, limits, options
-    self.built: weakref.WeakValueDictionary[bytes, cl.Program] = weakref.WeakValueDictionary()  # by sha256
 
   def with_options(self, options: tuple[str, ...]) -> CLRuntime:
-    """This device's runtime loading binaries built with other options (CLCompiler.with_options's)."""
+    """This device's runtime loading sources built with other options (CLCompiler.with_options's)."""
     return CLRuntime(self.context, self.queue, self.device, self.limits, options)
 
   def synchronize(self) -> None:
@@ -138,9 +163,7 @@ class CLRuntime:
 
   def load(self, binary: bytes, program: Program) -> Callable[..., None]:
     symbol, library = split_batch_binary(binary) or (program.name, binary)
-    digest = hashlib.sha256(library).digest()
-    if (built := self.built.get(digest)) is None:
-      built = self.built[digest] = cl.Program(self.context, [self.device], [library]).build(options=list(self.options))
+    built = BUILDS.get(self.context, self.device, library.decode(), self.options)
     kernel = cl.Kernel(built, symbol)
     global_size, local_size = self.launch_sizes(program, kernel)
 

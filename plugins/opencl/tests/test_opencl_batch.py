@@ -48,7 +48,7 @@ def test_a_batch_is_one_program_per_prelude_and_each_kernel_computes_its_own():
     got, runner = computes(runtime, binary, kernel)
     np.testing.assert_array_equal(got, kernel[2])
     runners.append(runner)
-  assert len(runtime.built) == 2  # each program loaded once for all its kernels
+  assert len({id(runner.program) for runner in runners}) == 2  # each program loaded once for all its kernels
   np.testing.assert_array_equal(computes(fresh_runtime(), binaries[3], kernels[3])[0], kernels[3][2])  # alone
 
 
@@ -74,3 +74,20 @@ def test_a_source_without_one_kernel_cannot_join_a_batch():
   good = Device["OPENCL"].render(affine(1.5)[0])
   with pytest.raises(CompileError, match="one __kernel each; this one has 2"):
     Device["OPENCL"].compiler.compile_batch([good, good + "\n__kernel void other(__global float* x) {}\n"])
+
+
+def test_the_cache_keeps_the_checked_source_and_the_runtime_loads_the_build_the_compiler_made(monkeypatch):
+  """Asking PoCL for a program's binary compiles every kernel of it again (a second or more for a batch), so the
+  compile cache keeps the source its build checked, and the runtime loads that build; another process builds it
+  again from the source."""
+  from refgrad_opencl import runtime as cl_runtime
+  kernel = affine(2.5)
+  source = Device["OPENCL"].render(kernel[0])
+  for process in ("this", "another"):
+    monkeypatch.setattr(cl_runtime, "BUILDS", cl_runtime.ProgramBuilds(cl_runtime.KEPT_BUILDS))
+    if process == "this":
+      binary = Device["OPENCL"].compiler.compile(source)
+      (built,) = cl_runtime.BUILDS.recent
+    got, runner = computes(fresh_runtime(), binary, kernel)
+    assert binary == source.encode() and (runner.program is built) == (process == "this")
+    np.testing.assert_array_equal(got, kernel[2])
