@@ -126,17 +126,21 @@ class LAMB(Optimizer):
   def _updates(self) -> list[Tensor]:
     b1_t, b2_t = self.b1_t.replace(self.b1_t * self.b1), self.b2_t.replace(self.b2_t * self.b2)
     news, states = [], [b1_t, b2_t]
+    per_device: dict[str, tuple[Tensor, Tensor, Tensor]] = {}  # built once a step, not once per parameter
     for i, p in enumerate(self.params):
+      if p.device not in per_device:
+        per_device[p.device] = (1 - b1_t.to(p.device), 1 - b2_t.to(p.device), self._lr(p))
+      correct1, correct2, lr = per_device[p.device]
       w, g = _master(p)
       m = self.b1 * self.m[i] + (1 - self.b1) * g
       v = self.b2 * self.v[i] + (1 - self.b2) * g * g
       states += [self.m[i].replace(m), self.v[i].replace(v)]
-      m_hat, v_hat = m / (1 - b1_t.to(p.device)), v / (1 - b2_t.to(p.device))
+      m_hat, v_hat = m / correct1, v / correct2
       up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w
       if not self.adam:
         r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
         up = up * (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      news.append((w - self._lr(p) * up).cast(p.dtype))
+      news.append((w - lr * up).cast(p.dtype))
     return news + states
 
 
