@@ -24,7 +24,7 @@ from refgrad.testing.fuzz.results import (
   only_findings,
 )
 from refgrad.testing.fuzz.signatures import finding_signature
-from refgrad.testing.fuzz.worker import PLANNING, PREPARED, Worker
+from refgrad.testing.fuzz.worker import PREPARED, Worker, died_planning
 from refgrad.testing.strategies import ALL, alu_kernels, claimed_dtypes, tensor_programs
 
 
@@ -220,8 +220,8 @@ class Campaign:
     done = 0
     while done < len(programs):  # the first always runs, even when the worker's start-up took the time
       verdict = self.worker.receive()
-      if isinstance(verdict, Verdict) and verdict.kind in ("crash", "hang") and verdict.kernel == PLANNING:
-        self.worker.send(programs[done:])  # it died planning the next batch, whose own prepare meets it again
+      if died_planning(verdict):  # the next batch's own prepare meets what it died of again
+        self.worker.send(programs[done:])
         continue
       suspect = self._verdict(chunk, programs[done], verdict)
       done += 1

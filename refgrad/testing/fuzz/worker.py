@@ -22,6 +22,11 @@ PREPARED, END, STOP, UPCOMING = "prepared", "end", "stop", "upcoming"
 PLANNING = -2  # `current` while the worker plans the announced batch (no program of this batch is running)
 
 
+def died_planning(message: Any) -> bool:
+  """True if the worker crashed or hung planning the announced batch: no fault of the program it was between."""
+  return isinstance(message, Verdict) and message.kind in ("crash", "hang") and message.kernel == PLANNING
+
+
 def _verdict(program: Any, device: str, opts: bool, current: Any, schedule: list[ScheduleItem] | None) -> Verdict:
   covered: set[tuple[str, str]] = set()
   ulp: dict[tuple[str, str], dict[int, int]] = {}
@@ -172,9 +177,12 @@ class Worker:
       self.receive()
 
   def run(self, program: Any) -> Verdict:
-    """One program, its kernels compiled as it runs them."""
+    """One program, its kernels compiled as it runs them (again in a new worker if the last one died planning the
+    batch it was announced before it came to this program)."""
     self.send([program])
-    verdict = self.receive()
+    if died_planning(verdict := self.receive()):
+      self.send([program])
+      verdict = self.receive()
     self.finish()
     return verdict
 
