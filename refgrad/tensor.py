@@ -417,13 +417,14 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     items, buffers = create_schedule(lowered)
     run_schedule(items)  # if this raises, no tensor has been changed
     remember_realized(buffers)
-    for t, node in zip(tensors, lowered):
+    keep_history = self._keep_history(tensors)
+    for t, node, keep in zip(tensors, lowered, keep_history):
       value = realized_node(node, buffers)
       if node.op is Ops.MULTI:
         remember_realized({t.uop: value})
       elif node is not t.uop:  # lowered from several devices (a gather): the tensor's own node is computed too
         remember_realized({t.uop: realized_buffer(value)})
-      if not t._keeps_history():
+      if not keep:
         t.uop = value
     views.forget_written(tensors)
     return self

@@ -169,3 +169,17 @@ def test_training_loop_keeps_no_history_between_steps():
       opt.step()
       sizes.append((len(w.uop.toposort), len(opt.b[0].uop.toposort), len(loss.uop.toposort)))
   assert w.uop.op.name in ("BUFFER", "RESHAPE") and sizes[-1] == sizes[1], f"graphs grow across steps: {sizes}"
+
+
+@pytest.mark.parametrize("order", ["tensor first", "its output first"])
+def test_realizing_several_tensors_keeps_each_ones_history_whatever_their_order(order):
+  """A tensor made to want gradients (not a leaf of the graph) realized together with a tensor computed from it: the
+  output keeps its history in either order. It lost it when the tensor came first (w.grad stayed None): each tensor
+  was judged after the ones before it had already dropped their graphs."""
+  w = Tensor(W) * 2
+  w.requires_grad = True
+  h = (w * w).exp()
+  Tensor.realize(*((w, h) if order == "tensor first" else (h, w)))
+  h.sum().backward()
+  (want,) = torch_grads(lambda t: (t * t).exp().sum(), W * 2)
+  close(w.grad, want)

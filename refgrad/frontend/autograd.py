@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from refgrad.frontend.base import Self, TensorBase
@@ -42,6 +42,24 @@ COMPUTED = LiveTensors()
 # the nodes tensors held when they were made to require gradients: a tensor computed from one still requires them
 # after that tensor is gone (`t = Tensor(x, requires_grad=True).reshape(2, 1)`), as in tinygrad
 GRAD_NODES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _leads_to(targets: set[UOp], roots: list[UOp]) -> dict[UOp, bool]:
+  """For every node of the roots' graphs, whether a path not through a DETACH leads from it to a target."""
+  leads: dict[UOp, bool] = {}
+  stack = [(root, False) for root in roots]
+  while stack:
+    node, expanded = stack.pop()
+    if node in leads:
+      continue
+    if node.op is Ops.DETACH:
+      leads[node] = False
+    elif expanded:
+      leads[node] = node in targets or any(leads[s] for s in node.src)
+    else:
+      stack.append((node, True))
+      stack.extend((s, False) for s in node.src if s not in leads)
+  return leads
 
 
 class _ClassSwitch(contextlib.ContextDecorator):
@@ -147,13 +165,24 @@ class AutogradMixin(TensorBase):
       nodes.append([t.uop] + [n for n in by_buffer.get(buf, []) if n is not t.uop])
     return nodes
 
-  def _keeps_history(self) -> bool:
-    """Whether realize() must leave this tensor its graph node: only while the graph leads (not through a detach)
-    to another tensor that wants gradients. Otherwise the buffer replaces the graph, which is then freed."""
-    if type(self).no_grad:
-      return False
-    wanted = {t.uop for t in list(WANT_GRAD) if t.requires_grad and t is not self}
-    return bool(wanted) and not wanted.isdisjoint(reachable_without_detach(self.uop))
+  @classmethod
+  def _keep_history(cls, tensors: Sequence[Any]) -> list[bool]:
+    """For each tensor, whether realize() must leave it its graph node: only while the graph leads (not through a
+    detach) to another tensor that wants gradients. Otherwise the buffer replaces the graph, which is then freed.
+    One walk for all of them (an optimizer step realizes dozens of tensors over one gradient graph)."""
+    if cls.no_grad:
+      return [False] * len(tensors)
+    holders: dict[UOp, list[Any]] = {}
+    for t in list(WANT_GRAD):
+      if t.requires_grad:
+        holders.setdefault(t.uop, []).append(t)
+    if not holders:
+      return [False] * len(tensors)
+    leads = _leads_to(set(holders), [t.uop for t in tensors])
+    # a tensor's own node counts only if another tensor holds it; its sources cannot lead back to it
+    return [node.op is not Ops.DETACH and (any(h is not t for h in holders.get(node, ())) or
+                                           any(leads[s] for s in node.src))
+            for t in tensors for node in (t.uop,)]
 
   def _seed(self, gradient: Any) -> Self:
     if gradient is None:
