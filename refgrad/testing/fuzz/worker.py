@@ -14,11 +14,12 @@ from refgrad.schedule import ScheduleItem
 from refgrad.testing.fuzz.program_check import CompileAhead, prepare_programs, run_one
 from refgrad.testing.fuzz.results import Verdict
 
-# What the worker process says besides a Verdict per program: its batch's kernels are compiled, and its batch ended.
+# What the worker process says besides a Verdict per program: its batch's kernels are compiled, it planned the batch
+# it was announced (so planning has a timeout of its own, not the next program's), and its batch ended.
 # The campaign sends a batch as (programs, prepare), programs None for the ones it announced last; (UPCOMING,
 # programs) to announce the next batch, whose kernels then compile while this one runs; STOP to end a batch early
 # (its first finding, or the time is up).
-PREPARED, END, STOP, UPCOMING = "prepared", "end", "stop", "upcoming"
+PREPARED, PLANNED, END, STOP, UPCOMING = "prepared", "planned", "end", "stop", "upcoming"
 PLANNING = -2  # `current` while the worker plans the announced batch (no program of this batch is running)
 
 
@@ -57,7 +58,7 @@ def _worker_main(conn: Any, current: Any, device: str, plugin_files: list[str], 
     if message == STOP:  # for a batch that had ended before it came
       continue
     if message[0] == UPCOMING:
-      _plan_ahead(current, device, opts, ahead, message[1])
+      _plan_ahead(conn, current, device, opts, ahead, message[1])
       continue
     try:
       _run_batch(conn, current, device, opts, ahead, *message)
@@ -82,15 +83,16 @@ def _run_batch(conn: Any, current: Any, device: str, opts: bool, ahead: CompileA
       message = conn.recv()
       if message == STOP:  # the rest of the batch is not wanted
         break
-      _plan_ahead(current, device, opts, ahead, message[1])
+      _plan_ahead(conn, current, device, opts, ahead, message[1])
     conn.send(_verdict(program, device, opts, current, plan.schedules[index] if plan else None))
   conn.send(END)
 
 
-def _plan_ahead(current: Any, device: str, opts: bool, ahead: CompileAhead, programs: list[Any]) -> None:
+def _plan_ahead(conn: Any, current: Any, device: str, opts: bool, ahead: CompileAhead, programs: list[Any]) -> None:
   """Plan the announced batch and start compiling it; a crash or hang meanwhile is no program's of this batch."""
   current.value = PLANNING
   ahead.start(programs, device, opts)
+  conn.send(PLANNED)
 
 
 STARTUP_SECONDS = 300  # to import refgrad and the plugins in a new worker process (minutes on a loaded machine)
@@ -165,7 +167,10 @@ class Worker:
       self.process = None
       self.in_batch = False
       return Verdict("crash", f"the worker process died (exit code {code})", kernel=self.current.value)
-    self.heard_at, self.in_batch = time.monotonic(), message != END
+    self.heard_at = time.monotonic()
+    if message == PLANNED:  # what comes next has a timeout of its own
+      return self.receive()
+    self.in_batch = message != END
     return message
 
   def finish(self) -> None:
