@@ -385,7 +385,27 @@ def _hang_on_max(program: Program):
   return run
 
 
-FATAL = {"CRASHY_SEGFAULT": _crash_on_max, "CRASHY_HANG": _hang_on_max}
+STARVED_SECONDS = 4.5
+
+
+def _starve_on_max(program: Program):
+  """Right, but a kernel with a MAX op first runs STARVED_SECONDS at about a sixth of a core (a worker starved by a
+  loaded machine), then computes."""
+  import time
+  kernel = PythonKernel(program)
+
+  def run(*handles):
+    end = time.monotonic() + STARVED_SECONDS
+    while any(u.op is Ops.MAX for u in program.uops) and time.monotonic() < end:
+      spin_until = time.monotonic() + 0.02
+      while time.monotonic() < spin_until:
+        pass
+      time.sleep(0.1)
+    kernel(*handles)
+  return run
+
+
+FATAL = {"CRASHY_SEGFAULT": _crash_on_max, "CRASHY_HANG": _hang_on_max, "CRASHY_STARVED": _starve_on_max}
 
 
 # ---- a correct device that claims only some dtypes: the kit must draw nothing else

@@ -3,7 +3,9 @@ segfault or a hang of the backend under test becomes a finding and the campaign 
 from __future__ import annotations
 
 import contextlib
+import glob
 import multiprocessing
+import os
 import signal
 import time
 import traceback
@@ -96,6 +98,40 @@ def _plan_ahead(conn: Any, current: Any, device: str, opts: bool, ahead: Compile
 
 
 STARTUP_SECONDS = 300  # to import refgrad and the plugins in a new worker process (minutes on a loaded machine)
+# A hang is no answer within the timeout, but on a machine with more runnable work than cores a worker can go that long
+# without the CPU it needs: while the machine is oversubscribed and the worker got some CPU over the last period but
+# less than half a core (a deadlocked worker sleeps and gets none), the wait goes on, at most this many periods more.
+# Campaigns beside other work wrote "hangs" whose programs pass in seconds without it.
+STARVED_PERIODS = 4
+
+
+def process_tree_cpu(pid: int) -> float | None:
+  """CPU seconds used so far by process `pid`: its threads, its live descendants and the children it has reaped
+  (the compilers it runs); None where /proc cannot tell (not Linux, or the process is gone)."""
+  total, pending, seen = 0.0, [pid], set()
+  while pending:
+    process = pending.pop()
+    if process in seen:
+      continue
+    seen.add(process)
+    try:
+      with open(f"/proc/{process}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    except (OSError, IndexError):
+      if process == pid:
+        return None
+      continue
+    total += sum(int(ticks) for ticks in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime, stime, cutime, cstime
+    for children in glob.glob(f"/proc/{process}/task/*/children"):
+      with contextlib.suppress(OSError, ValueError), open(children) as listed:
+        pending.extend(int(child) for child in listed.read().split())
+  return total
+
+
+def starved(cpu_seconds: float, period: float, load: float, cores: int) -> bool:
+  """Whether a worker silent for `period` seconds, in which it used `cpu_seconds` of CPU, was starved rather than
+  hung: the machine oversubscribed (load above the cores) and the worker running, but at under half a core."""
+  return load > cores and 0 < cpu_seconds < period / 2
 
 
 class Worker:
@@ -108,6 +144,7 @@ class Worker:
     self.device, self.plugin_files, self.timeout, self.opts = device, plugin_files, timeout, opts
     self.process: multiprocessing.Process | None = None
     self.heard_at, self.start_failure, self.in_batch = 0.0, "", False
+    self.heard_period_start, self.heard_cpu = 0.0, None  # the period being waited, and the worker's CPU at its start
     self.announced: list[Any] | None = None  # the batch this process was told comes next (it compiles its kernels)
 
   def start(self) -> str:
@@ -140,7 +177,8 @@ class Worker:
       self.start_failure = self.start()
     if not self.start_failure:
       self.conn.send((None if programs is self.announced else programs, prepare))
-    self.heard_at, self.in_batch, self.announced = time.monotonic(), not self.start_failure, None
+    self._heard()
+    self.in_batch, self.announced = not self.start_failure, None
 
   def announce(self, programs: list[Any]) -> None:
     """Tell the running worker which batch comes next, so it compiles that batch's kernels while this one runs."""
@@ -155,10 +193,10 @@ class Worker:
     ("harness") if the process never started."""
     if self.start_failure:
       return Verdict("harness", self.start_failure)
-    if not self.conn.poll(max(0.0, self.timeout - (time.monotonic() - self.heard_at))):
-      kernel = self.current.value
+    if not self._answered():
+      kernel, waited = self.current.value, time.monotonic() - self.heard_at
       self.stop()
-      return Verdict("hang", f"no answer within {self.timeout:.0f} s", kernel=kernel)
+      return Verdict("hang", f"no answer within {waited:.0f} s (timeout {self.timeout:.0f} s)", kernel=kernel)
     try:
       message = self.conn.recv()
     except (EOFError, ConnectionResetError):
@@ -167,11 +205,33 @@ class Worker:
       self.process = None
       self.in_batch = False
       return Verdict("crash", f"the worker process died (exit code {code})", kernel=self.current.value)
-    self.heard_at = time.monotonic()
+    self._heard()
     if message == PLANNED:  # what comes next has a timeout of its own
       return self.receive()
     self.in_batch = message != END
     return message
+
+  def _answered(self) -> bool:
+    """Wait for the worker's next message: the timeout since it last spoke, and more periods of it while it was
+    starved (STARVED_PERIODS)."""
+    if self.conn.poll(max(0.0, self.timeout - (time.monotonic() - self.heard_at))):
+      return True
+    pid = self.process.pid if self.process is not None else None
+    for _ in range(STARVED_PERIODS):
+      cpu, now = process_tree_cpu(pid) if pid else None, time.monotonic()
+      if cpu is None or self.heard_cpu is None:
+        return False
+      if not starved(cpu - self.heard_cpu, now - self.heard_period_start, os.getloadavg()[0], os.cpu_count() or 1):
+        return False
+      self.heard_cpu, self.heard_period_start = cpu, now
+      if self.conn.poll(self.timeout):
+        return True
+    return False
+
+  def _heard(self) -> None:
+    """The worker spoke (or was sent work): its silence, and the CPU it uses in it, count from now."""
+    self.heard_at = self.heard_period_start = time.monotonic()
+    self.heard_cpu = process_tree_cpu(self.process.pid) if self.process is not None else None
 
   def finish(self) -> None:
     """End the batch: the programs not run yet are skipped, what the worker still says of it is read."""
