@@ -50,3 +50,24 @@ def test_zero_bytes_give_zeros_and_every_value_is_the_dtypes_own(dtype):
   if dtypes.is_int(dtype):
     assert all(dtypes.min(dtype) <= v <= dtypes.max(dtype) for v in every)
   assert values_from_bytes(bytes(8), dtype, edges=False) == values_from_bytes(bytes(8), dtype)
+
+
+@pytest.mark.parametrize("x", [np.zeros((0, 3), np.int8), np.zeros((2, 0, 4), np.float16), np.zeros((3, 0), np.bool_),
+                               np.zeros((0, 2), ml_dtypes.bfloat16), np.array(-0.0, np.float32),
+                               np.array([[1.5, -0.0, np.nan]], np.float64)])
+def test_a_finding_file_rebuilds_its_inputs_with_their_shapes_and_dtypes(x, tmp_path):
+  """An empty input's shape is not in its values ((0, 3).tolist() is []): a finding of this session's campaign wrote
+  np.array([]) for one, and its pytest file failed in the program's sum(1) instead of reproducing the finding."""
+  import runpy
+
+  from refgrad.testing.fuzz.findings import finding_source
+  from refgrad.testing.programs import Step, TensorProgram
+  program = TensorProgram([x], [Step("sum", (0, -1), (True, False))] if x.ndim else [Step("neg", (0,), (True,))])
+  path = tmp_path / "test_finding_rebuilt.py"
+  path.write_text(finding_source("mismatch", "planted", program, "PYTHON", []))
+  source = path.read_text()
+  literal = source.split("inputs = [")[1].split("]\n  check_against_reference")[0].strip()
+  rebuilt = eval(literal, {"np": np, "ml_dtypes": ml_dtypes, "nan": np.nan, "inf": np.inf})  # noqa: S307
+  assert rebuilt.shape == x.shape and rebuilt.dtype == x.dtype
+  assert rebuilt.tobytes() == x.tobytes()  # bit for bit: -0.0 and NaN too
+  runpy.run_path(str(path))["test_finding"]()  # replays on PYTHON, where the program is right (if the shape came back)

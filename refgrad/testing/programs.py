@@ -24,6 +24,16 @@ class Step:
     return _call_source(self)
 
 
+def array_source(x: np.ndarray) -> str:
+  """Python source that rebuilds x: its values, dtype and shape (an empty array's shape is not in its values: a
+  (0, 3) array's tolist() is [], which would come back as shape (0,))."""
+  if x.dtype.name == "bfloat16":  # numpy has no literal for it: through float32, which holds every bfloat16 value
+    text = f"np.array({x.astype('float32').tolist()!r}, dtype=np.float32).astype(ml_dtypes.bfloat16)"
+  else:
+    text = f"np.array({x.tolist()!r}, dtype=np.dtype({str(x.dtype)!r}))"
+  return text + (f".reshape({x.shape!r})" if x.size == 0 else "")
+
+
 def _call_source(step: Step) -> str:
   """`v0.add(v1)`: a step as Python source (dtypes print as `dtypes.name`)."""
   shown = [f"v{a}" if (i < len(step.refs) and step.refs[i]) else repr(a) for i, a in enumerate(step.args)]
@@ -71,7 +81,7 @@ class TensorProgram:
     return "\n".join(lines + [f"return v{first + len(self.steps) - 1}" if self.steps else "return v0"])
 
   def __repr__(self) -> str:
-    lines = [f"v{i} = Tensor({x.tolist()!r}, dtype={x.dtype})" for i, x in enumerate(self.inputs)]
+    lines = [f"v{i} = Tensor({array_source(x)})" for i, x in enumerate(self.inputs)]
     first = len(self.inputs)
     lines += self._setup_lines() + [f"v{first + i} = {step!r}" for i, step in enumerate(self.steps)]
     return "\n".join(lines)
@@ -157,5 +167,5 @@ class RandomKernel:
     return f"return v0._from({source(self.root)})"
 
   def __repr__(self) -> str:
-    lines = [f"in{i} = np.array({x.tolist()!r}, dtype={x.dtype})" for i, x in enumerate(self.inputs)]
+    lines = [f"in{i} = {array_source(x)}" for i, x in enumerate(self.inputs)]
     return "\n".join(lines + [f"out = {self.root!r}"])

@@ -14,6 +14,7 @@ from refgrad.testing.fuzz.report import FuzzReport
 from refgrad.testing.fuzz.results import Finding
 from refgrad.testing.fuzz.signatures import kernel_of
 from refgrad.testing.oracle.standalone_cases import failing_case, write_standalone
+from refgrad.testing.programs import array_source
 
 # findings whose kernel took the worker process down: their reproducer is written without running that kernel here
 FATAL_KINDS = ("crash", "hang")
@@ -21,10 +22,7 @@ FATAL_KINDS = ("crash", "hang")
 
 def finding_source(kind: str, detail: str, program: Any, device: str, plugin_files: list[str],
                    opts: bool = False, standalone: str = "") -> str:
-  arrays = ",\n      ".join(f"np.array({x.tolist()!r}, dtype=np.dtype({str(x.dtype)!r}))"
-                            if x.dtype.name != "bfloat16" else
-                            f"np.array({x.astype('float32').tolist()!r}, dtype=np.float32).astype(ml_dtypes.bfloat16)"
-                            for x in program.inputs)
+  arrays = ",\n      ".join(array_source(x) for x in program.inputs)
   params = ", ".join(f"v{i}" for i in range(len(program.inputs)))
   plugins = "".join(f"load_plugin_file({p!r})\n" for p in plugin_files)
   summary = textwrap.indent("\n".join([*detail.splitlines()[:12], *([standalone] if standalone else [])]), "# ")
