@@ -107,11 +107,16 @@ def computed_buffer(node: UOp) -> Buffer | None:
   return value if isinstance(value := _REALIZED.get(node), Buffer) else None
 
 
+_NOT_REMEMBERED = frozenset({Ops.BUFFER, Ops.CONST})
+
+
 def remember_realized(values: dict[UOp, Buffer | UOp]) -> None:
   """Record the values a schedule that has run computed (a buffer; a MULTI of buffer nodes for a node over several
-  devices), for later schedules, lowerings and gradients to reuse."""
+  devices), for later schedules, lowerings and gradients to reuse. Not a bare constant: its node is shared by every
+  tensor of that value and kept by multi.const_on's cache, so its buffer would outlive the tensor, and every later
+  graph would read that buffer instead of folding the constant (kernels then differed by what ran before)."""
   for node, value in values.items():
-    if node.op is not Ops.BUFFER and not (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER):
+    if node.op not in _NOT_REMEMBERED and not (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER):
       _REALIZED[node] = value
 
 

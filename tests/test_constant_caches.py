@@ -1,12 +1,15 @@
 """The caches of constants (uop._CANONICAL, multi._CONSTS) give what computing them afresh gives, and keep apart the
 values Python's == merges: -0.0 and 0.0, 1 and 1.0 and True, NaN; a full cache is cleared, not wrong."""
+import gc
 import math
+import weakref
 
+import numpy as np
 import pytest
 
 from refgrad import Tensor, multi, uop
 from refgrad.dtype import dtypes
-from refgrad.uop import canonical_const
+from refgrad.uop import Ops, canonical_const
 
 POINTS = [0.0, -0.0, 1, 1.0, True, False, math.nan, math.inf, -math.inf, 65504.0, 65520.0, 1e-40, -1e-45,
           2**31, -2**31 - 1, 2**64 - 1, 3.5, -2.5]
@@ -58,3 +61,21 @@ def test_a_full_cache_is_cleared_and_still_right(monkeypatch):
     assert same(canonical_const(dtypes.float16, v), fresh(dtypes.float16, v))
     assert multi.const_on(dtypes.float64, v, "PYTHON").arg == v
   assert len(uop._CANONICAL) <= 3 and len(multi._CONSTS) <= 3
+
+
+@pytest.mark.parametrize("value", [3.0, True], ids=repr)
+def test_a_realized_constant_tensor_changes_no_later_kernel_and_frees_its_buffer(value):
+  """A 0-d constant's node is the one every tensor of that value shares, and the cache keeps it: realizing one must
+  not make later graphs read its buffer instead of folding the constant (kernels then depended on what ran before:
+  a fuzz test saw a MAX of two constants stay in the kernel after some earlier test), nor keep its buffer alive."""
+  x = Tensor([True, False]) if value is True else Tensor([1.0, 2.0])
+  kernel = lambda: [item.ast for item in x.maximum(value).schedule()]  # noqa: E731
+  before = kernel()
+  constant = Tensor.full((), value)
+  constant.realize()
+  buffer = weakref.ref(constant.uop.src[0].arg if constant.uop.op is Ops.RESHAPE else constant.uop.arg)
+  assert kernel() == before
+  assert x.maximum(value).tolist() == np.maximum(x.numpy(), value).tolist()
+  del constant
+  gc.collect()
+  assert buffer() is None
