@@ -16,6 +16,11 @@ stands for decides which buffer a replay uses in its place:
   the numbers the plain function would have drawn;
 - anything else (intermediates, results): the captured buffer, written again.
 
+Values recorded on graph nodes (schedule._REALIZED, a memo of what earlier realizes computed) are forgotten at the
+capture's start unless a live tensor holds the node, so every kernel the call needs is captured, not read as it was
+on an earlier call; and at its end where a replay writes their buffers again, so nothing computed later reads another
+call's values.
+
 Values the function reads from Python (a `Tensor(numpy_array)` made inside it, a float turned into a constant, a
 non-tensor argument) are those of the captured call. The tensors a replay returns are the captured call's: a later
 replay writes them again, as in tinygrad (`.clone()` or `.numpy()` keeps a result).
@@ -46,7 +51,7 @@ from refgrad.buffer import Buffer
 from refgrad.device import write_variables
 from refgrad.frontend import random as rng_state
 from refgrad.multi import multi
-from refgrad.schedule import buffer_node, realized_buffer
+from refgrad.schedule import buffer_node, forget_realized, realized_buffer, value_buffers
 from refgrad.symbolic_shapes import RECORDING, holds_size, max_shape, rebind, unbind_arg
 from refgrad.tensor import Tensor
 from refgrad.uop import Ops, UOp, evaluate, prod
@@ -172,11 +177,11 @@ def live_tensors() -> list[Tensor]:
   return [t for t in tensors if hasattr(t, "_uop") and hasattr(t, "_view")]  # not one still being made
 
 
-def live_holdings(skip: set[int]) -> dict[Buffer, list[Holding]]:
+def live_holdings(live: list[Tensor], skip: set[int]) -> dict[Buffer, list[Holding]]:
   """Every live tensor's whole buffers but those of the tensors in `skip` (by id), by buffer: the state a captured
   call may read and replace."""
   held: dict[Buffer, list[Holding]] = {}
-  for t in live_tensors():
+  for t in live:
     if id(t) not in skip:
       for part, node in enumerate(parts_of(t.uop)):
         if (buf := whole_buffer(node)) is not None:
@@ -530,7 +535,12 @@ class TinyJit(Generic[ReturnType]):
   def _capture(self, args: tuple, kwargs: dict, tensors: list[Tensor], inputs: list[Buffer],
                signature: tuple, values: dict[UOp, int]) -> ReturnType:
     arguments = [Holding(weakref.ref(t), part, node) for t in tensors for part, node in enumerate(parts_of(t.uop))]
-    held = live_holdings({id(t) for t in tensors})
+    live = live_tensors()
+    held = live_holdings(live, {id(t) for t in tensors})
+    # a value recorded on a node no tensor holds would make the capture skip the kernels computing it, and replays
+    # then read it as it was, even after the tensors it was computed from are assigned
+    held_nodes = tensor_nodes(live)
+    forget_realized(lambda node, value: node not in held_nodes)
     execute.CAPTURE, rng_state.DRAWS = LAUNCHES, DRAWS  # again each time: bench/multi.py sets CAPTURE itself
     RECORDING.conditions = conditions = []
     try:
@@ -540,6 +550,7 @@ class TinyJit(Generic[ReturnType]):
     finally:
       RECORDING.conditions = None
     launches = [Launch(runner, item.buffers, item.ast, item.var_vals) for runner, item in launched]
+    forget_rewritten(launches)
     draws = [Draw([u.arg for u in params.uop.toposort if u.op is Ops.BUFFER], n) for params, n in drawn]
     known = set(inputs) | set(held) | {launch.buffers[0] for launch in launches}
     changes = updated(arguments, held, known)
@@ -558,6 +569,20 @@ class TinyJit(Generic[ReturnType]):
     self.captured = CapturedCall(launches, inputs, signature, reads, writes, draws, result, tensors,
                                  SizeChecks.of(conditions, values))
     return result
+
+
+def tensor_nodes(tensors: list[Tensor]) -> set[UOp]:
+  """The nodes the tensors hold, and each one's part per device."""
+  return {node for t in tensors for node in (t.uop, *parts_of(t.uop))}
+
+
+def forget_rewritten(launches: list[Launch]) -> None:
+  """Replays write the captured launches' outputs again: a value recorded on a node no tensor holds (an intermediate
+  of the captured call) would change under it, so it is forgotten. A tensor's own value is written again, as in
+  tinygrad."""
+  written = {launch.buffers[0] for launch in launches}
+  nodes = tensor_nodes(live_tensors())
+  forget_realized(lambda node, value: node not in nodes and not written.isdisjoint(value_buffers(value)))
 
 
 def settle_updates(holdings: list[Holding]) -> None:

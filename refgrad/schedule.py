@@ -18,6 +18,7 @@ own kernels.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +119,20 @@ def remember_realized(values: dict[UOp, Buffer | UOp]) -> None:
   for node, value in values.items():
     if node.op not in _NOT_REMEMBERED and not (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER):
       _REALIZED[node] = value
+
+
+def value_buffers(value: Buffer | UOp) -> set[Buffer]:
+  """The buffers a recorded value is held in: the buffer, or each part's for a node over several devices."""
+  return {value} if isinstance(value, Buffer) else {b for p in value.src if (b := realized_buffer(p)) is not None}
+
+
+def forget_realized(forget: Callable[[UOp, Buffer | UOp], bool]) -> None:
+  """Drop the recorded value of every live node for which forget(node, value) holds; a later schedule computes the
+  node from its sources again. The values are a memo: a node outlives the tensors that made it for as long as some
+  graph, or a reference cycle through its cached facts, holds it."""
+  for ref in list(UOp._cache.values()):
+    if (node := ref()) is not None and (value := _REALIZED.get(node)) is not None and forget(node, value):
+      node.__dict__.pop(NodeValues.KEY, None)
 
 
 def realized_node(node: UOp, buffers: dict[UOp, Buffer]) -> UOp:

@@ -2,6 +2,8 @@
 and of other tensors landing in the tensors of each call, values assigned between calls read by the replays, random
 draws advancing, pruning, and the tinygrad surface (jit_cache, AssertionError). Every value is compared with the
 plain function run on the same inputs, or with numpy."""
+import gc
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -382,3 +384,53 @@ def test_a_kv_cache_at_a_symbolic_position_fills_under_a_jit():
     write(cache[:, start.bind(i):start.bind(i) + 1], Tensor.full((2, 1), float(i + 1)))
   assert cache.numpy()[0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0, 0.0]
   assert write.captured is not None and write.captured.replays == 4
+
+
+# ---- values recorded on graph nodes (schedule._REALIZED) must not leak into or out of a capture
+@pytest.fixture
+def collector_off():
+  """The cyclic collector paused: nodes held only by reference cycles stay alive, as they do between collections."""
+  enabled = gc.isenabled()
+  gc.disable()
+  yield
+  if enabled:
+    gc.enable()
+
+
+def test_a_value_computed_from_a_global_before_the_capture_is_computed_again_by_each_replay(refgrad_device,
+                                                                                          collector_off):
+  """The first call computes `weights * 2`; its node outlives the call (a reference cycle through its cached facts
+  holds it until the collector runs), so the capture found it computed and skipped its kernel, and replays read it
+  after `weights` was assigned."""
+  weights = on(refgrad_device, [1.0, 2.0, 3.0, 4.0])
+  f = TinyJit(lambda x: ((weights * 2).contiguous() + x).realize())
+  for call in range(6):
+    if call >= 3:
+      weights.assign(on(refgrad_device, [10.0 * call] * 4)).realize()
+    x = on(refgrad_device, [0.5 * call] * 4)
+    np.testing.assert_array_equal(f(x).numpy(), weights.numpy() * 2 + x.numpy())
+  assert len(f.jit_cache) == 2
+
+
+def test_an_intermediate_of_the_captured_call_recomputed_after_replays_has_its_own_value(refgrad_device,
+                                                                                        collector_off):
+  """Replays write the captured call's intermediates again: a value recorded on one of their nodes (here `x * 2` for
+  the captured call's x) would then be another call's."""
+  f = TinyJit(lambda x: ((x * 2).contiguous() + 1).realize())
+  inputs = [on(refgrad_device, [float(i)] * 3) for i in range(5)]
+  for x in inputs:
+    f(x)
+  for i, x in enumerate(inputs):
+    np.testing.assert_array_equal(((x * 2).contiguous() * 1).numpy(), np.full(3, 2.0 * i, np.float32))
+
+
+def test_the_oracle_catches_an_intermediate_left_recorded_on_a_node_the_replays_write(monkeypatch, collector_off):
+  """The bug above, planted back: the oracle runs the function again on each jitted call's tensors after the
+  replays, which then reads a value another call's replay wrote."""
+  rng = np.random.default_rng(2)
+  calls = [[rng.standard_normal(3).astype(np.float32)] for _ in range(4)]
+  fn = lambda x: ((x * 2).contiguous() + 1).realize()  # noqa: E731
+  assert check_jit_replay(fn, calls, device="PYTHON")[0] == 2
+  monkeypatch.setattr(refgrad.jit, "forget_rewritten", lambda launches: None)
+  with pytest.raises(ReplayMismatch, match="after the replays, on call 1's tensors"):
+    check_jit_replay(fn, calls, device="PYTHON")

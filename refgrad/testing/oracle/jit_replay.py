@@ -55,27 +55,29 @@ def _observed(fn: Callable[..., Any], call: Call) -> Callable[..., tuple[Tensor,
   return run
 
 
-def _run(fn: Callable[..., Any], call: Call, device: str) -> list[np.ndarray]:
-  """The values of the result's tensors, then of every input after the call, on fresh tensors."""
+def _run(fn: Callable[..., Any], call: Call, device: str,
+         tensors: dict[int, Tensor] | None = None) -> tuple[list[np.ndarray], dict[int, Tensor]]:
+  """The values of the result's tensors, then of every input after the call, on fresh tensors (or on `tensors`,
+  by the id of the array each stands for); and the input tensors."""
   distinct = _distinct(call)
-  tensors = {id(x): Tensor(x.copy(), device=device) for x in distinct}
+  if tensors is None:
+    tensors = {id(x): Tensor(x.copy(), device=device) for x in distinct}
   result = _apply(fn, call, tensors)
-  return [t.numpy() for t in tensors_in(result)] + [tensors[id(x)].numpy() for x in distinct]
+  return [t.numpy() for t in tensors_in(result)] + [tensors[id(x)].numpy() for x in distinct], tensors
 
 
 def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return ~((a == b) | ((a != a) & (b != b))).reshape(-1)
 
 
-def _explain(number: int, device: str, index: int, results: int, want: np.ndarray, got: np.ndarray) -> str:
+def _explain(call: str, device: str, index: int, results: int, want: np.ndarray, got: np.ndarray) -> str:
   what = f"output {index}" if index < results else f"input {index - results} after the call"
   if want.shape != got.shape or want.dtype != got.dtype:
-    return (f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit) on {device}: {what} is "
-            f"{list(got.shape)} {got.dtype}, the function's own is {list(want.shape)} {want.dtype}")
+    return (f"{call} on {device}: {what} is {list(got.shape)} {got.dtype}, the function's own is "
+            f"{list(want.shape)} {want.dtype}")
   where = np.flatnonzero(_differing(want, got))[:5]
-  return (f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit) on {device}: {what} differs from "
-          f"the function's own at flat lanes {where.tolist()}: jit {got.reshape(-1)[where].tolist()}, function "
-          f"{want.reshape(-1)[where].tolist()}")
+  return (f"{call} on {device}: {what} differs from the function's own on fresh tensors at flat lanes "
+          f"{where.tolist()}: {got.reshape(-1)[where].tolist()} against {want.reshape(-1)[where].tolist()}")
 
 
 def check_jit_replay(fn: Callable[..., Any], calls: Sequence[Call], device: str,
@@ -85,16 +87,34 @@ def check_jit_replay(fn: Callable[..., Any], calls: Sequence[Call], device: str,
   compared. `jit` wraps fn (TinyJit, or a jit under test)."""
   if len(calls) < 3:
     raise ValueError(f"check_jit_replay needs at least 3 sets of inputs (2 run and capture), got {len(calls)}")
-  jitted, lanes = jit(fn), 0
+  jitted, lanes, passed = jit(fn), 0, []
   for number, call in enumerate(calls):
     check_against_reference(_observed(fn, call), *(x.copy() for x in _distinct(call)), device=device)
-    plain, replayed = _run(fn, call, device), _run(jitted, call, device)
-    results = len(plain) - len(_distinct(call))
-    if len(plain) != len(replayed):
-      raise ReplayMismatch(f"call {number} on {device}: the jit returned {len(replayed) - len(_distinct(call))} "
-                           f"tensors, the function {results}")
-    for index, (want, got) in enumerate(zip(plain, replayed)):
-      if want.shape != got.shape or want.dtype != got.dtype or _differing(want, got).any():
-        raise ReplayMismatch(_explain(number, device, index, results, want, got))
+    (plain, _), (replayed, tensors) = _run(fn, call, device), _run(jitted, call, device)
+    _compare(f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit)", device, call, plain, replayed)
     lanes += sum(x.size for x in plain) if number >= 2 else 0
+    passed.append(tensors)
+  _check_afterwards(fn, calls, device, passed)
   return len(calls) - 2, lanes
+
+
+def _compare(what: str, device: str, call: Call, want: list[np.ndarray], got: list[np.ndarray]) -> None:
+  results = len(want) - len(_distinct(call))
+  if len(want) != len(got):
+    raise ReplayMismatch(f"{what} on {device}: {len(got) - len(_distinct(call))} tensors returned, the function's "
+                         f"own {results}")
+  for index, (w, g) in enumerate(zip(want, got)):
+    if w.shape != g.shape or w.dtype != g.dtype or _differing(w, g).any():
+      raise ReplayMismatch(_explain(what, device, index, results, w, g))
+
+
+def _check_afterwards(fn: Callable[..., Any], calls: Sequence[Call], device: str,
+                      passed: list[dict[int, Tensor]]) -> None:
+  """After the replays, the plain function run again on the tensors each jitted call was given must give what it
+  gives on fresh tensors of the same values: replays write the captured call's buffers again, and nothing computed
+  from a call's tensors may have kept one of them."""
+  for number, (call, tensors) in enumerate(zip(calls, passed)):
+    values = {key: t.numpy() for key, t in tensors.items()}
+    fresh = {key: Tensor(v.copy(), device=device) for key, v in values.items()}
+    (want, _), (got, _) = _run(fn, call, device, fresh), _run(fn, call, device, tensors)
+    _compare(f"the function run again, after the replays, on call {number}'s tensors", device, call, want, got)
