@@ -310,21 +310,30 @@ def graph_structure(roots: list[UOp]) -> Structure | None:
   so a graph reading one buffer twice differs from one reading two); a node without sources (a constant, a device,
   a Variable) itself, the same node in every graph; any other its op, dtype, arg (as hash-consing tells args apart:
   -0.0 is not 0.0) and its sources' positions, so shared subgraphs are part of the key."""
-  order = walk(roots, is_leaf)
-  position: dict[UOp, int] = {}
+  position: dict[UOp, int] = {}  # also the walk's "seen": one pass, each node's leaf test made once
   inputs: dict[Buffer, int] = {}
+  order: list[UOp] = []
   entries: list[Any] = []
-  for i, node in enumerate(order):
-    position[node] = i
-    if is_leaf(node):
+  stack = [(root, False) for root in reversed(roots)]
+  while stack:
+    node, expanded = stack.pop()
+    if node in position:
+      continue
+    if expanded:
+      entries.append((node.op, node.dtype, arg_key(node.arg), *[position[s] for s in node.src]))
+    elif is_leaf(node):
       if (buf := realized_buffer(node)) is None or buf.size != prod(max_shape(node.shape)):
         return None
       slot = inputs.setdefault(buf, len(inputs))
       entries.append((Ops.BUFFER, node.op, node.dtype, node.shape, buf.device, buf.size, buf.dtype, slot))
-    elif node.src:
-      entries.append((node.op, node.dtype, arg_key(node.arg), *[position[s] for s in node.src]))
-    else:
+    elif not node.src:
       entries.append(node)
+    else:
+      stack.append((node, True))
+      stack.extend((s, False) for s in reversed(node.src) if s not in position)
+      continue
+    position[node] = len(order)
+    order.append(node)
   key = (tuple(position[r] for r in roots), SPLIT_MIN_ELEMENTS, COSTLY_OPS, *entries)
   return Structure(key, order, list(inputs))
 

@@ -99,7 +99,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunct
     """Wrap a graph node (no checks, no device lookup): what every method returns."""
     t = object.__new__(cls)
     t._uop, t._view, t._requires_grad, t.grad = uop, None, None, None
-    if autograd.WANT_GRAD:
+    if autograd.WANT_GRAD.data:  # the WeakSet's own set of references: its truth costs no Python call, as len() does
       autograd.COMPUTED.add(t)
     return t
 

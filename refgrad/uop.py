@@ -148,7 +148,8 @@ class UOp:
     return UOp(Ops.CONST, dtype, (), canonical_const(dtype, value))
 
   def alu(self, op: Ops, *others: UOp) -> UOp:
-    return UOp(op, result_dtype(op, tuple(u.dtype for u in (self, *others))), (self, *others))
+    src = (self, *others)
+    return UOp(op, result_dtype(op, tuple([u.dtype for u in src])), src)
 
   def _binary(self, op: Ops, other: Any, reverse: bool = False) -> UOp:
     if not isinstance(other, (UOp, bool, int, float, np.integer, np.floating)):
