@@ -10,12 +10,21 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 
-class HostAllocator:
-  """Buffers in host memory as numpy byte arrays, for CPU backends whose kernels take raw addresses
-  (`handle.ctypes.data`). Shared by CLANG and LLVM; third-party CPU backends can use it too."""
+class HostMemory(np.ndarray):
+  """A numpy byte array that knows its own address (`address`, what `ctypes.data` gives): a kernel launch reads
+  it for every buffer, and numpy's `ctypes.data` builds an object each time (a few microseconds). The data of an
+  array never moves, so the address stays right as long as the array lives."""
+  address: int
 
-  def alloc(self, nbytes: int) -> np.ndarray:
-    return np.zeros(max(nbytes, 1), dtype=np.uint8)
+
+class HostAllocator:
+  """Buffers in host memory as numpy byte arrays (HostMemory), for CPU backends whose kernels take raw addresses
+  (`handle.address`). Shared by CLANG and LLVM; third-party CPU backends can use it too."""
+
+  def alloc(self, nbytes: int) -> HostMemory:
+    memory = np.zeros(max(nbytes, 1), dtype=np.uint8).view(HostMemory)
+    memory.address = memory.ctypes.data
+    return memory
 
   def free(self, handle: np.ndarray) -> None:
     pass

@@ -179,7 +179,7 @@ class DeviceImpl:
     write_variables(buffers, variables)
     program = compile_ast(ast, self.caps, opts)
     runner = self.get_runner(program)
-    runner(*(b.handle for b in buffers))
+    runner(*[b.handle for b in buffers])
     return program, runner
 
   def copy_from(self, dest: Buffer, src: Buffer) -> None:

@@ -51,7 +51,9 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
   """Run the items in order. A kernel of symbolic shape gets its variables' values in its last buffer: the values
   bound when it was scheduled, or those in var_vals (Variable -> value; each checked against the Variable's range)."""
   chosen = var_vals or {}
-  opts = [None if item.is_transfer else kernel_opts(item.ast, Device[item.buffers[0].device].name) for item in items]
+  searching = search_budget() > 0  # read once, not per kernel: without a search every kernel runs the heuristic
+  opts = [None if item.is_transfer or not searching else kernel_opts(item.ast, Device[item.buffers[0].device].name)
+          for item in items]
   prepare_kernels(items, opts)
   for item, item_opts in zip(items, opts):
     if item.is_transfer:
@@ -59,7 +61,7 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
       runner = None
     else:
       device = Device[item.buffers[0].device]
-      variables = [(var, chosen.get(var, bound)) for var, bound in item.var_vals]
+      variables = [(var, chosen.get(var, bound)) for var, bound in item.var_vals] if item.var_vals else ()
       _, runner = device.run_kernel(item.ast, item.buffers, item_opts, variables)
     if CAPTURE is not None:
       CAPTURE.append((runner, item))

@@ -20,9 +20,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from refgrad.backend_helpers import HostAllocator, distribution_version, numbered_source, run_ranges
+from refgrad.backend_helpers import HostAllocator, HostMemory, distribution_version, numbered_source, run_ranges
 from refgrad.codegen.contract import Capabilities, batch_binary, split_batch_binary
 from refgrad.codegen.cstyle import CDialect, CStyleRenderer
 from refgrad.device import DeviceImpl
@@ -169,8 +167,8 @@ class SharedLibraryRuntime:
     function.argtypes = [ctypes.c_void_p] * len(program.params) + [ctypes.c_int64] * 2 * threaded
     ranges = program.thread_ranges()
 
-    def run(*handles: np.ndarray) -> None:
-      pointers = [h.ctypes.data for h in handles]
+    def run(*handles: HostMemory) -> None:
+      pointers = [h.address for h in handles]
       if threaded:  # each range of the outermost axis on a CPU thread of its own
         run_ranges(lambda start, end: function(*pointers, start, end), ranges)
       else:
