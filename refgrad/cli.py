@@ -58,6 +58,7 @@ NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
   "jobs": (lambda v: v >= 1, "at least one worker"),
   "workers": (lambda v: v >= 1, "at least one worker"),
   "max_findings": (lambda v: v >= 1, "at least 1 finding to stop at"),
+  "max_programs": (lambda v: v >= 1, "at least 1 program to stop at"),
   "seed": (lambda v: v >= 0, "a non-negative integer"),
 }
 # outputs and databases, checked before work
@@ -357,7 +358,8 @@ def _fuzz_one(args: argparse.Namespace, device: str, seconds: float, started: fl
   try:
     report = fuzz(device, seconds, args.seed, args.jobs, args.findings, args.plugin or [], args.timeout,
                   args.max_findings, args.opts, database=args.database, shared=tuple(args.shared_database or ()),
-                  ray=args.ray, workers=args.workers, html=html, quiet=args.quiet, started=started)
+                  ray=args.ray, workers=args.workers, html=html, quiet=args.quiet, started=started,
+                  max_programs=args.max_programs)
   except Exception:  # by construction not a finding: refgrad's own harness failed
     traceback.print_exc()
     print(f"refgrad fuzz: refgrad's own fuzzing harness failed (above), not {device}: this is a bug in refgrad, "
@@ -420,6 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
   fz.add_argument("--findings", default="refgrad-findings", metavar="DIR", help="where findings are written")
   fz.add_argument("--timeout", type=float, default=30.0, help="seconds before a program counts as a hang")
   fz.add_argument("--max-findings", type=int, default=None, help="stop a campaign after this many findings")
+  fz.add_argument("--max-programs", type=int, default=None,
+                  help="stop a campaign after the batch (40 programs) in which it ran this many programs")
   fz.add_argument("--opts", action="store_true",
                   help="run every kernel under a random legal opt list (the kernel optimizer's choices)")
   fz.add_argument("--ray", metavar="ADDRESS",

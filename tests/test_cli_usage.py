@@ -45,6 +45,7 @@ NUMBERS = [
   (["fuzz", "--device", "PYTHON", "--jobs", "0"], "--jobs", "0"),
   (["fuzz", "--device", "PYTHON", "--ray", "auto", "--workers", "0"], "--workers", "0"),
   (["fuzz", "--device", "PYTHON", "--max-findings", "0"], "--max-findings", "0"),
+  (["fuzz", "--device", "PYTHON", "--max-programs", "0"], "--max-programs", "0"),
   (["fuzz", "--device", "PYTHON", "--seed", "-1"], "--seed", "-1"),
   (["demo", "--seed", "-1"], "--seed", "-1"),
   (["selftest", "--fuzz-seconds", "-5"], "--fuzz-seconds", "-5.0"),

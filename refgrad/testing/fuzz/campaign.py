@@ -54,11 +54,16 @@ class CampaignConfig:
   shared: tuple[str, ...] = ()  # example databases only read
   ends_at: float | None = None  # time.time() when the command's time is up, start-up included (None: no limit);
   # wall-clock time, so it means the same in every process and on every machine of a Ray cluster
+  max_programs: int | None = None  # stop once this many programs ran (at the end of the batch that reached it)
 
 
 def batch_seed(start_seed: int, batch: int, index: int, workers: int) -> int:
   """The seed of worker `index`'s `batch`-th batch: the workers of a campaign take turns, so none repeats another."""
   return start_seed + batch * workers + index
+
+
+def _reached(count: int, limit: int | None) -> bool:
+  return limit is not None and count >= limit
 
 
 class Campaign:
@@ -79,7 +84,7 @@ class Campaign:
     self.worker = Worker(config.device, list(config.plugin_files), config.timeout, config.opts)
     self.database = example_database(config.database, config.shared)
     self.batch_index, self.replay_pending = first_batch, self.database is not None and index == 0
-    self.started, self.found, self.harness_failure = time.monotonic(), 0, ""
+    self.started, self.found, self.ran, self.harness_failure = time.monotonic(), 0, 0, ""
     self.ahead: tuple[int, list[Any]] | None = None  # the next batch's programs, drawn while this one ran
 
   def run_for(self, seconds: float) -> Chunk:
@@ -104,9 +109,10 @@ class Campaign:
 
   @property
   def done(self) -> bool:
-    """The campaign reached its max_findings, or the command's time is up (once the database is replayed)."""
+    """The campaign reached its max_findings or max_programs, or the command's time is up (once the database is
+    replayed)."""
     time_up = self.seconds_left <= 0 and not self.replay_pending
-    return time_up or (self.config.max_findings is not None and self.found >= self.config.max_findings)
+    return time_up or _reached(self.found, self.config.max_findings) or _reached(self.ran, self.config.max_programs)
 
   def close(self) -> None:
     self.worker.stop()
@@ -133,6 +139,7 @@ class Campaign:
 
   def _verdict(self, chunk: Chunk, program: Any, verdict: Verdict) -> Finding | None:
     chunk.add(verdict)
+    self.ran += 1
     if verdict.kind == "harness":
       self.harness_failure = self.harness_failure or verdict.detail
     if verdict.kind not in FINDING_KINDS:
