@@ -44,22 +44,23 @@ COMPUTED = LiveTensors()
 GRAD_NODES: weakref.WeakSet = weakref.WeakSet()
 
 
-def _leads_to(targets: set[UOp], roots: list[UOp]) -> dict[UOp, bool]:
-  """For every node of the roots' graphs, whether a path not through a DETACH leads from it to a target."""
-  leads: dict[UOp, bool] = {}
-  stack = [(root, False) for root in roots]
+def _leads_to(targets: set[UOp], starts: tuple[UOp, ...], dead_ends: set[UOp]) -> bool:
+  """Whether a path not through a DETACH leads from one of `starts` to a target. `dead_ends` holds nodes known to
+  lead to none, shared by the searches over one graph: a search that finds nothing adds every node it saw, so the
+  graph is walked in full at most once, and one that finds a target stops there (an optimizer step's updates each
+  reach a parameter within a few nodes)."""
+  seen: set[UOp] = set()
+  stack = list(starts)
   while stack:
-    node, expanded = stack.pop()
-    if node in leads:
+    node = stack.pop()
+    if node in seen or node in dead_ends or node.op is Ops.DETACH:
       continue
-    if node.op is Ops.DETACH:
-      leads[node] = False
-    elif expanded:
-      leads[node] = node in targets or any(leads[s] for s in node.src)
-    else:
-      stack.append((node, True))
-      stack.extend((s, False) for s in node.src if s not in leads)
-  return leads
+    if node in targets:
+      return True
+    seen.add(node)
+    stack.extend(node.src)
+  dead_ends |= seen
+  return False
 
 
 class _ClassSwitch(contextlib.ContextDecorator):
@@ -178,10 +179,10 @@ class AutogradMixin(TensorBase):
         holders.setdefault(t.uop, []).append(t)
     if not holders:
       return [False] * len(tensors)
-    leads = _leads_to(set(holders), [t.uop for t in tensors])
+    targets, dead_ends = set(holders), set()
     # a tensor's own node counts only if another tensor holds it; its sources cannot lead back to it
     return [node.op is not Ops.DETACH and (any(h is not t for h in holders.get(node, ())) or
-                                           any(leads[s] for s in node.src))
+                                           _leads_to(targets, node.src, dead_ends))
             for t in tensors for node in (t.uop,)]
 
   def _seed(self, gradient: Any) -> Self:
