@@ -6,9 +6,12 @@ The oracle is torch (CPU) wherever torch implements the op for the dtype, numpy 
 storage-level support for uint16, uint32 and uint64).
 """
 import contextlib
+import re
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -298,3 +301,32 @@ def local_redis() -> Iterator[str | None]:
   finally:
     process.kill()
     process.wait()
+
+
+def _campaign_is_under_way(log: str) -> bool:
+  """What `refgrad fuzz` wrote to stderr (its plain dashboard) says every worker has reported and programs ran."""
+  workers = re.search(r"starting (\d+) worker", log)
+  reported = re.findall(r"^\S+: first report at [\d.]+ s, (\d+) program", log, re.M)
+  totals = re.findall(r"\] (\d+) programs, ", log)
+  return bool(workers) and len(reported) >= int(workers.group(1)) and max(map(int, reported + totals)) > 0
+
+
+def interrupt_fuzz_under_way(process: subprocess.Popen, patience: float = 300, wait: float = 90) -> tuple[str, str]:
+  """Press Ctrl-C on a `refgrad fuzz` process (text pipes, not --quiet) once its campaign is under way (every worker
+  reported, programs ran: an event, not a fixed wait a loaded machine could outlast), or after `patience` seconds;
+  its stdout and stderr once it ended (within `wait` seconds). It must still be running when Ctrl-C comes."""
+  out: list[str] = []
+  err: list[str] = []
+  readers = [threading.Thread(target=lambda stream, lines: lines.extend(iter(stream.readline, "")), args=pair,
+                              daemon=True) for pair in ((process.stdout, out), (process.stderr, err))]
+  for reader in readers:
+    reader.start()
+  deadline = time.monotonic() + patience
+  while not _campaign_is_under_way("".join(err)) and time.monotonic() < deadline and process.poll() is None:
+    time.sleep(0.2)
+  assert process.poll() is None, f"{process.args} stopped before Ctrl-C:\n{''.join(out)}{''.join(err)}"
+  process.send_signal(signal.SIGINT)
+  process.wait(timeout=wait)
+  for reader in readers:
+    reader.join(timeout=wait)
+  return "".join(out), "".join(err)

@@ -2,7 +2,7 @@
 
 The pages are parsed into snippets: fenced blocks (```python, ```toml, and ``` for sample output) and the commands
 of indented blocks. Each snippet has one entry in HOW, by its first line, saying how it is proven: run to completion
-and checked; started and stopped with Ctrl-C after a while (campaigns of hours, stopped as a user stops them); found
+and checked; started and stopped with Ctrl-C once under way (campaigns of hours, stopped as a user stops them); found
 word for word in the file it quotes; or run by another named test (the install and suite commands of .ci/run, the
 Ray cluster of tests/test_fuzz_scale.py, the tutorial's blocks in tests/test_tutorial.py). A snippet without an
 entry, or an entry without a snippet, fails, so the pages and this table cannot drift apart.
@@ -16,16 +16,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import local_redis
+from helpers import interrupt_fuzz_under_way, local_redis
 
 from refgrad import Device
 
@@ -101,9 +99,10 @@ class Run:
 
 @dataclass(frozen=True)
 class Interrupt:
-  """Start it, press Ctrl-C after `after` seconds: it stops within a minute with status 130, having run programs,
-  and still writes its report files."""
-  after: float = 25
+  """Start it, press Ctrl-C once its campaign is under way (every worker has reported, programs ran; at most
+  `patience` seconds): it stops within 90 s with status 130, having run programs, and still writes its report
+  files."""
+  patience: float = 300
   writes: tuple[str, ...] = ()
   needs: tuple[str, ...] = ()
 
@@ -289,10 +288,7 @@ def _interrupt(snippet: Snippet, rule: Interrupt, cwd: Path) -> None:
   text = filled_in(snippet.text, None)
   process = subprocess.Popen(shlex.split(text.split("#")[0]), cwd=cwd, env=_environment(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-  time.sleep(rule.after)
-  assert process.poll() is None, f"{text} stopped before Ctrl-C: {process.communicate()}"
-  process.send_signal(signal.SIGINT)
-  out, err = process.communicate(timeout=90)
+  out, err = interrupt_fuzz_under_way(process, rule.patience)
   where = f"{snippet.page}:{snippet.line}: {text}\n{(out + err)[-3000:]}"
   assert process.returncode == 130, where
   assert "interrupted" in out and "programs" in out and "Traceback" not in err, where
