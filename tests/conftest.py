@@ -115,6 +115,21 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for item in items if item not in dropped]
   if hasattr(config, "workeroutput"):  # an xdist worker: its summary is not printed, the controller's is
     config.workeroutput["refgrad_deselected"] = sorted(item.nodeid for item in dropped)
+  _name_xdist_groups(config, items)
+
+
+def _name_xdist_groups(config, items) -> None:
+  """Under --dist loadgroup, xdist sends the tests whose node ids end in @GROUP to one worker. pytest-xdist 3.8 sets
+  that id as Item._nodeid, which pytest 9.2 no longer reads (Node.nodeid is str(Node._id)): the groups were lost, and
+  tests/test_fuzz_scale.py ran on both workers, each starting a Ray cluster and a campaign of its own."""
+  if not getattr(config.option, "loadgroup", False):  # set in xdist workers under --dist loadgroup
+    return
+  for item in items:
+    names = {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    suffix = "@" + "_".join(sorted(names))
+    if names and not item.nodeid.endswith(suffix):
+      from _pytest.nodeid import coerce_node_id  # pytest >= 9.2, where the suffix is missing
+      item._id = coerce_node_id(item.nodeid + suffix)
 
 
 @pytest.hookimpl(optionalhook=True)

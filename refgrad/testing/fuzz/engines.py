@@ -14,9 +14,10 @@ import multiprocessing
 import os
 import queue as queues
 import signal
+import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from refgrad.testing.fuzz.campaign import Campaign, CampaignConfig
@@ -25,9 +26,30 @@ from refgrad.testing.fuzz.results import Chunk, HarnessError
 CHUNK_SECONDS = 1.0  # how often a worker reports: the dashboard's resolution, and the most work a Ctrl-C loses
 
 
+def _keeping_interrupts(lost: list[Any], default: Callable[[Any], None]) -> Callable[[Any], None]:
+  """An unraisable-exception hook that keeps a KeyboardInterrupt in `lost` and gives anything else to `default`."""
+  def hook(unraisable: Any) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+      lost.append(unraisable)
+    else:
+      default(unraisable)
+  return hook
+
+
 def _chunks_until(campaign: Campaign, deadline: float) -> Iterator[Chunk]:
-  while time.monotonic() < deadline and not campaign.done:
-    yield campaign.run_for(min(CHUNK_SECONDS, deadline - time.monotonic()))
+  """The campaign's chunks until `deadline`. A Ctrl-C that came where Python cannot raise it (a gc callback, which
+  hypothesis registers: Python prints it as an ignored exception's traceback and carries on) is raised after the
+  chunk instead."""
+  lost: list[Any] = []
+  default_hook = sys.unraisablehook
+  sys.unraisablehook = _keeping_interrupts(lost, default_hook)
+  try:
+    while time.monotonic() < deadline and not campaign.done:
+      yield campaign.run_for(min(CHUNK_SECONDS, deadline - time.monotonic()))
+      if lost:
+        raise KeyboardInterrupt
+  finally:
+    sys.unraisablehook = default_hook
 
 
 class InProcessEngine:
