@@ -19,7 +19,7 @@ stands for decides which buffer a replay uses in its place:
 Values recorded on graph nodes (schedule._REALIZED, a memo of what earlier realizes computed) are forgotten at the
 capture's start unless a live tensor holds the node, so every kernel the call needs is captured, not read as it was
 on an earlier call; and at its end where a replay writes their buffers again, so nothing computed later reads another
-call's values.
+call's values (a tensor of the captured call holding such a node holds the buffer instead, written again).
 
 Values the function reads from Python (a `Tensor(numpy_array)` made inside it, a float turned into a constant, a
 non-tensor argument) are those of the captured call. The tensors a replay returns are the captured call's: a later
@@ -51,7 +51,7 @@ from refgrad.buffer import Buffer
 from refgrad.device import write_variables
 from refgrad.frontend import random as rng_state
 from refgrad.multi import multi
-from refgrad.schedule import buffer_node, forget_realized, realized_buffer, value_buffers
+from refgrad.schedule import buffer_node, computed_buffer, forget_realized, realized_buffer, value_buffers
 from refgrad.symbolic_shapes import RECORDING, holds_size, max_shape, rebind, unbind_arg
 from refgrad.tensor import Tensor
 from refgrad.uop import Ops, UOp, evaluate, prod
@@ -577,12 +577,16 @@ def tensor_nodes(tensors: list[Tensor]) -> set[UOp]:
 
 
 def forget_rewritten(launches: list[Launch]) -> None:
-  """Replays write the captured launches' outputs again: a value recorded on a node no tensor holds (an intermediate
-  of the captured call) would change under it, so it is forgotten. A tensor's own value is written again, as in
+  """Replays write the captured launches' outputs again, so no node may keep one of them as its recorded value: the
+  same node built again later (hash-consing) would read another call's values. A tensor that holds such a node (one
+  the captured call made and kept, a result) holds the buffer itself instead, which the replays write again, as in
   tinygrad."""
   written = {launch.buffers[0] for launch in launches}
-  nodes = tensor_nodes(live_tensors())
-  forget_realized(lambda node, value: node not in nodes and not written.isdisjoint(value_buffers(value)))
+  for t in live_tensors():
+    for part, node in enumerate(parts_of(t.uop)):
+      if (buf := computed_buffer(node)) is not None and buf in written:
+        point(t, part, buf)
+  forget_realized(lambda node, value: not written.isdisjoint(value_buffers(value)))
 
 
 def settle_updates(holdings: list[Holding]) -> None:

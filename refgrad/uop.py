@@ -93,12 +93,19 @@ class UOp:
     return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), src, kwargs.get("arg", self.arg))
 
   # ---- graph walks
-  @node_fact
+  @property
   def toposort(self) -> tuple[UOp, ...]:
-    """Every node reachable from self, each after its sources."""
+    """Every node reachable from self, each after its sources (self last)."""
+    return (*self._below, self)
+
+  @node_fact
+  def _below(self) -> tuple[UOp, ...]:
+    """toposort without self, which is what a node keeps: a node holding itself would be a reference cycle, alive
+    (with the values recorded on it, schedule._REALIZED) until the cyclic collector runs, so what later schedules
+    found, and which kernels they ran, depended on when it last ran."""
     order: list[UOp] = []
-    seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(self, False)]
+    seen: set[UOp] = {self}
+    stack: list[tuple[UOp, bool]] = [(s, False) for s in self.src[::-1]]
     while stack:
       node, expanded = stack.pop()
       if node in seen:

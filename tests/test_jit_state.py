@@ -412,16 +412,27 @@ def test_a_value_computed_from_a_global_before_the_capture_is_computed_again_by_
   assert len(f.jit_cache) == 2
 
 
+def doubled_then_incremented(kept: list):
+  """A jitted body that keeps its intermediate `x * 2` (a tensor holding that node, so the node outlives the call)."""
+  def body(x):
+    kept.append(doubled := (x * 2).contiguous())
+    return (doubled + 1).realize()
+  return body
+
+
 def test_an_intermediate_of_the_captured_call_recomputed_after_replays_has_its_own_value(refgrad_device,
                                                                                         collector_off):
   """Replays write the captured call's intermediates again: a value recorded on one of their nodes (here `x * 2` for
-  the captured call's x) would then be another call's."""
-  f = TinyJit(lambda x: ((x * 2).contiguous() + 1).realize())
+  the captured call's x) would then be another call's. The tensor the captured call kept holds that buffer, written
+  again by each replay, as in tinygrad."""
+  kept = []
+  f = TinyJit(doubled_then_incremented(kept))
   inputs = [on(refgrad_device, [float(i)] * 3) for i in range(5)]
   for x in inputs:
     f(x)
   for i, x in enumerate(inputs):
     np.testing.assert_array_equal(((x * 2).contiguous() * 1).numpy(), np.full(3, 2.0 * i, np.float32))
+  np.testing.assert_array_equal(kept[1].numpy(), np.full(3, 2.0 * 4, np.float32))  # the last replay's
 
 
 def test_the_oracle_catches_an_intermediate_left_recorded_on_a_node_the_replays_write(monkeypatch, collector_off):
@@ -429,7 +440,7 @@ def test_the_oracle_catches_an_intermediate_left_recorded_on_a_node_the_replays_
   replays, which then reads a value another call's replay wrote."""
   rng = np.random.default_rng(2)
   calls = [[rng.standard_normal(3).astype(np.float32)] for _ in range(4)]
-  fn = lambda x: ((x * 2).contiguous() + 1).realize()  # noqa: E731
+  fn = doubled_then_incremented([])
   assert check_jit_replay(fn, calls, device="PYTHON")[0] == 2
   monkeypatch.setattr(refgrad.jit, "forget_rewritten", lambda launches: None)
   with pytest.raises(ReplayMismatch, match="after the replays, on call 1's tensors"):
