@@ -129,7 +129,7 @@ def value_buffers(value: Buffer | UOp) -> set[Buffer]:
 def forget_realized(forget: Callable[[UOp, Buffer | UOp], bool]) -> None:
   """Drop the recorded value of every live node for which forget(node, value) holds; a later schedule computes the
   node from its sources again. The values are a memo: a node outlives the tensors that made it for as long as some
-  graph, or a reference cycle through its cached facts, holds it."""
+  graph holds it."""
   for ref in list(UOp._cache.values()):
     if (node := ref()) is not None and (value := _REALIZED.get(node)) is not None and forget(node, value):
       node.__dict__.pop(NodeValues.KEY, None)
