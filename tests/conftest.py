@@ -6,6 +6,7 @@ checkout), so every commit runs another part of each long parametrization and no
 REFGRAD_SAMPLE_SEED=<any string> picks the sample (to replay a run, use the seed its header printed);
 `--refgrad-full` (or REFGRAD_TEST_ALL=1) runs every case on every device. docs/testing.md says the same."""
 import ctypes
+import gc
 import hashlib
 import math
 import os
@@ -185,3 +186,14 @@ def pytest_runtest_makereport(item, call):
   if report.when == "call" and call.excinfo is not None and declared_unsupported(call.excinfo.value):
     report.outcome = "skipped"
     report.longrepr = (str(item.path), item.location[1], f"Skipped: {call.excinfo.value} (not in Capabilities.dtypes)")
+
+
+@pytest.fixture
+def collector_off():
+  """The cyclic collector paused for the test: what only a reference cycle would keep alive stays alive, as it does
+  between two collections."""
+  enabled = gc.isenabled()
+  gc.disable()
+  yield
+  if enabled:
+    gc.enable()

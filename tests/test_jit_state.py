@@ -2,8 +2,6 @@
 and of other tensors landing in the tensors of each call, values assigned between calls read by the replays, random
 draws advancing, pruning, and the tinygrad surface (jit_cache, AssertionError). Every value is compared with the
 plain function run on the same inputs, or with numpy."""
-import gc
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -387,16 +385,6 @@ def test_a_kv_cache_at_a_symbolic_position_fills_under_a_jit():
 
 
 # ---- values recorded on graph nodes (schedule._REALIZED) must not leak into or out of a capture
-@pytest.fixture
-def collector_off():
-  """The cyclic collector paused: nodes held only by reference cycles stay alive, as they do between collections."""
-  enabled = gc.isenabled()
-  gc.disable()
-  yield
-  if enabled:
-    gc.enable()
-
-
 def test_a_value_computed_from_a_global_before_the_capture_is_computed_again_by_each_replay(refgrad_device,
                                                                                           collector_off):
   """The first call computes `weights * 2`; its node outlives the call (a reference cycle through its cached facts

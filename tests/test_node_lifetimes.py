@@ -13,15 +13,6 @@ from refgrad.nn.optim import Adam
 from refgrad.nn.state import get_parameters
 
 
-@pytest.fixture
-def collector_off():
-  enabled = gc.isenabled()
-  gc.disable()
-  yield
-  if enabled:
-    gc.enable()
-
-
 def test_a_computed_node_and_its_buffer_die_with_the_last_tensor(collector_off):
   x = Tensor([1.0, 2.0, 3.0]).realize()
   y = (x * 7).contiguous()
