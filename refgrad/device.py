@@ -67,7 +67,7 @@ class LRU(Generic[V]):
 # PYTHON, 33 KB on CLANG, 130 KB on LLVM and 1.7 MB on OPENCL (PoCL builds each program from its source in the
 # process that loads it); unbounded, tests/test_elementwise.py alone loaded 1194 kernels per device and took the
 # process from 0.6 to 1.7 GB. Replaying the kernel sequence of tests/test_reduce.py, an LRU of 64 already misses
-# only on first use, and a training step of bench/train.py uses at most 46 kernels: 128 leaves room, and costs
+# only on first use, and a training step of bench/train.py uses at most 47 kernels: 128 leaves room, and costs
 # OPENCL at most about 220 MB.
 RUNNER_CACHE_SIZE = 128
 
