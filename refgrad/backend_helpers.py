@@ -3,6 +3,7 @@ source listings for compile errors, and the version of the plugin's distribution
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
@@ -19,15 +20,35 @@ class HostMemory(np.ndarray):
 
 class HostAllocator:
   """Buffers in host memory as numpy byte arrays (HostMemory), for CPU backends whose kernels take raw addresses
-  (`handle.address`). Shared by CLANG and LLVM; third-party CPU backends can use it too."""
+  (`handle.address`). Shared by CLANG and LLVM; third-party CPU backends can use it too. A freed array is kept for
+  the next buffer of its size (up to POOL_BYTES in all) and zeroed when handed out, as a new one would be: a training
+  step frees and allocates the same sizes every step, and a new array costs more (numpy's zeros, the view, its
+  address: about 20 us) and page faults where a kernel first writes it."""
+  POOL_BYTES = 32 << 20
+
+  def __init__(self):
+    self._pool: dict[int, list[HostMemory]] = {}
+    self._pooled = 0
+    self._lock = threading.Lock()  # a Buffer may be freed in any thread
 
   def alloc(self, nbytes: int) -> HostMemory:
-    memory = np.zeros(max(nbytes, 1), dtype=np.uint8).view(HostMemory)
+    nbytes, memory = max(nbytes, 1), None
+    with self._lock:
+      if same_size := self._pool.get(nbytes):
+        self._pooled -= nbytes
+        memory = same_size.pop()
+    if memory is not None:
+      memory.fill(0)
+      return memory
+    memory = np.zeros(nbytes, dtype=np.uint8).view(HostMemory)
     memory.address = memory.ctypes.data
     return memory
 
-  def free(self, handle: np.ndarray) -> None:
-    pass
+  def free(self, handle: HostMemory) -> None:
+    with self._lock:
+      if self._pooled + handle.nbytes <= self.POOL_BYTES:
+        self._pool.setdefault(handle.nbytes, []).append(handle)
+        self._pooled += handle.nbytes
 
   def copyin(self, handle: np.ndarray, src: memoryview) -> None:
     handle[:len(src)] = np.frombuffer(src, dtype=np.uint8)

@@ -29,3 +29,22 @@ def test_clang_kernels_read_and_write_buffers_at_their_addresses():
   a = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
   got = ((Tensor(a, device="CLANG") * 3 + 1).sum(1)).numpy()
   np.testing.assert_array_equal(got, (a * np.float32(3) + np.float32(1)).sum(1))
+
+
+def test_a_freed_array_serves_the_next_buffer_of_its_size_zeroed():
+  allocator = HostAllocator()
+  memory = allocator.alloc(64)
+  memory[:] = 7
+  allocator.free(memory)
+  again = allocator.alloc(64)
+  assert again is memory and again.address == again.ctypes.data and not again.any()
+  assert allocator.alloc(64) is not memory  # handed out once only
+
+
+def test_the_pool_keeps_at_most_pool_bytes(monkeypatch):
+  monkeypatch.setattr(HostAllocator, "POOL_BYTES", 100)
+  allocator = HostAllocator()
+  big, small = allocator.alloc(80), allocator.alloc(40)
+  allocator.free(big)
+  allocator.free(small)  # 120 bytes in all: not kept
+  assert allocator.alloc(40) is not small and allocator.alloc(80) is big
