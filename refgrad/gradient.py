@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from refgrad.dtype import compute_dtype, dtypes
+from refgrad.device import LRU
+from refgrad.dtype import DType, compute_dtype, dtypes
 from refgrad.rewrite import PatternMatcher, UPat
-from refgrad.uop import GroupOp, Ops, UOp
+from refgrad.uop import GroupOp, Ops, UOp, arg_key, walk
 
 LN_2 = math.log(2)
 TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
@@ -282,7 +284,21 @@ def compute_gradients(root: Any, seed: Any, targets: list[UOp]) -> dict[UOp, Any
   """Gradients (Tensors) of `root` (a Tensor) with respect to each target node, starting from `seed`.
 
   A target the output reaches only through piecewise-constant ops (sign, comparisons, floor, integer casts) gets
-  zeros, as in torch; targets the output does not depend on, or only through detach(), are absent."""
+  zeros, as in torch; targets the output does not depend on, or only through detach(), are absent. A graph of a
+  structure differentiated lately gets its gradients rebuilt from the cached template (_GRADIENTS)."""
+  if (structure := _structure(root.uop, seed.uop, targets)) is None:
+    return _differentiate(root, seed, targets)
+  order, key = structure
+  if (template := _GRADIENTS.get(key)) is not None:
+    return template.instantiate(order, seed)
+  grads = _differentiate(root, seed, targets)
+  if (template := GradientTemplate.of(order, grads)) is not None:
+    _GRADIENTS.put(key, template)
+  return grads
+
+
+def _differentiate(root: Any, seed: Any, targets: list[UOp]) -> dict[UOp, Any]:
+  """compute_gradients' work, by the rules."""
   wanted = set(targets)
   needed = _on_path(root.uop, wanted)
   grads: dict[UOp, Any] = {root.uop: seed}
@@ -300,6 +316,72 @@ def compute_gradients(root: Any, seed: Any, targets: list[UOp]) -> dict[UOp, Any
       grads[src] = g if src not in grads else grads[src] + g
   live = reachable_without_detach(root.uop)
   return {t: grads[t] if t in grads else _t(seed, t).zeros_like() for t in targets if t in grads or t in live}
+
+
+_TRACKED = frozenset({Ops.MULTI, Ops.DEFINE_VAR, Ops.BIND})
+
+
+def _structure(root: UOp, seed: UOp, targets: list[UOp]) -> tuple[list[UOp], tuple] | None:
+  """The nodes of the graphs of root, seed and targets (each after its sources), and a key that two graphs share
+  when the rules make the same gradient graphs of them, but for the buffers: a buffer is its dtype, device, size and
+  slot (distinct buffers get distinct slots), a node without sources (a constant, a device) itself, any other node
+  its op, dtype, arg (as hash-consing tells args apart) and its sources' positions. The rules' Python constants take
+  the default dtypes, which are part of the key. None for a graph over several devices or of symbolic shape: the
+  rules make such nodes through helpers that keep track of them (multi.py, symbolic_shapes.py)."""
+  position: dict[UOp, int] = {}
+  for graph_root in (root, seed, *targets):
+    if graph_root not in position:
+      for node in graph_root.toposort:
+        position.setdefault(node, len(position))
+  order = list(position)
+  slots: dict[UOp, int] = {}
+  entries: list[Any] = []
+  for node in order:
+    if node.op in _TRACKED or (node.op is Ops.DEVICE and type(node.arg) is tuple):
+      return None
+    if node.op is Ops.BUFFER:
+      entries.append((Ops.BUFFER, node.dtype, node.arg.device, node.arg.size, slots.setdefault(node, len(slots))))
+    elif not node.src:
+      entries.append(node)
+    else:
+      entries.append((node.op, node.dtype, arg_key(node.arg), *[position[s] for s in node.src]))
+  ends = (position[root], position[seed], *[position[t] for t in targets])
+  return order, (ends, dtypes.default_float, dtypes.default_int, *entries)
+
+
+@dataclass(frozen=True)
+class GradientTemplate:
+  """The gradient graphs of one graph structure: `nodes` are the nodes the rules made, each (op, dtype, arg, its
+  sources' references), a reference being a position in the structure's order or, past its end, one of these nodes;
+  `results` (target's position, its gradient's reference). It holds no buffer and no node of the graph."""
+  nodes: tuple[tuple[Ops, DType, Any, tuple[int, ...]], ...]
+  results: tuple[tuple[int, int], ...]
+
+  @staticmethod
+  def of(order: list[UOp], grads: dict[UOp, Any]) -> GradientTemplate | None:
+    reference = {node: i for i, node in enumerate(order)}
+    made: list[tuple[Ops, DType, Any, tuple[int, ...]]] = []
+    for node in walk([g.uop for g in grads.values()], lambda n: n in reference):
+      if node not in reference:
+        if node.op is Ops.BUFFER:  # a buffer the rules made would be shared by every graph of the structure
+          return None
+        reference[node] = len(reference)
+        made.append((node.op, node.dtype, node.arg, tuple(reference[s] for s in node.src)))
+    return GradientTemplate(tuple(made), tuple((reference[t], reference[g.uop]) for t, g in grads.items()))
+
+  def instantiate(self, order: list[UOp], seed: Any) -> dict[UOp, Any]:
+    """The gradients of the graph of `order` (a graph of this template's structure), as Tensors made like seed."""
+    nodes = list(order)
+    for op, dtype, arg, src in self.nodes:
+      nodes.append(UOp(op, dtype, tuple([nodes[i] for i in src]), arg))
+    return {nodes[target]: _t(seed, nodes[grad]) for target, grad in self.results}
+
+
+# The gradient graphs of the graph structures differentiated last: a training step differentiates a graph of one
+# structure over new buffers every step, and the rules' Tensor ops cost several times what rebuilding the nodes
+# they made does. An entry holds ops, dtypes, args and constants' nodes, no buffer.
+GRADIENT_CACHE_SIZE = 16
+_GRADIENTS: LRU[GradientTemplate] = LRU(GRADIENT_CACHE_SIZE)
 
 
 def reachable_without_detach(root: UOp) -> set[UOp]:
