@@ -120,6 +120,7 @@ class Job:
   rows: frozenset[str] | None
   cache: str | None            # REFGRAD_CACHE for this job (None: the user's)
   findings: str
+  environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))  # the parent's, when the job was made
 
 
 def check_steps(device: str, rows: Collection[str] | None = None) -> list[tuple[str, Callable[[], list[Any]]]]:
@@ -191,6 +192,8 @@ def run_job(conn: Any, job: Job) -> None:
   def send(*event: Any) -> None:
     conn.send(event)
   try:
+    os.environ.clear()  # a forked child has the fork server's environment, from when it started
+    os.environ.update(job.environ)
     if job.cache:
       os.environ["REFGRAD_CACHE"] = job.cache  # fuzz workers inherit it
     from refgrad import Device, plugin_loader
@@ -210,11 +213,24 @@ def run_job(conn: Any, job: Job) -> None:
 
 
 # ---- the parent: one child per job, watched for crashes and hangs
+PRELOADED = ["numpy", "ml_dtypes"]  # seconds of import (ml_dtypes' casts) a fresh process would pay per job
+
+
+def fresh_process_context() -> multiprocessing.context.BaseContext:
+  """Fresh processes forked from a server that imported PRELOADED once (what spawn re-imported per job), and no more:
+  refgrad, which reads the environment as it imports, and the device libraries (a -ffast-math one sets the FP mode
+  of its process, PoCL starts threads) are imported by each child itself. A child gets the parent's sys.path and
+  working directory as a spawned one does; run_job restores the parent's environment."""
+  context = multiprocessing.get_context("forkserver")
+  context.set_forkserver_preload(PRELOADED)
+  return context
+
+
 def _watch(job: Job, case_timeout: float) -> list[tuple]:
   """Run `job` in a fresh process; returns its events, ending with ('crash', exit code, seconds) or ('hang',
   silence, seconds) if it died or went silent for longer than a case may take (a fuzz campaign gets twice its
   length plus that). Seconds count from the start of the check."""
-  context = multiprocessing.get_context("spawn")
+  context = fresh_process_context()
   receiver, sender = context.Pipe(duplex=False)
   process = context.Process(target=run_job, args=(sender, job))  # not a daemon: fuzz workers are its children
   process.start()
