@@ -16,6 +16,7 @@ from helpers import local_redis
 from refgrad.cli import USAGE, main
 from refgrad.testing.fuzz.database import database_problem
 
+pytest_plugins = ["pytester"]
 TESTS = Path(__file__).parent
 
 
@@ -217,51 +218,77 @@ def test_the_time_limit_counts_from_the_start_of_the_command(tmp_path):
 
 
 SAMPLED_CASES = 30
+INNER_SUITE = f"""import pytest
 
 
-def run_sampled(tmp_path, *args: str, env: dict | None = None) -> str:
-  """tests/conftest.py on an inner suite of one test with SAMPLED_CASES cases on CLANG: pytest's -q output."""
-  inner = f"@pytest.mark.parametrize('case', range({SAMPLED_CASES}))\ndef test_sampled(case, refgrad_device):\n  pass\n"
-  (tmp_path / "test_sampled.py").write_text(f"import pytest\n\n\n{inner}")
+@pytest.mark.parametrize('case', range({SAMPLED_CASES}))
+def test_sampled(case, refgrad_device):
+  pass
+"""
+
+
+def suite_conftest():
+  """tests/conftest.py loaded from its file (not `import conftest`: plugins/conftest.py has that name too)."""
+  spec = importlib.util.spec_from_file_location("sampling_conftest", TESTS / "conftest.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def run_sampled(tmp_path, *args: str) -> str:
+  """tests/conftest.py on an inner suite of one test with SAMPLED_CASES cases on CLANG, under xdist: the -q output
+  of pytest in a process of its own (the controller and workers of a real run)."""
+  (tmp_path / "test_sampled.py").write_text(INNER_SUITE)
   run = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-q", "--refgrad-device", "CLANG",
                         "-p", "no:cacheprovider", *args, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}, timeout=300)
+                       env={**os.environ, "PYTHONPATH": str(TESTS)}, timeout=300)
   assert run.returncode == 0, run.stdout + run.stderr
   return run.stdout
+
+
+def collect_sampled(pytester, *args: str, env: dict | None = None) -> str:
+  """The cases tests/conftest.py keeps of the inner suite (pytest --co on CLANG, with `env` set): the output.
+  Collected in this process: the hooks are the same, and a fresh pytest process would add only its start-up.
+  Without hypothesis's plugin, which the inner suite does not use: it would import hypothesis into each run anew."""
+  pytester.makepyfile(test_sampled=INNER_SUITE)
+  with pytest.MonkeyPatch.context() as patch:
+    for name, value in (env or {}).items():
+      patch.setenv(name, value)
+    result = pytester.runpytest_inprocess("--co", "-q", "--refgrad-device", "CLANG", "-p", "no:cacheprovider",
+                                          "-p", "no:hypothesispytest", *args, plugins=[suite_conftest()])
+  assert result.ret == 0, result.stdout.str() + result.stderr.str()
+  return result.stdout.str()
 
 
 def test_deselected_cases_are_counted_under_xdist(tmp_path):
   """tests/conftest.py samples the cases of compiled devices; with -n 2 the controller, which collects nothing,
   counts them too."""
-  spec = importlib.util.spec_from_file_location("sampling_conftest", TESTS / "conftest.py")
-  sampling = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(sampling)
-  above, fraction = sampling.SAMPLE_SIZES["CLANG"]
+  above, fraction = suite_conftest().SAMPLE_SIZES["CLANG"]
   dropped = SAMPLED_CASES - above - math.ceil((SAMPLED_CASES - above) * fraction)
   out = run_sampled(tmp_path, "-n", "2")
   assert f"{SAMPLED_CASES - dropped} passed, {dropped} deselected" in out.strip().splitlines()[-1], out
 
 
-def test_the_sample_rotates_with_its_seed_and_refgrad_full_runs_everything(tmp_path):
+def test_the_sample_rotates_with_its_seed_and_refgrad_full_runs_everything(pytester):
   """A deselected case cannot fail, so no case may stay deselected: another seed (by default, another commit) draws
   another sample; --refgrad-full and REFGRAD_TEST_ALL=1 deselect nothing."""
   def sample(seed: str) -> set[str]:
-    out = run_sampled(tmp_path, "--co", env={"REFGRAD_SAMPLE_SEED": seed})
+    out = collect_sampled(pytester, env={"REFGRAD_SAMPLE_SEED": seed})
     return {line for line in out.splitlines() if "::test_sampled[" in line}
   samples = [sample(seed) for seed in ("a", "b", "c")]
   assert len(set(map(frozenset, samples))) > 1, samples
   assert all(len(cases) < SAMPLED_CASES for cases in samples)
-  assert f"{SAMPLED_CASES} tests collected" in run_sampled(tmp_path, "--co", "--refgrad-full")
-  assert f"{SAMPLED_CASES} tests collected" in run_sampled(tmp_path, "--co", env={"REFGRAD_TEST_ALL": "1"})
+  assert f"{SAMPLED_CASES} tests collected" in collect_sampled(pytester, "--refgrad-full")
+  assert f"{SAMPLED_CASES} tests collected" in collect_sampled(pytester, env={"REFGRAD_TEST_ALL": "1"})
 
 
-def test_the_sample_is_seeded_by_the_commit_and_by_a_fixed_seed_without_git(tmp_path, monkeypatch):
+def test_the_sample_is_seeded_by_the_commit_and_by_a_fixed_seed_without_git(pytester, tmp_path, monkeypatch):
   """Without REFGRAD_SAMPLE_SEED, the header names the commit checked out as the seed (so each commit samples
   anew); where git fails (not a checkout, no git), the fixed seed, and the sample is still drawn."""
   monkeypatch.delenv("REFGRAD_SAMPLE_SEED", raising=False)
   if subprocess.run(["git", "rev-parse", "HEAD"], cwd=TESTS, capture_output=True, timeout=30).returncode != 0:
     pytest.skip("the suite runs outside a git checkout")
-  seed = re.search(r"seed (\S+) ", run_sampled(tmp_path, "--co", "-v")).group(1)
+  seed = re.search(r"seed (\S+) ", collect_sampled(pytester, "-v")).group(1)
   # a commit of this checkout (not necessarily HEAD now: others may commit while the suite runs)
   commit = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{seed}^{{commit}}"], cwd=TESTS,
                           capture_output=True, text=True, timeout=30)
@@ -270,6 +297,6 @@ def test_the_sample_is_seeded_by_the_commit_and_by_a_fixed_seed_without_git(tmp_
   failing_git.parent.mkdir()
   failing_git.write_text("#!/bin/sh\necho 'fatal: not a git repository' >&2\nexit 128\n")
   failing_git.chmod(0o755)
-  out = run_sampled(tmp_path, "--co", "-v", env={"PATH": f"{failing_git.parent}{os.pathsep}{os.environ['PATH']}"})
+  out = collect_sampled(pytester, "-v", env={"PATH": f"{failing_git.parent}{os.pathsep}{os.environ['PATH']}"})
   assert "seed 0 " in out
   assert re.search(rf"\d+/{SAMPLED_CASES} tests collected", out), out
