@@ -1,9 +1,12 @@
 """The oracle kit catches real bugs: deliberately broken devices (tests/broken_devices.py) fail `refgrad check`
 and `refgrad fuzz`, crashing and hanging backends become findings, and correct devices raise no false alarm."""
+import functools
 import json
 import runpy
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,8 @@ import pytest
 from refgrad import Device
 from refgrad.cli import main
 from refgrad.dtype import DTYPES_BY_PRIORITY, dtypes
+from refgrad.testing.conformance.results import FAIL, PASS
+from refgrad.testing.conformance.run import run_conformance
 
 BROKEN_FILE = str(Path(__file__).with_name("broken_devices.py"))
 sys.path.insert(0, str(Path(__file__).parent))
@@ -28,12 +33,11 @@ def broken_plugin():
 
 
 @pytest.mark.parametrize("device", sorted(broken_devices.BUGS))
-def test_check_detects_each_broken_device(device, tmp_path, capsys):
-  report = tmp_path / "report.json"
-  assert main(["check", "--device", device, "--json", str(report)]) == 1
-  results = json.loads(report.read_text())
-  assert results["summary"]["fail"] > 0
-  assert all(c["status"] == "pass" for c in results["cases"] if c["status"] != "fail")
+def test_check_detects_each_broken_device(device):
+  """The check, in its order from its first unit, fails on each broken device and passes every cell before (it
+  stops at the first failing unit; the full check of a broken device: the multi-device bugs below)."""
+  statuses = Counter(r.status for r in run_conformance(device, stop_on_failure=True).results)
+  assert statuses[FAIL] > 0 and set(statuses) <= {PASS, FAIL}
 
 
 def failing_cells(device: str, only: str, tmp_path: Path, plugin: str | None = None) -> set[tuple[str, str]]:
@@ -169,27 +173,35 @@ def test_random_opt_lists_draw_every_amount_the_heuristic_chooses():
   assert Opt("UPCAST", 0, 16) in drawn
 
 
+@pytest.fixture(scope="module")
+def fresh_check(tmp_path_factory) -> Callable[[str, str], tuple[int, list]]:
+  """`refgrad check --device NAME --only ONLY` in a fresh process: (exit code, cases). Memoized for the module: the
+  real OPENCL's runs, the same for every planted bug, run once."""
+  @functools.cache
+  def check(name: str, only: str) -> tuple[int, list]:
+    report = tmp_path_factory.mktemp("check") / "report.json"
+    args = ["check", "--device", name, "--only", only, "--json", str(report), "--plugin", BROKEN_FILE]
+    code = subprocess.run([sys.executable, "-c", f"from refgrad.cli import main; raise SystemExit(main({args!r}))"],
+                          capture_output=True, text=True, timeout=600).returncode
+    return code, json.loads(report.read_text())["cases"]
+  return check
+
+
 @pytest.mark.skipif("OPENCL" not in Device.available(), reason="the grouped-reduction bugs are planted in OPENCL")
 @pytest.mark.parametrize("device", sorted(broken_devices.GPU_BUGS))
-def test_check_catches_each_planted_grouped_reduction_bug(device, tmp_path):
+def test_check_catches_each_planted_grouped_reduction_bug(device, fresh_check):
   """A work-group reduction without its barrier, or counting the clamped last element again: the check's full
   reductions (long rows, few outputs: what a work-group shares) and its REDUCE rows (the long rows have a kernel of
   their own, which OPENCL reduces in work-groups: early in the check) fail on both; the real OPENCL passes them.
   Each check runs in a fresh process: PoCL reuses a work-group's local memory between launches, so a missing
   barrier reads the partial sums an identical earlier launch (in this process, by the real OPENCL) left there."""
-  def check(name: str, only: str) -> tuple[int, list]:
-    report = tmp_path / f"{name}.json"
-    args = ["check", "--device", name, "--only", only, "--json", str(report), "--plugin", BROKEN_FILE]
-    code = subprocess.run([sys.executable, "-c", f"from refgrad.cli import main; raise SystemExit(main({args!r}))"],
-                          capture_output=True, text=True, timeout=600).returncode
-    return code, json.loads(report.read_text())["cases"]
   for only in ("full reductions", "REDUCE"):
-    code, cases = check(device, only)
+    code, cases = fresh_check(device, only)
     failed = [c for c in cases if c["status"] == "fail"]
     assert code == 1 and any(only in c["row"] for c in failed)
     if only == "REDUCE":  # a batch reports the paths of its kernels, failed or not
       assert any("grouped reduction (local memory and barriers)" in c["paths"] for c in failed)
-    assert check("OPENCL", only)[0] == 0
+    assert fresh_check("OPENCL", only)[0] == 0
 
 
 @pytest.mark.skipif("CLANG" not in Device.available(), reason="the threading bug is planted in CLANG")
