@@ -3,7 +3,7 @@ the check catches a handful of different kinds in processes of their own, and th
 have no false alarm."""
 import argparse
 import dataclasses
-import multiprocessing
+import os
 
 import pytest
 
@@ -64,9 +64,11 @@ def test_an_edit_that_does_not_apply_fails_loudly(edit):
     mutants.check_planted(broken)
 
 
-def _witness_verdicts(names: list[str]) -> dict[str, str]:
-  """In a fresh process: 'live' if the mutant computes its witness differently from the reference while the real
-  base device does not, else what went wrong."""
+def _witness_verdicts(names: list[str], environ: dict[str, str]) -> dict[str, str]:
+  """In a fresh process (with the parent's environment): 'live' if the mutant computes its witness differently from
+  the reference while the real base device does not, else what went wrong."""
+  os.environ.clear()
+  os.environ.update(environ)
   from refgrad import plugin_loader
   plugin_loader.register(mutants, name="refgrad.testing.selftest.mutants")
   verdicts = {}
@@ -92,9 +94,9 @@ def test_every_mutant_is_live(family):
   alone = [m for m in runnable if m.sets_process_fp_mode or m.racy]  # a race shows best on a fresh PoCL (measured)
   groups = [[m.name for m in runnable if m not in alone]] + [[m.name] for m in alone]
   verdicts = {}
-  with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+  with selftest.fresh_process_context().Pool(1, maxtasksperchild=1) as pool:
     for group in groups:
-      verdicts.update(pool.apply_async(_witness_verdicts, (group,)).get(timeout=300))
+      verdicts.update(pool.apply_async(_witness_verdicts, (group, dict(os.environ))).get(timeout=300))
   assert {name: v for name, v in verdicts.items() if v != "live"} == {}
   assert len(verdicts) == len(runnable) > 0
 
