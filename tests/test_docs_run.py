@@ -86,11 +86,12 @@ def snippets() -> list[Snippet]:
 # ---- how each snippet is proven
 @dataclass(frozen=True)
 class Run:
-  """Run to completion within `timeout` seconds; exit status `status`; each of `prints` in its output; each of
-  `writes` a file it made."""
+  """Run to completion within `timeout` seconds; exit status `status`; each of `prints` in its output, and each
+  regular expression of `matches` found in it; each of `writes` a file it made."""
   timeout: float = 300
   status: int = 0
   prints: tuple[str, ...] = ()
+  matches: tuple[str, ...] = ()
   writes: tuple[str, ...] = ()
   needs: tuple[str, ...] = ()  # devices that must be available
   instead: str = ""  # for a synopsis: the form of it that is run
@@ -134,6 +135,7 @@ class Sample:
 
 
 CI = ".ci/run"
+LEARNS = Run(600, matches=(r"accuracy (9\d|100)\.\d%",), needs=("CLANG",))  # an example's claim: >= 90% accuracy
 HOW: dict[str, object] = {
   # README.md
   "from refgrad import Tensor, dtypes": Run(60),
@@ -168,13 +170,13 @@ HOW: dict[str, object] = {
     Elsewhere("tests/test_fuzz_scale.py", "saves a finding into a real redis-server from Ray workers"),
   "python -m pytest --refgrad-database redis://fuzz-db:6379 --refgrad-device CLANG":
     Run(300, prints=("collected 0 items", "1 passed"), needs=("CLANG",), own_project=True),
-  "python examples/mlp.py --device CLANG   # a small MLP on generated spirals: >= 90% accuracy in 300 steps":
-    Run(600, prints=("accuracy",), needs=("CLANG",)),
-  "python examples/cnn.py --device CLANG   # a small CNN on generated shapes: >= 90% accuracy in 60 steps":
-    Run(600, prints=("accuracy",), needs=("CLANG",)),
+  "python examples/mlp.py --device CLANG --steps 60   # a small MLP on generated spirals: >= 90% accuracy in 60 steps":
+    LEARNS,
+  "python examples/cnn.py --device CLANG              # a small CNN on generated shapes: >= 90% accuracy in 60 steps":
+    LEARNS,
   "from refgrad import Tensor, TinyJit, nn": Run(120),
-  "python examples/mlp.py --shard CLANG,CLANG:1": Run(600, prints=("accuracy",), needs=("CLANG",)),
-  "python examples/cnn.py --shard CLANG,CLANG:1": Run(600, prints=("accuracy",), needs=("CLANG",)),
+  "python examples/mlp.py --shard CLANG,CLANG:1 --steps 60": LEARNS,
+  "python examples/cnn.py --shard CLANG,CLANG:1": LEARNS,
   "x, y = x.shard(shard, axis=0), y.shard(shard, axis=0)": Quote("examples/training.py"),
   "from refgrad import Tensor, Variable": Run(60),
   # docs/testing.md
@@ -279,6 +281,8 @@ def _run(snippet: Snippet, rule: Run, cwd: Path, redis_url: str | None) -> None:
   assert "Traceback" not in output or rule.status == 1, where
   for words in rule.prints:
     assert words in output, f"{words!r} not printed by {where}"
+  for pattern in rule.matches:
+    assert re.search(pattern, output), f"nothing matching {pattern!r} printed by {where}"
   for name in rule.writes:
     assert (cwd / name).stat().st_size > 0, f"{name} not written by {where}"
 
