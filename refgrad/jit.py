@@ -36,9 +36,7 @@ function again.
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -46,7 +44,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from refgrad import execute
+from refgrad import execute, tensor
 from refgrad.buffer import Buffer
 from refgrad.device import write_variables
 from refgrad.frontend import random as rng_state
@@ -165,16 +163,8 @@ class Holding:
 
 
 def live_tensors() -> list[Tensor]:
-  """Every live tensor another thread is not still making. While gc.get_objects()'s list exists it holds a reference
-  to every object, and a thread building a tuple then finds it shared (CPython's SystemError "bad argument to internal
-  function"), so the walk keeps the GIL: no other thread runs until the list is gone."""
-  interval = sys.getswitchinterval()
-  sys.setswitchinterval(60.0)
-  try:  # type(), not isinstance: that would ask objects for a __class__ (torch's warn)
-    tensors = [obj for obj in gc.get_objects() if issubclass(type(obj), Tensor)]
-  finally:
-    sys.setswitchinterval(interval)
-  return [t for t in tensors if hasattr(t, "_uop") and hasattr(t, "_view")]  # not one still being made
+  """Every live tensor (made whole: a tensor is in tensor.LIVE once its fields are set)."""
+  return [t for ref in list(tensor.LIVE) if (t := ref()) is not None]
 
 
 def live_holdings(live: list[Tensor], skip: set[int]) -> dict[Buffer, list[Holding]]:

@@ -2,6 +2,9 @@
 and of other tensors landing in the tensors of each call, values assigned between calls read by the replays, random
 draws advancing, pruning, and the tinygrad surface (jit_cache, AssertionError). Every value is compared with the
 plain function run on the same inputs, or with numpy."""
+import copy
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -129,6 +132,25 @@ def test_a_replay_reads_what_a_closed_over_tensor_holds_now(refgrad_device):
   w.replace(on(refgrad_device, [1.0, 2.0], dtypes.float64))
   with pytest.raises(JitError, match="float64"):
     f(on(refgrad_device, [1.0, 1.0]))
+
+
+MADE = {  # every way a tensor comes to be: each must be state a replay reads (tensor.LIVE holds it)
+  "constructor": lambda device: Tensor([1.0, 2.0], device=device),
+  "method result": lambda device: (Tensor.ones(2, device=device) * Tensor([1.0, 2.0], device=device)).realize(),
+  "unpickled": lambda device: pickle.loads(pickle.dumps(on(device, [1.0, 2.0]))),
+  "deep copy": lambda device: copy.deepcopy(on(device, [1.0, 2.0])),
+}
+
+
+@pytest.mark.parametrize("made", list(MADE))
+def test_a_replay_reads_the_state_of_a_tensor_made_any_way(refgrad_device, made):
+  w = MADE[made](refgrad_device)
+  assert any(t is w for t in refgrad.jit.live_tensors())
+  f = TinyJit(lambda x: (x * w).realize())
+  for _ in range(3):
+    f(on(refgrad_device, [1.0, 1.0]))
+  w.assign(Tensor([3.0, 4.0], device=refgrad_device) * 2)
+  np.testing.assert_array_equal(f(on(refgrad_device, [1.0, 2.0])).numpy(), np.array([6.0, 16.0], np.float32))
 
 
 def test_tinygrads_read_assign_cache_reads_the_new_value():
