@@ -149,6 +149,22 @@ def test_writes_prune_now_and_then_and_the_cache_stays_under_its_limit(small_cac
   assert "kernel 99" in entries()
 
 
+def test_a_new_process_knows_the_size_from_the_shared_record_without_a_scan(small_cache, monkeypatch):
+  compiler = EchoCompiler()
+  for i in range(3):
+    cached_compile(compiler, f"kernel {i}")
+  assert compile_cache._shared_size() == cache_bytes()  # the first write's scan, then the writes since
+  scans = []
+  monkeypatch.setattr(compile_cache, "prune_cache", lambda: scans.append(1) or prune_cache())
+  monkeypatch.setattr(compile_cache, "_cache_estimate", None)  # as in a process that has not written yet
+  cached_compile(compiler, "kernel 3")
+  assert scans == [] and compile_cache._shared_size() == cache_bytes()
+  (cache_dir() / compile_cache.USAGE_FILE).unlink()  # no record (an older refgrad's cache): a scan makes one
+  monkeypatch.setattr(compile_cache, "_cache_estimate", None)
+  cached_compile(compiler, "kernel 4")
+  assert scans == [1] and compile_cache._shared_size() == cache_bytes()
+
+
 def compile_many(cache: str, limit_mb: str, start: int, count: int) -> list[str]:
   """In another process: compile `count` entries into a shared cache; returns the sources whose payload was wrong."""
   os.environ.update(REFGRAD_CACHE=cache, REFGRAD_CACHE_MAX_MB=limit_mb)
