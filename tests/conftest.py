@@ -16,7 +16,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import declared_unsupported
 from xdist_crash_safe import pytest_xdist_make_scheduler  # noqa: F401  (a worker crash fails its test, never hangs)
 
 # Exhaustive parametrizations run in full on the reference (PYTHON). On a compiled device, a test function with
@@ -183,7 +182,11 @@ def pytest_runtest_makereport(item, call):
   device without cl_khr_fp64) is skipped on that device, with the reason, rather than failed."""
   outcome = yield
   report = outcome.get_result()
-  if report.when == "call" and call.excinfo is not None and declared_unsupported(call.excinfo.value):
+  if report.when != "call" or call.excinfo is None:
+    return
+  from helpers import declared_unsupported  # here, not at the top: helpers imports torch, which a pytest run of
+  # files that never use it (a finding's reproducer, the docs' commands) would pay 2-3 s for
+  if declared_unsupported(call.excinfo.value):
     report.outcome = "skipped"
     report.longrepr = (str(item.path), item.location[1], f"Skipped: {call.excinfo.value} (not in Capabilities.dtypes)")
 
