@@ -196,7 +196,10 @@ def run_job(conn: Any, job: Job) -> None:
     os.environ.update(job.environ)
     if job.cache:
       os.environ["REFGRAD_CACHE"] = job.cache  # fuzz workers inherit it
-    from refgrad import Device, plugin_loader
+    from refgrad import Device, dtype, plugin_loader
+    # refgrad was imported with the fork server's environment, to unpickle this function: read DEFAULT_FLOAT again
+    dtype.dtypes.default_float = dtype.dtypes.float32
+    dtype._default_float_from_environment()
     from refgrad.testing.selftest import mutants
     plugin_loader.register(mutants, name="refgrad.testing.selftest.mutants")
     Device[job.device]  # plants the mutant: a failure here is a harness error, never a detection
@@ -218,9 +221,10 @@ PRELOADED = ["numpy", "ml_dtypes"]  # seconds of import (ml_dtypes' casts) a fre
 
 def fresh_process_context() -> multiprocessing.context.BaseContext:
   """Fresh processes forked from a server that imported PRELOADED once (what spawn re-imported per job), and no more:
-  refgrad, which reads the environment as it imports, and the device libraries (a -ffast-math one sets the FP mode
-  of its process, PoCL starts threads) are imported by each child itself. A child gets the parent's sys.path and
-  working directory as a spawned one does; run_job restores the parent's environment."""
+  refgrad (imported in the child to unpickle its function, under the server's environment) and the device libraries
+  (a -ffast-math one sets the FP mode of its process, PoCL starts threads) are loaded by each child itself. A child
+  gets the parent's sys.path and working directory as a spawned one does; run_job restores the parent's environment
+  and reads again what refgrad read from it at import (DEFAULT_FLOAT)."""
   context = multiprocessing.get_context("forkserver")
   context.set_forkserver_preload(PRELOADED)
   return context
