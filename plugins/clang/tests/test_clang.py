@@ -130,3 +130,25 @@ def test_refgrad_check_passes_on_the_other_compilers(name):
   run = subprocess.run([sys.executable, "-m", "refgrad.cli", "check", "--device", name, "--only", "MOD", "-q"],
                        capture_output=True, text=True, timeout=600)
   assert run.returncode == 0 and f"{name}: " in run.stdout and " 0 failed" in run.stdout, run.stdout + run.stderr
+
+
+def narrow_sum(v0, v1):
+  """sum(v0 + v1) in v0's dtype, wrapping, as one REDUCE_AXIS kernel (a `refgrad fuzz` finding's program on GCC)."""
+  from refgrad.uop import Ops, UOp
+  added = UOp(Ops.ADD, v0.dtype, (v0.uop, v1.uop))
+  return v0._from(UOp(Ops.REDUCE_AXIS, v0.dtype, (added,), (Ops.ADD, (0,))))
+
+
+@pytest.mark.parametrize("name", ["CLANG", "GCC", "CLANG_O3"])
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_sums_of_narrow_integers_wrap_as_the_reference_does(name, dtype):
+  """GCC 12's loop vectorizer got these wrong (bugs/gcc-narrow-int-sum-vectorizer); the GCC device turns it off."""
+  from refgrad.testing.oracle.reference import check_against_reference
+  if name not in Device.available():
+    pytest.skip(f"{name}'s compiler is not installed here")
+  info = np.iinfo(dtype)
+  edges = np.array([info.min, info.max, info.min + 1, info.max - 1, -1, 0, 1], dtype=dtype)
+  rng = np.random.default_rng(7)
+  x = np.concatenate([edges, rng.integers(info.min, info.max, 60, endpoint=True, dtype=dtype)])  # 67: a remainder
+  y = np.concatenate([rng.integers(-8, 9, 60, dtype=dtype), edges[::-1]])
+  check_against_reference(narrow_sum, x, y, device=name)
