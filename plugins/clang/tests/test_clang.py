@@ -123,8 +123,8 @@ def test_a_configuration_whose_compiler_is_missing_says_what_it_tried(tmp_path):
 
 @pytest.mark.parametrize("name", ["GCC", "CLANG_O3"])
 def test_refgrad_check_passes_on_the_other_compilers(name):
-  """Their own conformance run, on one row of the matrix (the full `refgrad check --device GCC` passes 903 of
-  903 cases; the test suite's device parametrization leaves these devices out: tests/conftest.py)."""
+  """Their own conformance run, on one row of the matrix (the full `refgrad check --device GCC` passes every case;
+  the test suite's device parametrization leaves these devices out: tests/conftest.py)."""
   if name not in Device.available():
     pytest.skip(f"{name}'s compiler is not installed here")
   run = subprocess.run([sys.executable, "-m", "refgrad.cli", "check", "--device", name, "--only", "MOD", "-q"],

@@ -41,6 +41,10 @@ def _corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
     "conv via windows": (lambda i, k: _conv2d(i, k), [img, kern]),
     "indexing and padding": (lambda t: t[1:7:2, ::-3].pad(((1, 2), (3, 0))) + t[::-1][:6, 4:8].flip(1).sum(), [x]),
     "integer arithmetic": (lambda t: (t // 7) * 3 + t % 5 - (t >> 2) ^ (t << 1), [ints]),
+    # sums kept in 8 and 16 bits wrap, over rows long enough for a vectorized loop and its remainder (GCC 12's loop
+    # vectorizer got them wrong: bugs/gcc-narrow-int-sum-vectorizer)
+    "narrow integer sums": (lambda a, b: (a + b).sum(acc_dtype=dtypes.int8) * 2 + (b.cast(dtypes.int16) * 700)
+                            .sum(acc_dtype=dtypes.int16).cast(dtypes.int8), [_narrow(rng), _narrow(rng)]),
     "updates in place": (_update_in_place, [x, x[::-1].copy()]),
     "argmax and comparisons": (lambda t: t.argmax(1) + (t > 0).sum(1), [x]),
     "random-looking hash": (lambda t: ((t.cast(dtypes.uint32) * 2654435761) ^ (t.cast(dtypes.uint32) >> 13)), [ints]),
@@ -53,6 +57,11 @@ def _corpus() -> dict[str, tuple[Callable[..., Any], list[np.ndarray]]]:
     "symbolic reshape and pad": (lambda t: _rows(t, n).T.reshape(12 * n).exp().reshape(12, n)
                                  .pad((None, (1, 8 - n))).sum(1), [x]),
   }
+
+
+def _narrow(rng: np.random.Generator) -> np.ndarray:
+  """67 int8 values, the extremes among them."""
+  return np.concatenate([[-128, 127, -127, 126, -1, 0, 1], rng.integers(-128, 128, 60)]).astype(np.int8)
 
 
 def _update_in_place(a: Any, b: Any) -> Any:
