@@ -198,7 +198,8 @@ def test_the_time_limit_counts_from_the_start_of_the_command(tmp_path):
   start, the command would run `seconds + slow_start` and more; counted from its own start, it ends within a tail of
   `seconds` shorter than that (not a tight bound: the tail grows on a loaded machine). It also says early on that
   its workers are starting."""
-  seconds, slow_start = 16, 8
+  seconds, slow_start = 30, 8  # a job's own start-up (a fresh Python importing refgrad) took over 8 s at load 5:
+  # --seconds 16 then left no time for a first batch
   plugin = tmp_path / "slow_start.py"
   plugin.write_text("import multiprocessing\nimport time\n\nname = multiprocessing.current_process().name\n"  # a job's
                     f"if name != 'MainProcess' and ':' not in name:\n  time.sleep({slow_start})\n")  # not its worker's
