@@ -36,3 +36,16 @@ def test_graphs_apart_only_by_a_constant_get_their_own_gradients():
     (x * factor).sum().backward()
     assert x.grad.tolist() == [factor, factor] and [np.signbit(g) for g in x.grad.numpy()] == [np.signbit(factor)] * 2
     x.grad = None
+
+
+def test_a_graph_reading_one_tensor_twice_is_not_taken_for_one_reading_two():
+  """Aliasing: (a * b) then (x * x), of one shape, each against torch; edge values 0, -0.0 and the float32 max."""
+  values = np.array([0.0, -0.0, 3.0e38, -2.5], np.float32)
+  a, b = Tensor(values, requires_grad=True), Tensor(values[::-1].copy(), requires_grad=True)
+  (a * b).sum().backward()
+  np.testing.assert_array_equal(a.grad.numpy(), values[::-1])
+  x = Tensor(values, requires_grad=True)
+  (x * x).sum().backward()
+  tx = torch.tensor(values, requires_grad=True)
+  (tx * tx).sum().backward()
+  np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
