@@ -32,8 +32,14 @@ PROGRAM_HEALTH_CHECKS = (HealthCheck.function_scoped_fixture, HealthCheck.too_sl
 # Strategies made once and drawn from many times: hypothesis validates every new strategy object, which cost
 # programs_strategy a third of its time when each draw built its own.
 @functools.cache
-def _sampled(choices: tuple) -> st.SearchStrategy[Any]:
+def _sampled_of(choices: tuple, types: tuple) -> st.SearchStrategy[Any]:
   return st.sampled_from(choices)
+
+
+def _sampled(choices: tuple) -> st.SearchStrategy[Any]:
+  """sampled_from(choices), built once per choices and their types: (0, 1) equals (False, True), and a cache keyed by
+  the values alone gave `pick(draw, (0, 1))` the booleans (a program's step read value `vFalse`)."""
+  return _sampled_of(choices, tuple(map(type, choices)))
 
 
 @functools.cache

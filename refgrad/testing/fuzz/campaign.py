@@ -23,6 +23,7 @@ from refgrad.testing.fuzz.results import (
   Verdict,
   only_findings,
 )
+from refgrad.testing.fuzz.seeded import SeededDatabase, draw_seeded, program_seed
 from refgrad.testing.fuzz.signatures import finding_signature
 from refgrad.testing.fuzz.worker import PREPARED, Worker, died_planning
 from refgrad.testing.strategies import ALL, alu_kernels, claimed_dtypes, tensor_programs
@@ -66,13 +67,23 @@ def _reached(count: int, limit: int | None) -> bool:
   return limit is not None and count >= limit
 
 
+@dataclass
+class Batch:
+  """A batch's programs, each drawn from a seed of its own (seeded.draw_seeded), and the choices that drew each."""
+  index: int
+  focus: DType
+  seed: int
+  programs: list[Any]
+  choices: list[tuple]
+
+
 class Campaign:
   """One worker's campaign, run in chunks (`run_for`). Worker `index` of `workers` takes batch seeds
   start_seed + k * workers + index, so workers never repeat each other. Worker 0 first replays every example of
-  the database. Each batch's programs are drawn first (while the worker runs the batch before), then sent to the
-  worker, which compiles all their kernels at once and runs them in turn; a batch in which a program failed is run
-  again one program at a time with the same seed, so hypothesis reaches the same failure, shrinks it and saves it in
-  the database. A batch runs to its end even past its chunk's time (not past the command's)."""
+  the database. Each batch's programs are drawn from seeds first (while the worker runs the batch before), then sent
+  to the worker, which compiles all their kernels at once and runs them in turn; the first program that fails is
+  given to hypothesis as the choices that drew it, and hypothesis replays it, shrinks it and saves it in the
+  database. A batch runs to its end even past its chunk's time (not past the command's)."""
 
   def __init__(self, config: CampaignConfig, start_seed: int = 0, index: int = 0, workers: int = 1,
                first_batch: int = 0):
@@ -85,7 +96,9 @@ class Campaign:
     self.database = example_database(config.database, config.shared)
     self.batch_index, self.replay_pending = first_batch, self.database is not None and index == 0
     self.started, self.found, self.ran, self.harness_failure = time.monotonic(), 0, 0, ""
-    self.ahead: tuple[int, list[Any]] | None = None  # the next batch's programs, drawn while this one ran
+    self.ahead: Batch | None = None  # the next batch, drawn while this one ran
+    self.strategies: dict[DType, st.SearchStrategy[Any]] = {}  # programs_strategy by focus dtype, built once
+    self.database_keys: dict[DType, bytes] = {}
 
   def run_for(self, seconds: float) -> Chunk:
     """Batches until `seconds` have passed, or the command's time is up (the first call of worker 0 only replays
@@ -117,13 +130,19 @@ class Campaign:
   def close(self) -> None:
     self.worker.stop()
 
+  def _strategy(self, focus: DType) -> st.SearchStrategy[Any]:
+    if focus not in self.strategies:
+      self.strategies[focus] = programs_strategy(focus, self.allowed)
+      self.database_keys[focus] = database_key(self.config.device, focus, self.allowed)
+    return self.strategies[focus]
+
   def _test(self, check: Callable[[Any], None], focus: DType, seed_value: int, phases: list[Phase],
             database: Any) -> Callable[[], None]:
     # settings after seed: @seed turns the database off, so it is given again last
     test = settings(max_examples=self.config.batch, deadline=None, database=database, derandomize=False,
                     phases=phases, print_blob=False, suppress_health_check=list(HealthCheck))(
-      seed(seed_value)(given(programs_strategy(focus, self.allowed))(check)))
-    test._hypothesis_internal_database_key = database_key(self.config.device, focus, self.allowed)
+      seed(seed_value)(given(self._strategy(focus))(check)))
+    test._hypothesis_internal_database_key = self.database_keys[focus]
     return test
 
   def _run(self, test: Callable[[], None]) -> None:
@@ -175,62 +194,64 @@ class Campaign:
       finding.replayed = True
     self._keep(chunk, found.values())
 
-  def _plan(self, index: int) -> tuple[DType, int]:
-    """Batch `index`'s focus dtype and seed."""
-    return self.allowed[index % len(self.allowed)], batch_seed(self.start_seed, index, self.index, self.workers)
-
-  def _programs(self, index: int) -> list[Any]:
-    """Batch `index`'s programs, as hypothesis draws them from its seed (drawn ahead while the batch before ran)."""
-    if self.ahead is not None and self.ahead[0] == index:
-      return self.ahead[1]
-    programs: list[Any] = []
-
-    def draw(program: Any) -> None:
-      programs.append(program)
-    self._run(self._test(draw, *self._plan(index), [Phase.generate], None))
-    return programs
+  def _draw(self, index: int) -> Batch:
+    """Batch `index`: its focus dtype (rotating through the allowed ones), its seed, and its programs drawn from
+    the seeds program_seed(seed, 0), program_seed(seed, 1), ... (drawn ahead while the batch before ran)."""
+    if self.ahead is not None and self.ahead.index == index:
+      return self.ahead
+    focus = self.allowed[index % len(self.allowed)]
+    batch = Batch(index, focus, batch_seed(self.start_seed, index, self.index, self.workers), [], [])
+    for position in range(self.config.batch):
+      drawn = draw_seeded(self._strategy(focus), program_seed(batch.seed, position))
+      if drawn is not None:
+        batch.programs.append(drawn[0])
+        batch.choices.append(drawn[1])
+    return batch
 
   def _batch(self, chunk: Chunk, deadline: float) -> None:
-    index = self.batch_index
-    programs = self._programs(index)
+    batch = self._draw(self.batch_index)
     self.batch_index += 1
     chunk.batches += 1
-    suspect = self._run_batch(chunk, programs)
-    if suspect is None:
+    failed = self._run_batch(chunk, batch.programs)
+    if failed is None:
       return
+    position, suspect = failed
     found: dict[str, Finding] = {}
     stop_at = max(deadline, time.monotonic() + SHRINK_SECONDS)
-    self._run(self._test(self._shrinking_check(chunk, found, stop_at), *self._plan(index),
-                         [Phase.generate, Phase.shrink], self.database))
+    replay = SeededDatabase(self.database_keys[batch.focus], batch.choices[position], self.database)
+    self._run(self._test(self._shrinking_check(chunk, found, stop_at), batch.focus, batch.seed,
+                         [Phase.reuse, Phase.shrink], replay))
     # one finding a batch: what hypothesis shrank to (the failures on the way are larger forms of it); not
     # reproduced (a flaky hang): the program as first seen
     self._keep(chunk, list(found.values())[-1:] or [suspect])
 
-  def _run_batch(self, chunk: Chunk, programs: list[Any]) -> Finding | None:
+  def _run_batch(self, chunk: Chunk, programs: list[Any]) -> tuple[int, Finding] | None:
     """The batch in the worker, every kernel of its programs compiled first in one go (unless the config says not
-    to), then each program run in turn until the first that fails, whose finding this returns. The next batch is
-    drawn while the worker compiles, and on a device that compiles apart (program_check.compiles_apart) announced
-    to the worker, which plans it and compiles its kernels while this batch runs. A worker that dies or hangs while
-    compiling runs the batch again without compiling ahead, and one that dies or hangs while planning the next
-    batch runs the rest of this one again, so that a crash or a hang is pinned to its program and kernel."""
+    to), then each program run in turn until the first that fails, whose position and finding this returns. The
+    next batch is drawn while the worker compiles, and on a device that compiles apart (program_check.compiles_apart)
+    announced to the worker, which plans it and compiles its kernels while this batch runs. A worker that dies or
+    hangs while compiling runs the batch again without compiling ahead, and one that dies or hangs while planning
+    the next batch runs the rest of this one again, so that a crash or a hang is pinned to its program and kernel."""
     self.worker.send(programs, prepare=self.config.compile_ahead)
     self.ahead = None
     if not self.done:
-      self.ahead = (self.batch_index, self._programs(self.batch_index))
+      self.ahead = self._draw(self.batch_index)
       if self.announces:
-        self.worker.announce(self.ahead[1])
+        self.worker.announce(self.ahead.programs)
     if self.config.compile_ahead and (first := self.worker.receive()) != PREPARED:
       if isinstance(first, Verdict) and first.kind == "harness":  # the worker never started
-        return self._verdict(chunk, programs[0], first)
+        finding = self._verdict(chunk, programs[0], first)
+        return None if finding is None else (0, finding)
       self.worker.send(programs)
-    suspect: Finding | None = None
+    suspect: tuple[int, Finding] | None = None
     done = 0
     while done < len(programs):  # the first always runs, even when the worker's start-up took the time
       verdict = self.worker.receive()
       if died_planning(verdict):  # the next batch's own prepare meets what it died of again
         self.worker.send(programs[done:])
         continue
-      suspect = self._verdict(chunk, programs[done], verdict)
+      finding = self._verdict(chunk, programs[done], verdict)
+      suspect = None if finding is None else (done, finding)
       done += 1
       if suspect is not None or self.harness_failure or self.seconds_left <= 0:
         break
