@@ -37,18 +37,32 @@ class _Linearizer:
     self.deps: dict[UOp, frozenset[UOp]] = {}
 
   def ranges_of(self, node: UOp) -> frozenset[UOp]:
-    """The loops a node's value depends on."""
-    for n in node.toposort:
+    """The loops a node's value depends on. A walk that stops at nodes already known: asking it of every node of
+    a kernel costs one visit per node (node.toposort would build each node's whole subgraph, quadratic in total)."""
+    stack = [node]
+    while stack:
+      n = stack[-1]
       if n in self.deps:
+        stack.pop()
         continue
-      if n.op is Ops.RANGE:
-        self.deps[n] = frozenset({n})
-      elif n.op is Ops.DEFINE_ACC:
-        body, ranges = self.reduces[n]
-        self.deps[n] = self.ranges_of(body) - set(ranges)
-      else:
-        self.deps[n] = frozenset().union(*(self.deps[s] for s in n.src))
+      needs = (self.reduces[n][0],) if n.op is Ops.DEFINE_ACC else n.src
+      unknown = [s for s in needs if s not in self.deps]
+      if unknown:
+        stack.extend(unknown)
+        continue
+      stack.pop()
+      self.deps[n] = self._own_ranges(n)
     return self.deps[node]
+
+  def _own_ranges(self, n: UOp) -> frozenset[UOp]:
+    """ranges_of(n), once what n needs is known: a range is its own loop; an accumulator depends on its body's loops
+    but those it runs over."""
+    if n.op is Ops.RANGE:
+      return frozenset({n})
+    if n.op is Ops.DEFINE_ACC:
+      body, ranges = self.reduces[n]
+      return self.deps[body] - set(ranges)
+    return frozenset().union(*(self.deps[s] for s in n.src))
 
   def emit(self, target: UOp, skip_ranges: frozenset[UOp] = frozenset()) -> None:
     """Emit target and everything it needs; with skip_ranges, only what does not depend on those loops (looking

@@ -300,10 +300,12 @@ def _with_replacement(weights: Any, k: int) -> Any:
 
 def _without_replacement(weights: Any, k: int) -> Any:
   """Gumbel-top-k: the k largest of log(w) + Gumbel noise. Each key's rank is the number of keys ahead of it (ties
-  go to the lower index), and sample r is the category of rank r: two kernels whatever k is."""
+  go to the lower index), and sample r is the category of rank r: three kernels whatever k is. The keys are
+  realized first: fused into the ranking, each of the n * n comparisons of a row would draw and log both its keys
+  again (a kernel of thousands of nodes, seconds to compile)."""
   rows, n = weights.shape
   u = weights.rand(rows, n, device=weights.device)
-  keys = weights.log() - (-(1.0 - u).log()).log()  # 1 - u is in (0, 1]
+  keys = (weights.log() - (-(1.0 - u).log()).log()).contiguous()  # 1 - u is in (0, 1]
   mine, other = keys.unsqueeze(2), keys.unsqueeze(1)  # [row, j, i]: key j against key i
   ahead = other.gt(mine) | (other.eq(mine) & triangle_mask(weights, n, n, -1, False))
   rank = ahead.sum(2).cast(dtypes.int32)  # (rows, n)
