@@ -427,16 +427,31 @@ def kernel_work(sink: UOp, shape: tuple[int, ...]) -> int:
 # An elementwise kernel gets a tile along an axis when at least this many of its ALU ops do not depend on that axis
 # (index math of windows and strides, computed once for the tile): the CNN's pooling gradient, 1.2 -> 0.8 ms on CLANG.
 SHARED_INDEX_OPS = 8
+# A reduction's tile spans up to three axes and TILE_OUTPUTS outputs (accumulators). The CNN training step's
+# convolutions on CLANG, per-kernel best times at load 5-7 (4x4 spatial tiles before): forward 2.6 -> 0.27 ms, weight
+# gradients 1.7 -> 0.7 and 1.4 -> 0.6 ms, max pool 0.56 -> 0.14 ms; 64 outputs made the conv forward 4x slower.
+TILE_AXES = 3
+TILE_OUTPUTS = 48
+
+
+def tile_loads_shared(sink: UOp, deps: dict[UOp, frozenset[UOp]], tile: list[Opt], index: UOp) -> int:
+  """How many loads of a tile's reduce loops (one per output of the tile that they depend on, past the first) a
+  further tile along thread index `index` would share: those that do not depend on it."""
+  along = {u.arg[0]: u for u in sink.toposort if u.op is Ops.SPECIAL}
+  loads = {u: None for r in sink.toposort if r.op is Ops.REDUCE for u in r.src[0].toposort if u.op is Ops.LOAD}
+  return sum(prod(o.amount for o in tile if along[o.axis] in deps[u]) - 1 for u in loads if index not in deps[u])
 
 
 def tile_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int) -> tuple[OptList, tuple[int, ...]]:
   """UPCASTs along the thread axes the work depends on least, so a tile computes that work once for all its outputs
   (a convolution's input gradient: its index math does not depend on the batch axis, 5.5 -> 0.6 ms on CLANG); on a
   tie, the later axes, whose loads are contiguous. With reduce loops, up to upcast_lanes outputs along the first such
-  axis and 4 along the second, where the tile shares loads, reads vectors, or the inner loop is short (a long row
-  sum's tile would share nothing and undo the split reduction, or a GPU's grouped reduction), and not when the
-  innermost loop already reads every operand contiguously (the split reduction vectorizes it). Elementwise kernels
-  (the compiler vectorizes their loop) only where SHARED_INDEX_OPS of their ops are shared, 4 outputs along one axis."""
+  axis, then 4 along the axis that shares most of the tile's own loads (`tile_loads_shared`: a convolution's input
+  row serves a tile of output channels), then up to TILE_OUTPUTS outputs in all along a third such axis; each where
+  the tile shares loads, reads vectors, or the inner loop is short (a long row sum's tile would share nothing and
+  undo the split reduction, or a GPU's grouped reduction), and not when the innermost loop already reads every
+  operand contiguously (the split reduction vectorizes it). Elementwise kernels (the compiler vectorizes their loop)
+  only where SHARED_INDEX_OPS of their ops are shared, 4 outputs along one axis."""
   loops = [u for u in sink.toposort if u.op is Ops.RANGE]
   if loops and reduce_vectorizes(sink):
     return (), shape
@@ -446,18 +461,22 @@ def tile_opts(sink: UOp, shape: tuple[int, ...], upcast_lanes: int) -> tuple[Opt
   by_sharing = sorted(specials, key=lambda u: (shared_loop_work(work, u, deps), u.arg[0]), reverse=True)
   long_inner_loop = bool(loops) and innermost(loops).arg[1] >= LONG_LOOP
   opts: list[Opt] = []
-  for index in by_sharing:
-    if len(opts) == (2 if loops else 1):
-      break
+  while by_sharing and len(opts) < (TILE_AXES if loops else 1):
+    if loops and opts:  # the next axis: the one along which the tile's own loads are shared most
+      by_sharing.sort(key=lambda u: tile_loads_shared(sink, deps, opts, u), reverse=True)  # stable: ties keep order
+    index, *by_sharing = by_sharing
     axis, size = index.arg
     if loops:
       shares, vectors = tile_shares_loads(sink, axis), tile_loads_contiguously(sink, axis)
       lanes = (upcast_lanes if not opts else 4) * (2 if vectors and not shares else 1)  # a column sum: 2 vectors
       helps = shares or vectors or not long_inner_loop
+      if len(opts) == 2:  # a third axis only where the tile's loads are shared along it, within the register budget
+        lanes, helps = min(4, TILE_OUTPUTS // prod(o.amount for o in opts)), shares
     else:
       lanes, helps = 4, shared_loop_work(work, index, deps) >= SHARED_INDEX_OPS
     # a small axis (a 3x3 window's) is tiled whole
-    amount = next((k for k in (lanes, 8, 4, 2) if k <= lanes and size % k == 0), size if size <= 4 else None)
+    amount = next((k for k in (lanes, 8, 4, 2) if 2 <= k <= lanes and size % k == 0),
+                  size if size <= min(4, lanes) else None)
     if amount and helps:
       opts.append(Opt("UPCAST", axis, amount))
       shape = tuple(s // amount if i == axis else s for i, s in enumerate(shape))
