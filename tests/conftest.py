@@ -111,7 +111,9 @@ def pytest_collection_modifyitems(config, items):
   if not _run_everything(config):
     dropped |= _sampled_out(items, config._refgrad_sample_seed)
   if dropped:
-    config.hook.pytest_deselected(items=[item for item in items if item in dropped])
+    # stand-ins, not the items: the terminal reporter keeps what it is given for the whole session, and two thirds
+    # of the collected items (with their fixtures' requests, keywords and stashes) would stay alive in every worker
+    config.hook.pytest_deselected(items=_stand_ins(item.nodeid for item in items if item in dropped))
     items[:] = [item for item in items if item not in dropped]
   if hasattr(config, "workeroutput"):  # an xdist worker: its summary is not printed, the controller's is
     config.workeroutput["refgrad_deselected"] = sorted(item.nodeid for item in dropped)
@@ -139,8 +141,13 @@ def pytest_testnodedown(node, error):
   dropped = getattr(node, "workeroutput", {}).get("refgrad_deselected")
   if dropped and not getattr(node.config, "_refgrad_deselected_counted", False):
     node.config._refgrad_deselected_counted = True
-    # stand-ins with the node ids: the summary counts them, and hypothesis's reads each one's __dict__
-    node.config.hook.pytest_deselected(items=[SimpleNamespace(nodeid=nodeid) for nodeid in dropped])
+    node.config.hook.pytest_deselected(items=_stand_ins(dropped))
+
+
+def _stand_ins(nodeids) -> list[SimpleNamespace]:
+  """Deselected items as the hook's implementations read them: the summary counts them, and hypothesis's reads each
+  one's __dict__."""
+  return [SimpleNamespace(nodeid=nodeid) for nodeid in nodeids]
 
 
 # A worker runs thousands of tests; what they free (arrays of finished tests, kernels evicted from the LRU caches)
