@@ -3,7 +3,7 @@ the one before issue 17, and how soon a new campaign replays a finding from a sh
 `--batches`, programs/s per device with and without compiling a batch's kernels ahead (issue 30).
 
     python bench/fuzz.py [--seconds 40] [--skip-baseline]
-    python bench/fuzz.py --batches [--seconds 20] [--devices PYTHON CLANG LLVM OPENCL]
+    python bench/fuzz.py --batches [--seconds 20] [--devices PYTHON CLANG LLVM OPENCL] [--against REV]
 
 Targets (issue 17), all measured in this run: 2 Ray workers >= 1.7x the programs/s of 1 on CLANG; Ray within 10%
 of `--jobs 2`; PYTHON programs/s per worker >= 2x the old harness (commit 1fe1c05, checked out into a temporary
@@ -18,7 +18,10 @@ reached it compiles again). Each figure is the programs/s of the campaigns (each
 fuzz --jobs`) once their worker processes have started, summed over the workers, followed by the CPU ms a program: the
 CPU time of every process of the campaigns (the campaign's, which draws the programs, its worker's, which runs them, and
 the worker's children, LLVM's compile processes) over all their programs, a figure a loaded machine changes far less
-than programs/s. The load average is printed with each row: the machine may be shared.
+than programs/s. The load average is printed with each row: the machine may be shared. `--against REV` runs each row
+twice, first with refgrad as of git revision REV (exported to a temporary directory and put first on the path of the
+campaigns and their workers; the installed device plugins are this tree's), then with this tree: before and after
+in one run, alternating.
 """
 from __future__ import annotations
 
@@ -67,8 +70,7 @@ def ray_run(device: str, seconds: float, workers: int) -> float:
 def baseline_rate(seconds: float) -> float:
   """programs/s of the old harness on PYTHON: that commit's refgrad, exported to a temporary directory."""
   with tempfile.TemporaryDirectory() as old:
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", BASELINE_COMMIT], check=True, capture_output=True)
-    subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
+    exported(BASELINE_COMMIT, old)
     script = textwrap.dedent(f"""
       import sys, tempfile
       sys.path.insert(0, {old!r})
@@ -163,21 +165,48 @@ def batch_run(device: str, seconds: float, jobs: int, compile_ahead: bool, cache
   return sum(count / took for count, took, _ in runs), 1000 * sum(cpu for _, _, cpu in runs) / max(programs, 1)
 
 
-def batches_table(devices: list[str], seconds: float) -> None:
-  """programs/s and CPU ms a program per device, workers, before/after and fresh/warm cache (module docstring)."""
+def batch_row(device: str, seconds: float, jobs: int, compile_ahead: bool) -> str:
+  """One row's figures: a fresh compile cache, then the same campaign again on the cache it filled."""
+  cache = tempfile.mkdtemp(prefix="refgrad-bench-cache-")
+  try:
+    figures = [batch_run(device, seconds, jobs, compile_ahead, cache) for _ in range(2)]
+  finally:
+    shutil.rmtree(cache, ignore_errors=True)
+  return " ".join(f"{rate:7.1f}/s {cpu:5.2f} ms" for rate, cpu in figures)
+
+
+def batch_row_of(tree: str, device: str, seconds: float, jobs: int, compile_ahead: bool) -> str:
+  """batch_row with the refgrad of `tree` first on the path (of this script's run and of every process it starts)."""
+  environ = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]))
+  args = [sys.executable, __file__, "--row", device, str(seconds), str(jobs), str(int(compile_ahead))]
+  return subprocess.run(args, env=environ, check=True, capture_output=True, text=True).stdout.rstrip("\n")
+
+
+def exported(revision: str, into: str) -> str:
+  """The tree of git `revision`, exported into the directory `into`."""
+  archive = subprocess.run(["git", "-C", str(REPO), "archive", revision], check=True, capture_output=True)
+  subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+  return into
+
+
+def batches_table(devices: list[str], seconds: float, against: str | None = None) -> None:
+  """programs/s and CPU ms a program per device, workers, before/after and fresh/warm cache (module docstring);
+  with `against`, each row of that revision first."""
   print(f"each campaign {seconds:g} s once its worker has started; programs/s summed over the workers; CPU ms a "
         "program: every process of the campaigns (campaign, worker, compile children) over all their programs\n")
-  print(f"{'device':8} {'jobs':>4}  {'mode':7} {'fresh cache':>18} {'warm cache':>18}   load average (1/5/15 min)")
-  for device in devices:
-    for jobs in (1, 2):
-      for compile_ahead in (False, True):
-        cache = tempfile.mkdtemp(prefix="refgrad-bench-cache-")
-        figures = [batch_run(device, seconds, jobs, compile_ahead, cache) for _ in range(2)]
-        shown = " ".join(f"{rate:7.1f}/s {cpu:5.2f} ms" for rate, cpu in figures)
-        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-        mode = "after" if compile_ahead else "before"
-        print(f"{device:8} {jobs:>4}  {mode:7} {shown}   {load}", flush=True)
-        shutil.rmtree(cache, ignore_errors=True)
+  print(f"{'device':8} {'jobs':>4}  {'mode':7} {'tree':8} {'fresh cache':>18} {'warm cache':>18}   "
+        "load average (1/5/15 min)")
+  with tempfile.TemporaryDirectory() as old:
+    trees = [(against, exported(against, old))] if against else []
+    for device in devices:
+      for jobs in (1, 2):
+        for compile_ahead in (False, True):
+          mode = "after" if compile_ahead else "before"
+          for name, tree in [*trees, ("this", None)]:
+            shown = batch_row_of(tree, device, seconds, jobs, compile_ahead) if tree else \
+              batch_row(device, seconds, jobs, compile_ahead)
+            load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"{device:8} {jobs:>4}  {mode:7} {name:8} {shown}   {load}", flush=True)
 
 
 def main() -> None:
@@ -186,9 +215,15 @@ def main() -> None:
   parser.add_argument("--skip-baseline", action="store_true", help="do not run the old harness")
   parser.add_argument("--batches", action="store_true", help="programs/s with and without compiling ahead")
   parser.add_argument("--devices", nargs="+", default=["PYTHON", "CLANG", "LLVM", "OPENCL"])
+  parser.add_argument("--against", metavar="REV", help="with --batches: each row of git revision REV first")
+  parser.add_argument("--row", nargs=4, help=argparse.SUPPRESS)  # DEVICE SECONDS JOBS COMPILE_AHEAD: one row's figures
   args = parser.parse_args()
+  if args.row:
+    device, seconds, jobs, compile_ahead = args.row
+    print(batch_row(device, float(seconds), int(jobs), compile_ahead == "1"))
+    return
   if args.batches:
-    batches_table(args.devices, args.seconds or 20.0)
+    batches_table(args.devices, args.seconds or 20.0, args.against)
     return
   s = args.seconds or 40.0
   print(f"each campaign {s:g} s, programs/s from its start (worker start-up included)\n")
