@@ -64,13 +64,18 @@ def test_an_edit_that_does_not_apply_fails_loudly(edit):
     mutants.check_planted(broken)
 
 
-def _witness_verdicts(names: list[str], environ: dict[str, str]) -> dict[str, str]:
-  """In a fresh process (with the parent's environment): 'live' if the mutant computes its witness differently from
-  the reference while the real base device does not, else what went wrong."""
+def _register_mutants(environ: dict[str, str]) -> None:
+  """In a fresh process: the parent's environment, and the mutant devices registered."""
   os.environ.clear()
   os.environ.update(environ)
   from refgrad import plugin_loader
   plugin_loader.register(mutants, name="refgrad.testing.selftest.mutants")
+
+
+def _witness_verdicts(names: list[str], environ: dict[str, str]) -> dict[str, str]:
+  """In a fresh process (with the parent's environment): 'live' if the mutant computes its witness differently from
+  the reference while the real base device does not, else what went wrong."""
+  _register_mutants(environ)
   verdicts = {}
   for name in names:
     mutant = mutants.BY_NAME[name]
@@ -181,14 +186,41 @@ def test_unknown_mutants_and_devices_are_refused():
     selftest.run_selftest("PYTHON", mutants=["cmplt_le"])
 
 
-@pytest.mark.parametrize("device, names", [("CLANG", ("cmplt_le", "ffast_math")),
+def _cache_sharing_verdicts(device: str, names: list[str], environ: dict[str, str]) -> dict[str, str]:
+  """In a fresh process, with one compile cache for the real device and the mutants: each mutant computes its
+  witness wrong (its binary is in the cache), then the real device computes it right (it did not get that binary);
+  'sound' if so, else what went wrong."""
+  _register_mutants(environ)
+  verdicts = {}
+  for name in names:
+    mutant = mutants.BY_NAME[name]
+    expected = mutants.run_witness(mutant, "PYTHON")
+    if mutants.witness_deviation(mutant) is None:
+      verdicts[name] = "the mutant computed its witness right"
+    elif not mutants.same_bits(real := mutants.run_witness(mutant, device), expected):
+      verdicts[name] = f"the real {device} computed {real!r} after the mutant, not {expected!r}"
+    else:
+      verdicts[name] = "sound"
+  return verdicts
+
+
+@pytest.mark.parametrize("device, names", [("CLANG", ("cmplt_le", "freciprocal_math")),
                                            ("LLVM", ("llvm_mul_nsw", "llvm_fcmp_ult")),
                                            ("OPENCL", ("cl_finite_math_only", "cl_no_barrier"))])
-def test_mutant_binaries_never_share_the_compile_cache(device, names):
+def test_mutants_share_the_compile_cache_only_for_binaries_they_do_not_change(device, names, tmp_path):
+  """A mutant's compiler is the real one, or the real one with other flags: its cache key is the real device's
+  exactly when it plants no flags, so a kernel it leaves as it is compiles once for both; what it changes (a
+  source, a flag) is a key of its own, and the real device, sharing the cache, never gets that binary."""
   _needs(device)
-  keys = {Device[device].compiler.cache_key}
-  keys |= {mutants.make_device(mutants.BY_NAME[name]).compiler.cache_key for name in names}
-  assert len(keys) == 3
+  real_key = Device[device].compiler.cache_key
+  for name in names:
+    mutant = mutants.BY_NAME[name]
+    planted_flags_too = bool(mutant.add_flags or mutant.remove_flags)
+    assert (mutants.make_device(mutant).compiler.cache_key == real_key) != planted_flags_too, name
+  environ = {**os.environ, "REFGRAD_CACHE": str(tmp_path / "cache")}
+  with selftest.fresh_process_context().Pool(1, maxtasksperchild=1) as pool:
+    verdicts = pool.apply_async(_cache_sharing_verdicts, (device, list(names), environ)).get(timeout=300)
+  assert verdicts == {name: "sound" for name in names}
 
 
 # issue 13's bug kinds that once passed both `refgrad check` and a minute of fuzzing: an edge pair's operand order,

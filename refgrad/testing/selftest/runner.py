@@ -7,8 +7,9 @@ planted in that device (mutants/: its own family, and on CLANG the optimizer's),
 own (a mutant may crash or hang, and a -ffast-math library changes the floating-point mode of the process that loads
 it), `refgrad check`'s cases run in their usual order until the first failure; if none fails, a short `refgrad fuzz`
 campaign follows. A crash of the device counts as detected, and so does a hang past the timeout (the table says
-which). An escape is then confirmed live by its witness program. Mutant binaries go to a compile cache of the run's
-own, deleted at the end: detection times are cold-compile times.
+which). An escape is then confirmed live by its witness program. The mutants' binaries go to a compile cache of the
+run's own, deleted at the end and shared by its mutants (a kernel a mutant does not change is compiled once per
+run, mutants/__init__.py says why that is sound): the user's cache is left alone.
 """
 from __future__ import annotations
 

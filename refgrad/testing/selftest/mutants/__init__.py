@@ -20,9 +20,11 @@ Each mutant is the device `<BASE>~<NAME>`, registered by this package's `refgrad
 (`refgrad.plugin_loader.register`), or load a plugin file that imports the hook
 (`from refgrad.testing.selftest.mutants import refgrad_devices`; selftest writes one for its fuzz workers). A mutant
 device is made of the registered base device's parts (`Device[base]`: its renderer's dialect, its compiler with
-other flags or options through `with_flags`/`with_options`, its runtime), never of a plugin's modules; its compiler's
-cache key names the mutant and its flags, so the compile cache never hands a mutant's binary to the real device or
-back.
+other flags or options through `with_flags`/`with_options`, its runtime), never of a plugin's modules. A binary is
+a function of the source it is compiled from and of the compiler's cache key (its version and flags or options), and
+the compile cache keys it by both: a mutated source or flag is a key of its own, so the real device never gets a
+mutant's binary, while a kernel whose source a mutant leaves as it is (most of them: a mutant edits one construct)
+is compiled once for the real device and every mutant of the same flags.
 """
 from __future__ import annotations
 

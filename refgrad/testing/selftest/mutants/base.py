@@ -94,17 +94,6 @@ def device_probe(device: str) -> str | None:
   return spec.unavailable_reason
 
 
-class MutantCompiler:
-  """A device's compiler whose cache key names the mutant, so the compile cache never hands a mutant's binary to the
-  real device or back; everything else (compile, an optional compile_batch) is the compiler's own."""
-
-  def __init__(self, compiler: Any, mutant: Mutant):
-    self.compiler, self.cache_key = compiler, f"{compiler.cache_key}|mutant {mutant.name}"
-
-  def __getattr__(self, name: str) -> Any:
-    return getattr(self.compiler, name)
-
-
 def planted_flags(real: tuple[str, ...], mutant: Mutant) -> tuple[str, ...]:
   """Flags with the mutant's removed and added (added last, so they win over earlier ones)."""
   return tuple(f for f in real if f not in mutant.remove_flags) + mutant.add_flags

@@ -31,7 +31,6 @@ from refgrad.testing.selftest.mutants.base import (
   Backend,
   MethodPatch,
   Mutant,
-  MutantCompiler,
   alu,
   arr,
   cast,
@@ -357,7 +356,7 @@ def make_device(mutant: Mutant) -> DeviceImpl:
   flags = clang_flags(mutant)
   compiler = base.compiler if flags == base.compiler.flags else base.compiler.with_flags(flags)
   return DeviceImpl(mutant.device, base.allocator, renderer=MutantRenderer(base.renderer.d, mutant),
-                    compiler=MutantCompiler(compiler, mutant), runtime=base.runtime, standalone=base.standalone)
+                    compiler=compiler, runtime=base.runtime, standalone=base.standalone)
 
 
 def probe() -> str | None:

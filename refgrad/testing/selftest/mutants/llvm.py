@@ -23,7 +23,6 @@ from refgrad.testing.selftest.mutants.base import (
   F64,
   Backend,
   Mutant,
-  MutantCompiler,
   alu,
   arr,
   cast,
@@ -142,11 +141,11 @@ class EditedIRRenderer:
 
 
 def make_device(mutant: Mutant) -> DeviceImpl:
-  """The registered LLVM device's parts with the mutant planted in the IR its renderer writes; its compiler's cache
-  key names the mutant."""
+  """The registered LLVM device's parts with the mutant planted in the IR its renderer writes; its compiler is the
+  device's own (the compile cache keys each binary by the IR it is compiled from)."""
   base = Device[BASE]
   return DeviceImpl(mutant.device, base.allocator, renderer=EditedIRRenderer(base.renderer, mutant),
-                    compiler=MutantCompiler(base.compiler, mutant), runtime=base.runtime, standalone=base.standalone)
+                    compiler=base.compiler, runtime=base.runtime, standalone=base.standalone)
 
 
 def probe() -> str | None:

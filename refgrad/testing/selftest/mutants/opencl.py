@@ -17,7 +17,6 @@ from refgrad.testing.selftest.mutants.base import (
   TINY_F32,
   Backend,
   Mutant,
-  MutantCompiler,
   arr,
   cast,
   device_probe,
@@ -85,12 +84,12 @@ def build_options(mutant: Mutant | None = None) -> tuple[str, ...]:
 
 def make_device(mutant: Mutant) -> DeviceImpl:
   """The registered OPENCL device's parts with the mutant planted: its renderer's dialect with the mutant's edits, and
-  its compiler and runtime building with the mutant's options (`with_options`; the compiler's cache key names them,
-  and the mutant)."""
+  its compiler and runtime building with the mutant's options (`with_options`; the compiler's cache key names
+  them)."""
   base = Device[BASE]
   options = build_options(mutant)
   return DeviceImpl(mutant.device, base.allocator, renderer=MutantRenderer(base.renderer.d, mutant),
-                    compiler=MutantCompiler(base.compiler.with_options(options), mutant),
+                    compiler=base.compiler.with_options(options),
                     runtime=base.runtime.with_options(options), runner_cache=base.runner_cache,
                     standalone=base.standalone)
 
