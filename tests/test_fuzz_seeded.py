@@ -44,29 +44,31 @@ def test_hypothesis_replays_every_seeded_program_from_its_choices(focus):
 
 
 def test_a_seeded_failure_is_shrunk_saved_and_replayed_from_the_database(tmp_path, monkeypatch):
-  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path / "cache"))
-  database = str(tmp_path / "examples")
-  runner = Campaign(CampaignConfig("BROKEN_IDIV", (BROKEN_FILE,), database=database, max_findings=1))
-  first_failures = []
-  run_batch = runner._run_batch
-  runner._run_batch = lambda chunk, programs: (failed := run_batch(chunk, programs),
-                                               first_failures.append(failed) if failed else None)[0]
-  chunk, deadline = Chunk(), time.monotonic() + 300
-  try:
-    while not chunk.findings and time.monotonic() < deadline:
-      chunk = runner.run_for(5.0)
-  finally:
-    runner.close()
-  assert len(chunk.findings) == 1 and len(first_failures) == 1
-  finding, (_, seeded) = chunk.findings[0], first_failures[0]
-  assert finding.kind == seeded.kind == "mismatch"
-  shrunk = finding.program
-  size = lambda program: (len(program.to_python()), sum(x.size for x in program.inputs))  # noqa: E731
-  assert size(shrunk) < size(seeded.program)  # hypothesis shrank it
+  # the broken devices known to this process for the whole test, whatever earlier tests of this worker registered
+  # and unregistered (the campaign asks the device which dtypes it claims)
   with broken_devices.registered():
+    monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path / "cache"))
+    database = str(tmp_path / "examples")
+    runner = Campaign(CampaignConfig("BROKEN_IDIV", (BROKEN_FILE,), database=database, max_findings=1))
+    first_failures = []
+    run_batch = runner._run_batch
+    runner._run_batch = lambda chunk, programs: (failed := run_batch(chunk, programs),
+                                                 first_failures.append(failed) if failed else None)[0]
+    chunk, deadline = Chunk(), time.monotonic() + 300
+    try:
+      while not chunk.findings and time.monotonic() < deadline:
+        chunk = runner.run_for(5.0)
+    finally:
+      runner.close()
+    assert len(chunk.findings) == 1 and len(first_failures) == 1
+    finding, (_, seeded) = chunk.findings[0], first_failures[0]
+    assert finding.kind == seeded.kind == "mismatch"
+    shrunk = finding.program
+    size = lambda program: (len(program.to_python()), sum(x.size for x in program.inputs))  # noqa: E731
+    assert size(shrunk) < size(seeded.program)  # hypothesis shrank it
     assert run_one(shrunk, "BROKEN_IDIV")[0] == "mismatch" and run_one(shrunk, "PYTHON")[0] == "ok"
-  again = replay_database("BROKEN_IDIV", (database,), (BROKEN_FILE,))
-  assert again.replayed >= 1 and [f.signature for f in again.findings] == [finding.signature]
+    again = replay_database("BROKEN_IDIV", (database,), (BROKEN_FILE,))
+    assert again.replayed >= 1 and [f.signature for f in again.findings] == [finding.signature]
 
 
 def test_a_pick_of_integers_gives_integers_after_a_coin_was_drawn():
