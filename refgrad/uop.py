@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import weakref
 from collections.abc import Callable, Iterator
@@ -128,6 +129,25 @@ class UOp:
         new_src = tuple(rebuilt[s] for s in node.src)
         rebuilt[node] = node if new_src == node.src else node.replace(src=new_src)
     return rebuilt[self]
+
+  @node_fact
+  def digest(self) -> bytes:
+    """A digest of the node's structure, the same in every process (object ids and Python's hashes of strings are
+    not): it breaks ties where nodes must be put in an order (a sum's terms), so that a kernel renders to the same
+    source, and the same compile cache key, in every process. A walk that computes its sources' digests first,
+    stopping at nodes that have one."""
+    stack = [self]
+    while stack:
+      node = stack[-1]
+      if "digest" in node.__dict__:
+        stack.pop()
+      elif missing := [s for s in node.src if "digest" not in s.__dict__]:
+        stack.extend(missing)
+      else:
+        stack.pop()
+        text = f"{node.op.value}|{node.dtype.name}|{node.arg!r}|".encode() + b"".join(s.digest for s in node.src)
+        node.__dict__["digest"] = hashlib.blake2b(text, digest_size=8).digest()
+    return self.__dict__["digest"]
 
   # ---- tensor-graph facts
   @node_fact

@@ -40,10 +40,19 @@ def fold_by_range(x: UOp) -> UOp | None:
 
 
 # ---- integer sums as linear forms: {term: coefficient} + constant
+# Every integer ADD of a kernel is put in canonical form, so a chain of n additions asks for the forms of all its
+# prefixes: memoized, each is one step from the one below (not n), and a pass that meets the sum again (the lowering
+# simplifies a kernel several times) finds it done. Nodes are immutable, so a node's form never changes; the forms
+# are shared, so callers never modify them. 2**15 entries: the sums of the largest kernels of a training step.
+MEMO_SIZE = 1 << 15
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def linear_form(u: UOp, exact: bool = False) -> tuple[dict[UOp, int], int]:
   """u as a sum of terms times integers plus a constant. The sum equals u modulo 2**bits: wraparound commutes with
   ADD, MUL and NEG. With `exact`, a sum, product or negation that may wrap around is kept as a term, so the form
-  equals u as an unbounded integer, which quotients and remainders need ((a*2)//2 is not a in uint8: 200*2 wraps)."""
+  equals u as an unbounded integer, which quotients and remainders need ((a*2)//2 is not a in uint8: 200*2 wraps).
+  Memoized (see above): do not modify the dict it returns."""
   if u.op is Ops.CONST:
     return {}, u.arg
   if exact and u.op in (Ops.ADD, Ops.MUL, Ops.NEG) and not never_wraps(u):
@@ -65,18 +74,28 @@ def linear_form(u: UOp, exact: bool = False) -> tuple[dict[UOp, int], int]:
 
 
 def _term_order(t: UOp) -> tuple:
-  return (t.op is Ops.RANGE, t.op.value, t.arg if isinstance(t.arg, tuple) else (), id(t))
+  """Loops last, then by op and arg and the ops and args of the sources (an index's x//4 before y//4 when x is the
+  outer loop: mostly the order the lowering built them in, so few sums are rebuilt); ties by the structure's digest,
+  never by object id: the order is in the rendered source, whose text keys the compile cache across processes."""
+  return (t.op is Ops.RANGE, t.op.value, _arg_order(t.arg), tuple((s.op.value, _arg_order(s.arg)) for s in t.src),
+          t.digest)
+
+
+def _arg_order(arg) -> tuple | int | float | str:
+  return arg if isinstance(arg, (int, float, tuple)) else repr(arg)
 
 
 def build_sum(terms: dict[UOp, int], const: int, dtype) -> UOp:
+  """The sum of terms times their coefficients plus const, terms in _term_order. Every term has the sum's dtype, so
+  the nodes are made directly (what `+` and `*` would make, without their dtype rules)."""
   out: UOp | None = None
   for t in sorted(terms, key=_term_order):
     k = terms[t]
-    piece = t if k == 1 else t * UOp.const(dtype, k)
-    out = piece if out is None else out + piece
+    piece = t if k == 1 else UOp(Ops.MUL, dtype, (t, UOp.const(dtype, k)))
+    out = piece if out is None else UOp(Ops.ADD, dtype, (out, piece))
   if out is None:
     return UOp.const(dtype, const)
-  return out + UOp.const(dtype, const) if const != 0 else out
+  return UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const))) if const != 0 else out
 
 
 def _merge_one_pair(terms: dict[UOp, int]) -> dict[UOp, int] | None:
@@ -105,7 +124,9 @@ def _merge_div_mod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
   return terms
 
 
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def canonicalize_sum(root: UOp) -> UOp | None:
+  """root in canonical form (build_sum of its linear form, index pairs merged), or None if it is already."""
   terms, const = linear_form(root)
   terms = _merge_div_mod_pairs(terms)
   rebuilt = build_sum(terms, const, root.dtype)
