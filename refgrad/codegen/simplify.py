@@ -81,8 +81,14 @@ def _term_order(t: UOp) -> tuple:
           t.digest)
 
 
-def _arg_order(arg) -> tuple | int | float | str:
-  return arg if isinstance(arg, (int, float, tuple)) else repr(arg)
+def _arg_order(arg) -> tuple:
+  """Args compared only with args of their own kind: numbers as numbers, tuples of ints (a loop's) as tuples, anything
+  else by its text."""
+  if type(arg) in (int, float):
+    return ("", arg)
+  if type(arg) is tuple and all(type(a) is int for a in arg):
+    return ("tuple", arg)
+  return (type(arg).__name__, repr(arg))
 
 
 def build_sum(terms: dict[UOp, int], const: int, dtype) -> UOp:
