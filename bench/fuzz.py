@@ -176,8 +176,10 @@ def batch_row(device: str, seconds: float, jobs: int, compile_ahead: bool) -> st
 
 
 def batch_row_of(tree: str, device: str, seconds: float, jobs: int, compile_ahead: bool) -> str:
-  """batch_row with the refgrad of `tree` first on the path (of this script's run and of every process it starts)."""
-  environ = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]))
+  """batch_row with the refgrad and the device plugins of `tree` first on the path (of this script's run and of
+  every process it starts)."""
+  plugins = sorted(str(path) for path in Path(tree, "plugins").iterdir() if path.is_dir())
+  environ = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, *plugins, os.environ.get("PYTHONPATH", "")]))
   args = [sys.executable, __file__, "--row", device, str(seconds), str(jobs), str(int(compile_ahead))]
   return subprocess.run(args, env=environ, check=True, capture_output=True, text=True).stdout.rstrip("\n")
 

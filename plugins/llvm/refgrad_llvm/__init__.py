@@ -4,8 +4,9 @@ process and called through ctypes.
 
 The object file is what `compile` returns, so refgrad's content cache skips all of LLVM on a warm start; only
 the (fast) in-memory link runs per process. A batch of kernels (`compile_batch`) is one module, optimized and
-compiled to one object file, linked once per process for all its kernels. No fast-math and no FP contraction
-anywhere (see render.py).
+compiled to one object file, linked once per process for all its kernels; a large batch is split into parts
+compiled at the same time in children of their own, a module and an object file each (`batch_parts`). No fast-math
+and no FP contraction anywhere (see render.py).
 """
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import ctypes
 import functools
 import hashlib
 import itertools
+import os
 import re
 import warnings
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +38,11 @@ OPT_LEVEL = 3
 RELOCATION, CODE_MODEL = "pic", "jitdefault"
 MIN_LLVMLITE = (0, 45)  # LLVM 20: opaque pointers, the new pass manager, no explicit initialization
 LIBRARY_MAGIC = b"refgrad-llvm-library-1\n"  # a batch's object file, after the names of the kernels it defines
+# LLVM optimizes and generates code on one thread (llvmlite's LLVM, built without optimization, takes 10-20 ms a
+# fuzz kernel), so a batch of at least this many kernels a part is split into parts of about equal IR size, each
+# compiled in a child of its own at the same time, one part per core up to MAX_PARTS. Each part is its own library.
+KERNELS_PER_PART = 8
+MAX_PARTS = 4
 
 
 class LLVMCompileError(RuntimeError):
@@ -117,10 +125,24 @@ class LLVMCompiler:
                              f"{numbered_source(source)}") from None
 
   def compile_batch(self, sources: Sequence[str]) -> list[bytes]:
-    """One object file for the batch, in one request to the child. If LLVM aborts on it, LLVMCrash is raised:
-    refgrad then compiles the batch in halves, down to `compile`, which retries the culprit without loop
-    vectorization."""
-    compiled, symbols = self._answer(self.child.compile(list(sources), vectorize=True))
+    """An object file for each part of the batch (`batch_parts`), the parts compiled in children at once, one
+    request each. If LLVM aborts on a part or rejects it, its error is raised: refgrad then compiles the batch in
+    halves, down to `compile`, which retries the culprit without loop vectorization."""
+    parts = batch_parts(sources, compile_cores())
+    if len(parts) == 1:
+      return self._library(list(sources))
+    with ThreadPoolExecutor(len(parts) - 1, thread_name_prefix="llvm-part") as pool:
+      others = [pool.submit(self._library, [sources[i] for i in part]) for part in parts[1:]]
+      answers = [self._library([sources[i] for i in parts[0]])] + [future.result() for future in others]
+    binaries: list[bytes] = [b""] * len(sources)
+    for part, answer in zip(parts, answers):
+      for i, binary in zip(part, answer):
+        binaries[i] = binary
+    return binaries
+
+  def _library(self, sources: list[str]) -> list[bytes]:
+    """One object file for these sources, in one request to a child: each kernel's batch_binary in it."""
+    compiled, symbols = self._answer(self.child.compile(sources, vectorize=True))
     library = LIBRARY_MAGIC + " ".join(symbols).encode() + b"\n" + compiled
     return [batch_binary(symbol, library) for symbol in symbols]
 
@@ -167,6 +189,24 @@ class LLVMCompiler:
     tuning.loop_vectorization = vectorize
     passes = self.llvm.create_pass_builder(self.target_machine, tuning)
     passes.getModulePassManager().run(module, passes)
+
+
+def compile_cores() -> int:
+  """The cores this process may run on, as many compile children as a batch keeps busy at most."""
+  return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, MAX_PARTS)
+
+
+def batch_parts(sources: Sequence[str], cores: int) -> list[list[int]]:
+  """The batch's source indices in parts to compile at once: as many as `cores` with KERNELS_PER_PART each at
+  least, the largest sources first each to the part with the least IR so far (IR size stands for compile time)."""
+  count = max(1, min(cores, len(sources) // KERNELS_PER_PART))
+  parts: list[list[int]] = [[] for _ in range(count)]
+  sizes = [0] * count
+  for i in sorted(range(len(sources)), key=lambda i: -len(sources[i])):
+    smallest = sizes.index(min(sizes))
+    parts[smallest].append(i)
+    sizes[smallest] += len(sources[i])
+  return [sorted(part) for part in parts]
 
 
 def rename_kernel(module: Any, prefix: str) -> str:

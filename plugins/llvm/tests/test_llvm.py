@@ -155,17 +155,53 @@ main()
 """
 
 
-def scaled_kernel(marker: str):
-  """IR of out = x * 1.25 + 0.5 over 40 floats, with a marker comment, and a check that an object computes it."""
+def scaled_kernel(marker: str, scale: float = 1.25):
+  """IR of out = x * scale + 0.5 over 40 floats, with a marker comment, and a check that a binary computes what
+  numpy does."""
   x = Tensor(np.arange(40, dtype=np.float32), device="LLVM")
-  program = compile_ast((x * 1.25 + 0.5).schedule()[-1].ast, Device["LLVM"].caps)
+  program = compile_ast((x * scale + 0.5).schedule()[-1].ast, Device["LLVM"].caps)
   source = f"; {marker}\n" + Device["LLVM"].render(program)
 
   def check(binary: bytes) -> None:
     out = np.zeros(40, dtype=np.float32)
     Device["LLVM"].runtime.load(binary, program)(out.view(np.uint8), np.arange(40, dtype=np.float32).view(np.uint8))
-    np.testing.assert_array_equal(out, np.arange(40, dtype=np.float32) * np.float32(1.25) + np.float32(0.5))
+    np.testing.assert_array_equal(out, np.arange(40, dtype=np.float32) * np.float32(scale) + np.float32(0.5))
   return source, check
+
+
+def test_batch_parts_hold_every_kernel_once_and_share_the_ir_evenly(monkeypatch):
+  import refgrad_llvm
+  monkeypatch.setattr(refgrad_llvm, "KERNELS_PER_PART", 2)
+  sources = ["x" * size for size in (50, 10, 40, 10, 30, 20, 5)]
+  parts = refgrad_llvm.batch_parts(sources, cores=3)
+  assert sorted(i for part in parts for i in part) == list(range(7))
+  assert [sum(len(sources[i]) for i in part) for part in parts] == [60, 55, 50]  # 50+10, 40+10+5, 30+20
+  assert refgrad_llvm.batch_parts(sources, cores=1) == [list(range(7))]
+  assert len(refgrad_llvm.batch_parts(sources[:5], cores=4)) == 2  # KERNELS_PER_PART each at least
+
+
+def test_a_batch_in_parts_compiles_in_children_at_once_and_each_kernel_runs(monkeypatch):
+  import refgrad_llvm
+  from refgrad_llvm import LLVMCompileError
+  from refgrad_llvm.isolation import CompileChildren
+
+  from refgrad.codegen.contract import split_batch_binary
+  monkeypatch.setattr(refgrad_llvm, "KERNELS_PER_PART", 2)
+  monkeypatch.setattr(refgrad_llvm, "compile_cores", lambda: 3)
+  compiler = refgrad_llvm.LLVMCompiler()
+  compiler.child = CompileChildren()
+  try:
+    kernels = [scaled_kernel("part", scale) for scale in (1.25, -3.0, 0.1, 7.5, 1e30, -0.0)]
+    binaries = compiler.compile_batch([source for source, _ in kernels])
+    assert len({split_batch_binary(binary)[1] for binary in binaries}) == 3  # a library a part
+    assert len(compiler.child._every) == 3  # each part in a child of its own: they compiled at the same time
+    for (_, check), binary in zip(kernels, binaries):
+      check(binary)
+    bad = [source for source, _ in kernels[:5]] + ["define void @f() {\n  ret i32\n}\n"]
+    with pytest.raises(LLVMCompileError, match="LLVM rejected this program"):  # refgrad then compiles it in halves
+      compiler.compile_batch(bad)
+  finally:
+    compiler.child.close()
 
 
 def test_llvm_aborting_ends_its_child_not_the_caller():
