@@ -23,6 +23,7 @@ from refgrad.frontend import special
 from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.bitcast import check_bitcast, resized_bitcast
 from refgrad.frontend.shapes import ShapeError, broadcast_shape
+from refgrad.frontend.templates import graph_template
 from refgrad.gradient import custom_gradient
 from refgrad.symbolic_shapes import is_size_expression
 from refgrad.uop import Ops, UOp
@@ -443,6 +444,7 @@ class ElementwiseMixin(TensorBase):
     x = self._float()
     return custom_gradient((1.0 + (-x).exp()).reciprocal(), ("sigmoid",), x)
 
+  @graph_template
   def relu(self) -> Self:
     """max(x, 0) like torch.relu: NaN stays NaN, -0.0 stays -0.0, and the gradient at 0 is 0."""
     out = self.lt(0).where(self._const(0), self)

@@ -19,6 +19,7 @@ from refgrad.frontend.einsum import evaluate_einsum
 from refgrad.frontend.movement import InvalidArgumentError
 from refgrad.frontend.reduce import triangle_mask
 from refgrad.frontend.shapes import ShapeError, normalize_dim
+from refgrad.frontend.templates import graph_template
 from refgrad.gradient import custom_gradient
 from refgrad.uop import prod
 
@@ -83,9 +84,14 @@ def _window_count(size: int, kernel: int, stride: int, dilation: int) -> int:
 
 def _one_hot_on(index: Any, classes: int, axis: int) -> Any:
   """bool, True where index equals the class; the class dim is inserted at `axis` (compares along it only)."""
+  return _one_hot_against(index, index.arange(classes, device=index.device), axis)
+
+
+def _one_hot_against(index: Any, classes: Any, axis: int) -> Any:
+  """_one_hot_on with the classes given as a 1-d tensor of 0 .. C-1."""
   shape = [1] * (index.ndim + 1)
-  shape[axis] = classes
-  return index.unsqueeze(axis).eq(index.arange(classes, device=index.device).reshape(shape))
+  shape[axis] = classes.shape[0]
+  return index.unsqueeze(axis).eq(classes.reshape(shape))
 
 
 def _take(x: Any, axis: int, index: np.ndarray) -> Any:
@@ -101,6 +107,7 @@ class NNFunctionalMixin(TensorBase):
   __slots__ = ()
 
   # ---- linear algebra
+  @graph_template
   def linear(self, weight: Any, bias: Any = None) -> Self:
     """self @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-d weight multiplies elementwise).
 
@@ -156,6 +163,7 @@ class NNFunctionalMixin(TensorBase):
     nl = len(lead)
     return x.permute(*range(nl), *[nl + 2 * j for j in range(n)], *[nl + 2 * j + 1 for j in range(n)])
 
+  @graph_template
   def conv2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
              acc_dtype: DType | str | None = None) -> Self:
@@ -227,6 +235,7 @@ class NNFunctionalMixin(TensorBase):
     divisor = _spatial_pad(counted, plan.ceil_extra)._pool(plan.kernel, plan.stride, plan.dilation).sum(plan.axes)
     return sums / divisor
 
+  @graph_template
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: Any = None, dilation: Any = 1,
                  padding: Any = 0, ceil_mode: bool = False) -> Self:
     """Maximum over windows of the last len(kernel_size) dims (an int means 2 dims); padding never wins.
@@ -519,7 +528,6 @@ class NNFunctionalMixin(TensorBase):
     weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * Y
     return ((1 - Y) * x + weight * log_sig_neg)._do_reduction(reduction)
 
-  @half_in_float32
   def sparse_categorical_crossentropy(self, Y: Any, ignore_index: int = -1, label_smoothing: float = 0.0,  # noqa: N803
                                       reduction: str = "mean") -> Self:
     """Cross entropy of logits (..., C) with integer labels Y (...); labels equal to ignore_index count for
@@ -532,9 +540,16 @@ class NNFunctionalMixin(TensorBase):
       raise ShapeError(f"sparse_categorical_crossentropy: labels of shape {Y.shape} do not match logits of shape "
                          f"{self.shape} (expected {self.shape[:-1]})")
     _check_smoothing(label_smoothing)
+    classes = Y.arange(self.shape[-1], device=Y.device)  # a buffer: made outside the template, which holds none
+    return self._sparse_crossentropy(Y, classes, ignore_index, label_smoothing, reduction)
+
+  @graph_template
+  @half_in_float32
+  def _sparse_crossentropy(self, Y: Any, classes: Any, ignore_index: int, label_smoothing: float,  # noqa: N803
+                           reduction: str) -> Self:
     log_probs = self.log_softmax(-1)
     keep = Y.ne(ignore_index)
-    picked = _one_hot_on(Y, self.shape[-1], -1).where(log_probs, 0.0).sum(-1)
+    picked = _one_hot_against(Y, classes, -1).where(log_probs, 0.0).sum(-1)
     loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1)) * keep
     return _weighted_mean(loss, keep) if reduction == "mean" else loss._do_reduction(reduction)
 

@@ -7,6 +7,7 @@ state, and cast to the parameter's dtype once at the end (torch's float32 "maste
 from __future__ import annotations
 
 from refgrad.dtype import DType, dtypes, least_upper_dtype
+from refgrad.frontend.templates import graph_template
 from refgrad.tensor import Tensor
 
 
@@ -19,9 +20,9 @@ def _zeros(p: Tensor) -> Tensor:
   return Tensor.zeros(*p.shape, dtype=_master_dtype(p), device=p.device, requires_grad=False)
 
 
-def _master(p: Tensor) -> tuple[Tensor, Tensor]:
+def _master(p: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
   """The parameter and its gradient in the master dtype."""
-  return p.detach().cast(_master_dtype(p)), p.grad.cast(_master_dtype(p))
+  return p.detach().cast(_master_dtype(p)), grad.cast(_master_dtype(p))
 
 
 class Optimizer:
@@ -86,7 +87,7 @@ class LARS(Optimizer):
   def _updates(self) -> list[Tensor]:
     news, states = [], []
     for i, p in enumerate(self.params):
-      w, g = _master(p)
+      w, g = _master(p, p.grad)
       if self.tcoef:
         r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
         ratio = (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
@@ -130,18 +131,27 @@ class LAMB(Optimizer):
     for i, p in enumerate(self.params):
       if p.device not in per_device:
         per_device[p.device] = (1 - b1_t.to(p.device), 1 - b2_t.to(p.device), self._lr(p))
-      correct1, correct2, lr = per_device[p.device]
-      w, g = _master(p)
-      m = self.b1 * self.m[i] + (1 - self.b1) * g
-      v = self.b2 * self.v[i] + (1 - self.b2) * g * g
+      new, m, v = _lamb_update(p, p.grad, self.m[i], self.v[i], *per_device[p.device], self.b1, self.b2, self.eps,
+                               self.wd, self.adam)
       states += [self.m[i].replace(m), self.v[i].replace(v)]
-      m_hat, v_hat = m / correct1, v / correct2
-      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w
-      if not self.adam:
-        r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
-        up = up * (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      news.append((w - lr * up).cast(p.dtype))
+      news.append(new)
     return news + states
+
+
+@graph_template
+def _lamb_update(p: Tensor, grad: Tensor, m: Tensor, v: Tensor, correct1: Tensor, correct2: Tensor, lr: Tensor,
+                 b1: float, b2: float, eps: float, wd: float, adam: bool) -> tuple[Tensor, Tensor, Tensor]:
+  """LAMB's new value of one parameter, and its new moments; the bias corrections are 1 - b1**t and 1 - b2**t. The
+  same Tensor ops every step on new tensors: templated."""
+  w, g = _master(p, grad)
+  m = b1 * m + (1 - b1) * g
+  v = b2 * v + (1 - b2) * g * g
+  m_hat, v_hat = m / correct1, v / correct2
+  up = m_hat / (v_hat.sqrt() + eps) + wd * w
+  if not adam:
+    r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
+    up = up * (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
+  return (w - lr * up).cast(p.dtype), m, v
 
 
 def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,  # noqa: N802
