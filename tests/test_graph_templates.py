@@ -4,13 +4,14 @@ and 1.0, 0.0 and -0.0, the default dtypes and the training switch. Calls the key
 views of an argument are never templated. Values against numpy and torch."""
 import numpy as np
 import pytest
+import torch
 
 from examples import cnn, mlp
 from examples.training import fit
 from refgrad import Tensor, dtypes
 from refgrad.frontend import templates
 from refgrad.frontend.templates import graph_template
-from refgrad.nn.optim import _lamb_update
+from refgrad.nn.optim import SGD, _lamb_update, _lars_update
 
 
 def _untemplated(monkeypatch, call):
@@ -55,6 +56,12 @@ def test_an_optimizer_update_makes_the_nodes_its_tensor_ops_make(monkeypatch):
     for _ in range(2):
       templated = _lamb_update(*args)
       direct = _untemplated(monkeypatch, lambda args=args: _lamb_update(*args))
+      assert [t.uop for t in templated] == [t.uop for t in direct]
+  for args in [(p, g, m, lr, 0.9, 1e-4, True, True, 0.001), (p, g, m, lr, 0.9, 0.0, False, False, 0.0),
+               (p, g, None, lr, 0.0, 0.0, False, False, 0.0)]:
+    for _ in range(2):
+      templated = _lars_update(*args)
+      direct = _untemplated(monkeypatch, lambda args=args: _lars_update(*args))
       assert [t.uop for t in templated] == [t.uop for t in direct]
 
 
@@ -163,6 +170,23 @@ def test_calls_the_key_cannot_stand_for_run_untemplated():
   x, y = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
   assert _scaled_sum(x, y, np.float32(2.0)).tolist() == [5.0, 8.0]
   assert len(templates._TEMPLATES) == entries
+
+
+def test_sgd_with_nesterov_momentum_steps_as_torch():
+  w_np, x_np = np.array([[0.5, -1.0], [2.0, 0.25]], np.float32), np.array([[1.0, 2.0], [-3.0, 0.5]], np.float32)
+  w = Tensor(w_np, requires_grad=True)
+  opt = SGD([w], lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
+  tw = torch.tensor(w_np, requires_grad=True)
+  topt = torch.optim.SGD([tw], lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
+  with Tensor.train():
+    for _ in range(3):
+      opt.zero_grad()
+      (Tensor(x_np) @ w).square().sum().backward()
+      opt.step()
+      topt.zero_grad()
+      (torch.tensor(x_np) @ tw).square().sum().backward()
+      topt.step()
+  np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-6)
 
 
 @pytest.mark.parametrize("model_name", ["mlp", "cnn"])

@@ -87,22 +87,31 @@ class LARS(Optimizer):
   def _updates(self) -> list[Tensor]:
     news, states = [], []
     for i, p in enumerate(self.params):
-      w, g = _master(p, p.grad)
-      if self.tcoef:
-        r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
-        ratio = (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
-      else:
-        ratio = 1.0
-      g = (g + self.wd * w) * ratio
-      lr = self._lr(p)
-      if not self.classic:
-        g = g * lr
-      if self.momentum:
-        b = self.momentum * self.b[i] + g
-        states.append(self.b[i].replace(b))
-        g = g + self.momentum * b if self.nesterov else b
-      news.append((w - (g * lr if self.classic else g)).cast(p.dtype))
+      new, *b = _lars_update(p, p.grad, self.b[i] if self.momentum else None, self._lr(p), self.momentum, self.wd,
+                             self.nesterov, self.classic, self.tcoef)
+      news.append(new)
+      states += [self.b[i].replace(b[0])] if b else []
     return news + states
+
+
+@graph_template
+def _lars_update(p: Tensor, grad: Tensor, b: Tensor | None, lr: Tensor, momentum: float, wd: float, nesterov: bool,
+                 classic: bool, tcoef: float) -> tuple[Tensor, ...]:
+  """LARS's new value of one parameter, and its new momentum buffer b if it has one. Templated, as _lamb_update."""
+  w, g = _master(p, grad)
+  if tcoef:
+    r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
+    ratio = (r1 > 0).where((r2 > 0).where(tcoef * r1 / (r2 + wd * r1), 1.0), 1.0)
+  else:
+    ratio = 1.0
+  g = (g + wd * w) * ratio
+  if not classic:
+    g = g * lr
+  if b is None:
+    return ((w - (g * lr if classic else g)).cast(p.dtype),)
+  b = momentum * b + g
+  g = g + momentum * b if nesterov else b
+  return (w - (g * lr if classic else g)).cast(p.dtype), b
 
 
 def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,  # noqa: N802
