@@ -6,9 +6,9 @@ tensors every step; the Tensor ops cost several times what making their nodes do
 The contract of a function decorated with `graph_template`: its graph depends only on its arguments that are not
 tensors, on each tensor argument's type, shape, dtype and device (never on its graph node), and on the switches in
 `_modes` (training, no_grad, the default dtypes). A call that draws random numbers, reads a buffer, writes an
-argument or returns a view of one is not templated (its recording is refused). A template is recorded on placeholder tensors (a buffer of the argument's
-shape each, never allocated), so that no node the function makes can coincide with a node of an argument's graph;
-which arguments are the same tensor node is part of the key."""
+argument or returns a view of one is not templated (its recording is refused). A template is recorded on
+placeholder tensors (a buffer of the argument's shape each, never allocated), so that no node the function makes
+can coincide with a node of an argument's graph; which arguments are the same tensor node is part of the key."""
 from __future__ import annotations
 
 import functools
