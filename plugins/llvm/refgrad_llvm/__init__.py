@@ -43,6 +43,9 @@ LIBRARY_MAGIC = b"refgrad-llvm-library-1\n"  # a batch's object file, after the 
 # compiled in a child of its own at the same time, one part per core up to MAX_PARTS. Each part is its own library.
 KERNELS_PER_PART = 8
 MAX_PARTS = 4
+# A child costs about 0.4 s of CPU to start, which a process compiling a batch or two would not earn back: a
+# compiler starts more children once it has compiled this many kernels in batches (a fuzz worker, in seconds).
+SPREAD_AFTER = 64
 
 
 class LLVMCompileError(RuntimeError):
@@ -105,6 +108,7 @@ class LLVMCompiler:
     import llvmlite.binding as llvm
     self.llvm = llvm
     self.child = isolation.SHARED
+    self.batched = 0  # kernels compiled in batches
     # everything that shapes the object file besides the IR: LLVM itself, the target CPU, the options
     self.cache_key = "|".join(["llvm", toolchain().versions, *host_target(), f"O{OPT_LEVEL}", RELOCATION, CODE_MODEL])
 
@@ -125,10 +129,14 @@ class LLVMCompiler:
                              f"{numbered_source(source)}") from None
 
   def compile_batch(self, sources: Sequence[str]) -> list[bytes]:
-    """An object file for each part of the batch (`batch_parts`), the parts compiled in children at once, one
-    request each. If LLVM aborts on a part or rejects it, its error is raised: refgrad then compiles the batch in
-    halves, down to `compile`, which retries the culprit without loop vectorization."""
-    parts = batch_parts(sources, compile_cores())
+    """An object file for each part of the batch (`batch_parts`), the parts compiled at once, each in a child that
+    has started already (one starting would make the batch wait); more children are started for the batches to
+    come, once SPREAD_AFTER kernels are compiled. If LLVM aborts on a part or rejects it, its error is raised:
+    refgrad then compiles the batch in halves, down to `compile`, which retries the culprit without loop
+    vectorization."""
+    wanted = min(compile_cores(), len(sources) // KERNELS_PER_PART) if self.batched >= SPREAD_AFTER else 1
+    self.batched += len(sources)
+    parts = batch_parts(sources, self.child.available(wanted) if wanted > 1 else 1)
     if len(parts) == 1:
       return self._library(list(sources))
     with ThreadPoolExecutor(len(parts) - 1, thread_name_prefix="llvm-part") as pool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import struct
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 _LENGTH = struct.Struct("<Q")
+READY = "ready"  # a child's first message: it has imported LLVM and takes requests
 STDERR_TAIL = 2000  # characters of what a dead child printed, kept for the error message
 
 
@@ -61,6 +63,7 @@ class CompileChild:
     self._process: subprocess.Popen | None = None
     self._stderr: IO[bytes] | None = None
     self._owner = -1
+    self._starting = False  # started, its READY not read yet
     self._lock = threading.Lock()
 
   def compile(self, source: str | list[str], vectorize: bool) -> tuple[str, Any]:
@@ -68,10 +71,25 @@ class CompileChild:
     with self._lock:
       process = self._running()
       try:
+        if self._starting:
+          receive(process.stdout)
+          self._starting = False
         send(process.stdin, (source, vectorize))
         return receive(process.stdout)
       except (EOFError, OSError):
         raise self._died(process) from None
+
+  def ready(self) -> bool:
+    """True if the child runs and takes a request at once; starts it (in the background) if it does not run."""
+    with self._lock:
+      process = self._running()
+      if self._starting and select.select([process.stdout], [], [], 0)[0]:
+        try:
+          receive(process.stdout)
+          self._starting = False
+        except (EOFError, OSError):
+          pass  # it died starting: its next compile starts another
+      return not self._starting
 
   def close(self) -> None:
     """Stop the child (it also stops by itself when this process ends: its stdin closes)."""
@@ -94,7 +112,7 @@ class CompileChild:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     self._process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, env=env)
-    self._owner = os.getpid()
+    self._owner, self._starting = os.getpid(), True
 
   def _died(self, process: subprocess.Popen) -> LLVMCrash:
     status = process.wait()
@@ -125,12 +143,23 @@ class CompileChildren:
 
   def compile(self, source: str | list[str], vectorize: bool) -> tuple[str, Any]:
     with self._lock:
-      child = self._idle.pop() if self._idle else self._new()
+      child = self._idle.pop(self._first_ready()) if self._idle else self._new()
     try:
       return child.compile(source, vectorize)
     finally:
       with self._lock:
         self._idle.append(child)
+
+  def available(self, wanted: int) -> int:
+    """How many compiles can start at once without waiting for a child to start (1 at least: the first compile
+    starts its child); children are started in the background until there are `wanted`, for later requests."""
+    with self._lock:
+      while len(self._every) < wanted:
+        self._idle.append(self._new())
+      return max(1, sum(child.ready() for child in self._idle))
+
+  def _first_ready(self) -> int:
+    return next((i for i, child in enumerate(self._idle) if child.ready()), len(self._idle) - 1)
 
   def _new(self) -> CompileChild:
     child = CompileChild()
@@ -153,6 +182,7 @@ def main() -> None:
   channel_in, channel_out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
   os.dup2(2, 1)
   compiler = LLVMCompiler()
+  send(channel_out, READY)
   while True:
     try:
       source, vectorize = receive(channel_in)

@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -180,7 +181,7 @@ def test_batch_parts_hold_every_kernel_once_and_share_the_ir_evenly(monkeypatch)
   assert len(refgrad_llvm.batch_parts(sources[:5], cores=4)) == 2  # KERNELS_PER_PART each at least
 
 
-def test_a_batch_in_parts_compiles_in_children_at_once_and_each_kernel_runs(monkeypatch):
+def test_a_batch_in_parts_compiles_in_started_children_at_once_and_each_kernel_runs(monkeypatch):
   import refgrad_llvm
   from refgrad_llvm import LLVMCompileError
   from refgrad_llvm.isolation import CompileChildren
@@ -188,18 +189,26 @@ def test_a_batch_in_parts_compiles_in_children_at_once_and_each_kernel_runs(monk
   from refgrad.codegen.contract import split_batch_binary
   monkeypatch.setattr(refgrad_llvm, "KERNELS_PER_PART", 2)
   monkeypatch.setattr(refgrad_llvm, "compile_cores", lambda: 3)
+  monkeypatch.setattr(refgrad_llvm, "SPREAD_AFTER", 6)  # the second batch may start children
   compiler = refgrad_llvm.LLVMCompiler()
   compiler.child = CompileChildren()
-  try:
-    kernels = [scaled_kernel("part", scale) for scale in (1.25, -3.0, 0.1, 7.5, 1e30, -0.0)]
-    binaries = compiler.compile_batch([source for source, _ in kernels])
-    assert len({split_batch_binary(binary)[1] for binary in binaries}) == 3  # a library a part
-    assert len(compiler.child._every) == 3  # each part in a child of its own: they compiled at the same time
+  kernels = [scaled_kernel("part", scale) for scale in (1.25, -3.0, 0.1, 7.5, 1e30, -0.0)]
+  sources = [source for source, _ in kernels]
+
+  def libraries(binaries: list[bytes]) -> int:
     for (_, check), binary in zip(kernels, binaries):
       check(binary)
-    bad = [source for source, _ in kernels[:5]] + ["define void @f() {\n  ret i32\n}\n"]
+    return len({split_batch_binary(binary)[1] for binary in binaries})
+  try:
+    assert libraries(compiler.compile_batch(sources)) == 1 and len(compiler.child._every) == 1
+    assert libraries(compiler.compile_batch(sources)) == 1  # the children it started are starting: no batch waits
+    deadline = time.monotonic() + 120
+    while compiler.child.available(3) < 3 and time.monotonic() < deadline:  # the two started for later batches
+      time.sleep(0.05)
+    assert libraries(compiler.compile_batch(sources[::-1])[::-1]) == 3  # a part in each child
+    assert len(compiler.child._every) == 3
     with pytest.raises(LLVMCompileError, match="LLVM rejected this program"):  # refgrad then compiles it in halves
-      compiler.compile_batch(bad)
+      compiler.compile_batch(sources[:5] + ["define void @f() {\n  ret i32\n}\n"])
   finally:
     compiler.child.close()
 
