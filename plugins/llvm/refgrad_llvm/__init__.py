@@ -38,9 +38,9 @@ OPT_LEVEL = 3
 RELOCATION, CODE_MODEL = "pic", "jitdefault"
 MIN_LLVMLITE = (0, 45)  # LLVM 20: opaque pointers, the new pass manager, no explicit initialization
 LIBRARY_MAGIC = b"refgrad-llvm-library-1\n"  # a batch's object file, after the names of the kernels it defines
-# LLVM optimizes and generates code on one thread (llvmlite's LLVM, built without optimization, takes 10-20 ms a
-# fuzz kernel), so a batch of at least this many kernels a part is split into parts of about equal IR size, each
-# compiled in a child of its own at the same time, one part per core up to MAX_PARTS. Each part is its own library.
+# LLVM optimizes and generates code on one thread (O3 and code generation: 10-20 ms of CPU a fuzz kernel), so a
+# batch of at least this many kernels a part is split into parts of about equal IR size, each compiled in a child
+# of its own at the same time, one part per core up to MAX_PARTS. Each part is its own library.
 KERNELS_PER_PART = 8
 MAX_PARTS = 4
 # A child costs about 0.4 s of CPU to start, which a process compiling a batch or two would not earn back: a

@@ -133,8 +133,8 @@ class CompileChild:
 class CompileChildren:
   """As many children as compiles run at once, each used by one compile at a time: a thread that compiles while
   another thread's compile is in flight (refgrad fuzz compiles the next batch while this one runs) neither waits
-  for it nor for a child LLVM hangs in; the parts of a large batch compile at the same time, each in a child (a
-  process that compiles batches of at least 16 kernels on 2 cores keeps 2 children)."""
+  for it nor for a child LLVM hangs in; the parts of a large batch compile at the same time, each in a child that
+  has started (`available`)."""
 
   def __init__(self):
     self._idle: list[CompileChild] = []
