@@ -151,6 +151,7 @@ class LLVMCompiler:
   def _library(self, sources: list[str]) -> list[bytes]:
     """One object file for these sources, in one request to a child: each kernel's batch_binary in it."""
     compiled, symbols = self._answer(self.child.compile(sources, vectorize=True))
+    check_symbols(sources, symbols)
     library = LIBRARY_MAGIC + " ".join(symbols).encode() + b"\n" + compiled
     return [batch_binary(symbol, library) for symbol in symbols]
 
@@ -215,6 +216,17 @@ def batch_parts(sources: Sequence[str], cores: int) -> list[list[int]]:
     parts[smallest].append(i)
     sizes[smallest] += len(sources[i])
   return [sorted(part) for part in parts]
+
+
+def check_symbols(sources: Sequence[str], symbols: Sequence[str]) -> None:
+  """Each kernel's name in a batch's library must be `b<i>_` and a function source i defines: a binary cached under
+  one kernel's source that runs another kernel is the silent wrong answer this rules out."""
+  wrong = len(symbols) != len(sources) or any(
+    not symbol.startswith(f"b{i}_") or f"@{symbol[len(f'b{i}_'):]}(" not in source
+    for i, (source, symbol) in enumerate(zip(sources, symbols)))
+  if wrong:
+    raise RuntimeError(f"the LLVM compile process named {len(symbols)} kernels {list(symbols)[:8]} for a batch of "
+                       f"{len(sources)} ({', '.join(kernel_name(source) for source in sources[:8])}, ...)")
 
 
 def rename_kernel(module: Any, prefix: str) -> str:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from refgrad import Device, Tensor, dtypes
+from refgrad.codegen.contract import split_batch_binary
 from refgrad.codegen.pipeline import compile_ast
-from refgrad.compile_cache import cached_compile
+from refgrad.compile_cache import cached_compile, cached_compile_batch
 
 pytestmark = pytest.mark.skipif("LLVM" not in Device.available(), reason="refgrad-llvm or llvmlite is not installed")
 
@@ -186,7 +187,6 @@ def test_a_batch_in_parts_compiles_in_started_children_at_once_and_each_kernel_r
   from refgrad_llvm import LLVMCompileError
   from refgrad_llvm.isolation import CompileChildren
 
-  from refgrad.codegen.contract import split_batch_binary
   monkeypatch.setattr(refgrad_llvm, "KERNELS_PER_PART", 2)
   monkeypatch.setattr(refgrad_llvm, "compile_cores", lambda: 3)
   monkeypatch.setattr(refgrad_llvm, "SPREAD_AFTER", 6)  # the second batch may start children
@@ -234,6 +234,75 @@ def test_llvm_aborting_ends_its_child_not_the_caller():
       compiler.compile("define void @f() {\n  ret i32\n}\n")
   finally:
     compiler.child.close()
+
+
+# Compile children gone wrong in the two ways that would cache one kernel's code under another's source: one that
+# answers each request with the answer to the request before it (a stale answer left in the channel), and one that
+# names a batch's kernels in the wrong order.
+LAGGING_CHILD = """
+from refgrad_llvm import isolation
+real_send, answers = isolation.send, []
+def lagging(stream, message):
+  if message != isolation.READY:
+    answers.append(message)
+    message = answers[-2] if len(answers) > 1 else message
+  real_send(stream, message)
+isolation.send = lagging
+isolation.main()
+"""
+MISNAMING_CHILD = """
+import refgrad_llvm
+from refgrad_llvm.isolation import main
+real = refgrad_llvm.LLVMCompiler.compile_batch_here
+def misnaming(self, sources, vectorize=True):
+  compiled, symbols = real(self, sources, vectorize)
+  return compiled, symbols[::-1]
+refgrad_llvm.LLVMCompiler.compile_batch_here = misnaming
+main()
+"""
+
+
+def compiler_with_child(script: str):
+  from refgrad_llvm import LLVMCompiler
+  from refgrad_llvm.isolation import CompileChild
+  compiler = LLVMCompiler()
+  compiler.child = CompileChild()
+  compiler.child.command = (sys.executable, "-c", script)
+  return compiler
+
+
+def test_an_answer_to_another_request_is_refused_and_nothing_wrong_is_cached(tmp_path, monkeypatch):
+  from refgrad_llvm.isolation import ChannelError
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
+  compiler = compiler_with_child(LAGGING_CHILD)
+  first = [scaled_kernel("first", scale) for scale in (1.25, -3.0)]
+  second = [scaled_kernel("second", scale) for scale in (0.5, 7.0, -0.0)]
+  try:
+    for binary, (_, check) in zip(compiler.compile_batch([source for source, _ in first]), first):
+      check(binary)
+    with pytest.raises(ChannelError, match="answered another request"):  # it answers with the first batch's
+      compiler.compile_batch([source for source, _ in second])
+    binaries = cached_compile_batch(compiler, [source for source, _ in second])  # a new child answers this one
+  finally:
+    compiler.child.close()
+  for binary, (_, check) in zip(binaries, second):
+    check(binary)
+
+
+def test_a_batch_whose_kernels_come_back_misnamed_is_refused_and_compiled_one_by_one(tmp_path, monkeypatch):
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
+  compiler = compiler_with_child(MISNAMING_CHILD)
+  kernels = [scaled_kernel("misnamed", scale) for scale in (1.25, -3.0, 1e30)]
+  sources = [source for source, _ in kernels]
+  try:
+    with pytest.raises(RuntimeError, match=r"named 3 kernels \['b2_E_40', 'b1_E_40', 'b0_E_40'\] for a batch of 3"):
+      compiler.compile_batch(sources)
+    binaries = cached_compile_batch(compiler, sources)
+  finally:
+    compiler.child.close()
+  assert all(split_batch_binary(binary) is None for binary in binaries)  # each compiled alone
+  for binary, (_, check) in zip(binaries, kernels):
+    check(binary)
 
 
 def test_a_loop_llvms_vectorizer_aborts_on_runs_and_matches_the_reference(tmp_path, monkeypatch):
