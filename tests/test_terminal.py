@@ -104,6 +104,18 @@ def test_dashboard_plain_status_at_most_every_10s() -> None:
                    "[  25.0s/60s] 3750 programs, 150.0 programs/s, 1 finding(s)"]  # the last: on close
 
 
+def test_dashboard_closing_line_gives_the_rate_over_the_whole_run() -> None:
+  """The workers report each chunk's rate; a campaign's last chunks are cut short by its deadline (a fuzz run of 99 s
+  and 3241 programs closed on "0.3 programs/s")."""
+  clock = FakeClock()
+  dash, stream = plain_dashboard(clock)
+  with dash:
+    clock.now = 40.0
+    dash.update("w0", 3000, 0.2, 0)
+    dash.update("w1", 1000, 0.1, 0)
+  assert stream.getvalue().splitlines()[-1] == "[  40.0s/60s] 4000 programs, 100.0 programs/s, 0 finding(s)"
+
+
 def test_dashboard_quiet_writes_nothing() -> None:
   for stream in (io.StringIO(), FakeTerminal()):
     with Dashboard("fuzz", 60, ["w0"], stream=stream, quiet=True) as dash:

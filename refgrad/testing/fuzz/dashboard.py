@@ -92,7 +92,7 @@ class Dashboard:
       self._live.stop()
       self._live = None
     elif not self.quiet:
-      self._status_line()  # the final totals, however recent the last status line
+      self._status_line(overall=True)  # the final totals, however recent the last status line
 
   def _plain(self) -> bool:
     return self._live is None and not self.quiet
@@ -100,9 +100,13 @@ class Dashboard:
   def _elapsed(self) -> float:
     return self.clock() - self.started
 
-  def _status_line(self) -> None:
+  def _status_line(self, overall: bool = False) -> None:
+    """The totals; `overall`: the rate over the whole run, not the workers' last chunks (a campaign's last chunk is
+    cut short by its deadline, and its rate says little)."""
     self.last_status = self.clock()
     programs, rate, found = self.totals()
+    if overall:
+      rate = programs / self._elapsed() if self._elapsed() > 0 else 0.0
     self._write(f"[{self._elapsed():6.1f}s/{self.seconds:g}s] {programs} programs, {rate:.1f} programs/s, "
                 f"{found} finding(s)")
 
