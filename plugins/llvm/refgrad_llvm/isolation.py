@@ -5,9 +5,9 @@ llvmlite's LLVM is built with assertions on, and LLVM's loop vectorizer has know
 remainders). An assertion calls abort(): in process, the user's Python would die with it. The child (`main`) reads
 requests on its stdin and answers on its stdout, one pickled message each, framed by an 8-byte length; each answer
 carries the digest of the request it answers, so an answer read for the wrong request is an error, never another
-kernel's code cached under this one's name. What LLVM
-prints goes to a temporary file, shown when the child dies. Measured: 0.9 ms more per kernel (11.8 ms against 10.9
-for a small reduction), and 0.35 s to start the child, once per process and only when something is not cached.
+kernel's code cached under this one's name. What LLVM prints goes to a temporary file, shown when the child dies.
+Measured: 0.9 ms more per kernel (11.8 ms against 10.9 for a small reduction), and 0.35 s to start the child, once
+per process and only when something is not cached.
 """
 from __future__ import annotations
 
