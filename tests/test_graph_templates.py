@@ -197,3 +197,20 @@ def test_training_losses_are_the_same_bits_with_and_without_templates(monkeypatc
   direct = _untemplated(monkeypatch, lambda: fit(model, data, 4, None, 0, quiet=True))
   assert np.float32(templated["loss"]).view(np.uint32) == np.float32(direct["loss"]).view(np.uint32)
   assert templated["accuracy"] == direct["accuracy"] and 0 < templated["loss"] < 1.2
+
+
+@pytest.mark.parametrize("values", [np.array(-0.0, np.float32), np.zeros((0, 3), np.float32),
+                                    np.array([[-0.0, 0.0, np.nan], [-np.inf, np.finfo(np.float32).max, -1e-45]],
+                                             np.float32)], ids=["0-d", "empty", "edges"])
+def test_relu_and_linear_at_the_edges_give_numpys_values_on_a_template_hit(values):
+  """The second call of a key runs the template: -0.0, NaN, infinities, the extremes, 0-d and empty tensors, and a
+  realized intermediate as the argument."""
+  weight = np.arange(9, dtype=np.float32).reshape(3, 3) - 4 if values.ndim == 2 else None
+  for _ in range(2):
+    x = Tensor(values) * 1  # a fresh graph each time (* 1 keeps -0.0, + 0 would not)
+    x.realize()
+    relu = x.relu().numpy()
+    np.testing.assert_array_equal(relu, np.where(values < 0, np.float32(0), values))
+    assert np.array_equal(np.signbit(relu), np.signbit(np.where(values < 0, np.float32(0), values)))
+    if weight is not None:
+      np.testing.assert_array_equal(x.linear(Tensor(weight)).numpy(), values @ weight)
