@@ -213,4 +213,6 @@ def test_relu_and_linear_at_the_edges_give_numpys_values_on_a_template_hit(value
     np.testing.assert_array_equal(relu, np.where(values < 0, np.float32(0), values))
     assert np.array_equal(np.signbit(relu), np.signbit(np.where(values < 0, np.float32(0), values)))
     if weight is not None:
-      np.testing.assert_array_equal(x.linear(Tensor(weight)).numpy(), values @ weight)
+      with np.errstate(over="ignore", invalid="ignore"):  # the oracle's own overflow to inf and inf - inf
+        expected = values @ weight
+      np.testing.assert_array_equal(x.linear(Tensor(weight)).numpy(), expected)
