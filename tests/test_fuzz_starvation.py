@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from refgrad.testing.fuzz import worker as worker_module
+from refgrad.testing.fuzz.program_check import run_one
 from refgrad.testing.fuzz.worker import Worker, process_tree_cpu, starved
 from refgrad.testing.programs import Step, TensorProgram
 
@@ -66,3 +67,33 @@ def test_a_starved_worker_gets_more_time_only_while_the_machine_is_oversubscribe
       worker.stop()
   assert verdict.kind == kind, verdict.detail
   assert broken_devices.STARVED_SECONDS < 2.0 * (1 + worker_module.STARVED_PERIODS)
+
+
+def test_a_batch_read_as_it_runs_gives_each_program_its_own_verdict_and_reads_the_cpu_only_to_wait(monkeypatch):
+  """With more programs of the batch to come, the campaign sleeps (worker.SETTLE_SECONDS) and then reads what came
+  meanwhile; it reads the worker's CPU (/proc) only when it has to wait, never for a message already there. Each
+  program still gets its own verdict, in order: what run_one says of it in this process (ok, and the (op, dtype)
+  pairs its kernels ran)."""
+  reads = []
+  monkeypatch.setattr(worker_module, "process_tree_cpu", lambda pid: reads.append(pid) or 0.0)
+  x = np.array([[1.5, -2.0, 0.0], [-0.0, 3.25, 7.0]], np.float32)
+  programs = [max_program(), TensorProgram([x], [Step("sum", (0, 1), (True,))]),
+              TensorProgram([x, x], [Step("mul", (0, 1), (True, True)), Step("exp2", (2,), (True,))]),
+              TensorProgram([x.astype(np.int32)], [Step("neg", (0,), (True,))])]
+  worker = Worker("PYTHON", [], timeout=30.0)
+  try:
+    worker.send(programs)
+    assert worker.conn.poll(60)  # the first verdict is waiting: reading it needs no wait
+    reads.clear()
+    got = [worker.receive()]
+    assert reads == []
+    got += [worker.receive(more_to_come=i < len(programs) - 1) for i in range(1, len(programs))]
+    worker.finish()
+  finally:
+    worker.stop()
+  expected = []
+  for program in programs:
+    covered: set[tuple[str, str]] = set()
+    expected.append((*run_one(program, "PYTHON", covered), sorted(covered)))
+  assert [(v.kind, v.detail, v.coverage) for v in got] == expected
+  assert {("MAX", "float32"), ("EXP2", "float32"), ("NEG", "int32")} <= {pair for v in got for pair in v.coverage}

@@ -246,7 +246,7 @@ class Campaign:
     suspect: tuple[int, Finding] | None = None
     done = 0
     while done < len(programs):  # the first always runs, even when the worker's start-up took the time
-      verdict = self.worker.receive()
+      verdict = self.worker.receive(more_to_come=done < len(programs) - 1)
       if died_planning(verdict):  # the next batch's own prepare meets what it died of again
         self.worker.send(programs[done:])
         continue
