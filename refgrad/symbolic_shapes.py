@@ -189,6 +189,10 @@ def _rebuild_sized(root: UOp, remake: Any) -> UOp:
 def unbind_graph(root: UOp) -> tuple[UOp, dict[UOp, int]]:
   """root with every bound variable in its nodes' args (shapes, ranges, symbolic constants) unbound, and the
   values they were bound to: the graph a kernel is compiled from, the same for every value."""
+  if not any(holds_size(node.arg) for node in root.toposort):
+    # no node holds a size, so none holds a variable: the scheduler asks of every kernel while any Variable lives
+    # (a cached kernel keeps one alive), and rebuilding and searching the graph for nothing cost a fuzz worker 4%
+    return root, {}
   found: dict[UOp, int] = {}
   unbound = _rebuild_sized(root, lambda node, src: UOp(node.op, node.dtype, src, unbind_arg(node.arg, found)))
   if missing := sorted(v.arg[0] for v in kernel_variables(unbound) if v not in found):

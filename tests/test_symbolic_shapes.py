@@ -191,3 +191,19 @@ def test_tinyjit_replays_with_new_values_of_the_inputs_variables(refgrad_device,
     np.testing.assert_array_equal(total.numpy(), plain_total.numpy())
     np.testing.assert_array_equal(shifted.numpy(), plain_shifted.numpy())
   assert jitted.captured is not None and jitted.captured.replays == 4
+
+
+def test_while_a_variable_lives_a_graph_without_sizes_schedules_as_before_and_a_symbolic_one_gets_its_values():
+  """unbind_graph gives a kernel graph that holds no size back as it is, with no values (the scheduler asks of every
+  kernel while any Variable exists); beside it, a symbolic kernel still reads its Variable's value."""
+  from refgrad.schedule import create_schedule
+  from refgrad.symbolic_shapes import in_use, unbind_graph
+  n = Variable("n", 1, ROWS).bind(4)
+  a, b = data((ROWS, 4)), data((ROWS, 4), seed=1)
+  assert in_use()
+  items, _ = create_schedule([(Tensor(a) * Tensor(b) + 1).sum(1).uop])
+  assert all(item.var_vals == () for item in items)
+  assert all(unbind_graph(item.ast) == (item.ast, {}) for item in items)
+  np.testing.assert_allclose((Tensor(a) * Tensor(b) + 1).sum(1).numpy(), (a * b + 1).sum(1), rtol=1e-6)
+  got = rows(Tensor(a), n).sum(0).numpy()
+  np.testing.assert_allclose(got, a[:4].sum(0), rtol=1e-6)
