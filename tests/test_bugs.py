@@ -36,6 +36,9 @@ BUGS = [
   Reproducer("llvm-vplan-cost-model-assert", "LLVM",
              present=lambda run: run.returncode == -signal.SIGABRT and "legacy cost model disagreed" in run.stderr,
              fixed=lambda run: run.returncode == 0 and "optimized without an assertion" in run.stdout),
+  Reproducer("llvm-loop-vectorizer-compile-time", "LLVM",
+             present=lambda run: run.returncode == 1 and "still optimizing after" in run.stdout,
+             fixed=lambda run: run.returncode == 0 and "with loop vectorization: optimized in" in run.stdout),
 ]
 
 

@@ -31,7 +31,7 @@ from refgrad.device import DeviceImpl
 from refgrad.hookspecs import hookimpl
 from refgrad.registry import DeviceSpec
 from refgrad_llvm import isolation
-from refgrad_llvm.isolation import LLVMCrash
+from refgrad_llvm.isolation import LLVMCrash, LLVMTimeout
 from refgrad_llvm.render import LLVMRenderer
 
 OPT_LEVEL = 3
@@ -46,6 +46,12 @@ MAX_PARTS = 4
 # A child costs about 0.4 s of CPU to start, which a process compiling a batch or two would not earn back: a
 # compiler starts more children once it has compiled this many kernels in batches (a fuzz worker, in seconds).
 SPREAD_AFTER = 64
+# A compile request's time limit: COMPILE_SECONDS, and COMPILE_SECONDS_PER_KERNEL more for each kernel of a batch.
+# A kernel takes 10-20 ms, and a part of a batch well under a second, so only a pathological compile reaches the
+# limit (LLVM's loop vectorizer took 484 s on one int32 `**` kernel: bugs/llvm-loop-vectorizer-compile-time); its
+# kernel is then compiled without loop vectorization, which computes the same values.
+COMPILE_SECONDS = 10.0
+COMPILE_SECONDS_PER_KERNEL = 0.25
 
 
 class LLVMCompileError(RuntimeError):
@@ -99,8 +105,8 @@ def host_target_machine() -> Any:
 
 class LLVMCompiler:
   """IR text -> verified, optimized module -> object file bytes for the host CPU, compiled in a child process
-  (isolation.py). If LLVM aborts there, the kernel is compiled again without loop vectorization (with a warning);
-  if LLVM aborts even then, the result is an LLVMCompileError, never a dead caller."""
+  (isolation.py). If LLVM aborts there or runs past its time limit, the kernel is compiled again without loop
+  vectorization (with a warning); if it fails even then, the result is an LLVMCompileError, never a dead caller."""
 
   isolated = True  # compiles in child processes, one per thread compiling: refgrad fuzz compiles ahead in a thread
 
@@ -118,22 +124,23 @@ class LLVMCompiler:
 
   def compile(self, source: str) -> bytes:
     try:
-      return self._answer(self.child.compile(source, vectorize=True))
+      return self._answer(self.child.compile(source, vectorize=True, limit=COMPILE_SECONDS))
     except LLVMCrash as crash:
-      warnings.warn(f"LLVM aborted while optimizing {kernel_name(source)} ({crash}); compiling it again without "
-                    "loop vectorization", RuntimeWarning, stacklevel=2)
+      warnings.warn(f"LLVM {_failed(crash)} while optimizing {kernel_name(source)} ({crash}); compiling it again "
+                    "without loop vectorization", RuntimeWarning, stacklevel=2)
     try:
-      return self._answer(self.child.compile(source, vectorize=False))
+      return self._answer(self.child.compile(source, vectorize=False, limit=COMPILE_SECONDS))
     except LLVMCrash as crash:
-      raise LLVMCompileError(f"LLVM aborted on this program, with and without loop vectorization ({crash}):\n"
-                             f"{numbered_source(source)}") from None
+      raise LLVMCompileError(f"LLVM {_failed(crash)} on this program, with and without loop vectorization "
+                             f"({crash}):\n{numbered_source(source)}") from None
 
   def compile_batch(self, sources: Sequence[str]) -> list[bytes]:
     """An object file for each part of the batch (`batch_parts`), the parts compiled at once, each in a child that
     has started already (one starting would make the batch wait); more children are started for the batches to
     come, once SPREAD_AFTER kernels are compiled. If LLVM aborts on a part or rejects it, its error is raised:
     refgrad then compiles the batch in halves, down to `compile`, which retries the culprit without loop
-    vectorization."""
+    vectorization. A part past its time limit is compiled again kernel by kernel (halving would wait for the limit
+    once a level)."""
     wanted = min(compile_cores(), len(sources) // KERNELS_PER_PART) if self.batched >= SPREAD_AFTER else 1
     self.batched += len(sources)
     parts = batch_parts(sources, self.child.available(wanted) if wanted > 1 else 1)
@@ -149,8 +156,13 @@ class LLVMCompiler:
     return binaries
 
   def _library(self, sources: list[str]) -> list[bytes]:
-    """One object file for these sources, in one request to a child: each kernel's batch_binary in it."""
-    compiled, symbols = self._answer(self.child.compile(sources, vectorize=True))
+    """One object file for these sources, in one request to a child: each kernel's batch_binary in it; or, if
+    that request runs past its time limit, each kernel compiled on its own."""
+    limit = COMPILE_SECONDS + COMPILE_SECONDS_PER_KERNEL * len(sources)
+    try:
+      compiled, symbols = self._answer(self.child.compile(sources, vectorize=True, limit=limit))
+    except LLVMTimeout:
+      return [self.compile(source) for source in sources]
     check_symbols(sources, symbols)
     library = LIBRARY_MAGIC + " ".join(symbols).encode() + b"\n" + compiled
     return [batch_binary(symbol, library) for symbol in symbols]
@@ -198,6 +210,10 @@ class LLVMCompiler:
     tuning.loop_vectorization = vectorize
     passes = self.llvm.create_pass_builder(self.target_machine, tuning)
     passes.getModulePassManager().run(module, passes)
+
+
+def _failed(crash: LLVMCrash) -> str:
+  return "ran past its time limit" if isinstance(crash, LLVMTimeout) else "aborted"
 
 
 def compile_cores() -> int:

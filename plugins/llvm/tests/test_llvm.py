@@ -330,6 +330,61 @@ def test_a_loop_llvms_vectorizer_aborts_on_runs_and_matches_the_reference(tmp_pa
     check_against_reference(program, x, ones, ones, ones, x, device="LLVM")
 
 
+# A compile child in which LLVM never finishes optimizing a kernel whose IR starts with "; hangs" (with loop
+# vectorization on), as LLVM 22's loop vectorizer all but never finished on an int32 `**` kernel.
+HANGING_CHILD = """
+import time
+import refgrad_llvm
+from refgrad_llvm.isolation import main
+real_one, real_batch = refgrad_llvm.LLVMCompiler.compile_here, refgrad_llvm.LLVMCompiler.compile_batch_here
+def stall(sources, vectorize):
+  if vectorize and any(source.startswith("; hangs") for source in sources):
+    time.sleep(3600)
+def one(self, source, vectorize=True):
+  stall([source], vectorize)
+  return real_one(self, source, vectorize)
+def batch(self, sources, vectorize=True):
+  stall(sources, vectorize)
+  return real_batch(self, sources, vectorize)
+refgrad_llvm.LLVMCompiler.compile_here, refgrad_llvm.LLVMCompiler.compile_batch_here = one, batch
+main()
+"""
+
+
+def test_a_compile_past_its_time_limit_is_stopped_and_its_kernel_compiled_without_loop_vectorization(
+    tmp_path, monkeypatch):
+  import refgrad_llvm
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
+  monkeypatch.setattr(refgrad_llvm, "COMPILE_SECONDS", 1.0)
+  monkeypatch.setattr(refgrad_llvm, "COMPILE_SECONDS_PER_KERNEL", 0.5)
+  compiler = compiler_with_child(HANGING_CHILD)
+  kernels = [scaled_kernel("fine", 1.25), scaled_kernel("hangs", -3.0), scaled_kernel("fine too", -0.0)]
+  try:
+    with pytest.warns(RuntimeWarning, match=r"LLVM ran past its time limit while optimizing kernel E_40 \(LLVM did "
+                      r"not finish within 1 s.*\); compiling it again without loop vectorization"):
+      binaries = cached_compile_batch(compiler, [source for source, _ in kernels])
+  finally:
+    compiler.child.close()
+  assert all(split_batch_binary(binary) is None for binary in binaries)  # the batch ran out of time: one by one
+  for binary, (_, check) in zip(binaries, kernels):
+    check(binary)
+
+
+def test_an_int_power_llvm_takes_minutes_to_vectorize_gives_exact_values_in_seconds(tmp_path, monkeypatch):
+  """LLVM 22's loop vectorizer took 484 s over this 17x20 int32 `**` (bugs/llvm-loop-vectorizer-compile-time): past
+  the time limit the kernel is compiled without it. The values are Python's exact powers, wrapped to 32 bits."""
+  import refgrad_llvm
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
+  monkeypatch.setattr(refgrad_llvm, "COMPILE_SECONDS", 2.0)
+  base = np.array([0, 1, -1, 2, -2, 3, 7, -7, 11, -3, 127, -128, 46341, 65536, 2**31 - 1, -2**31, 5], np.int32)
+  exponent = np.array([0, 1, 2, 3, 5, 7, 8, 15, 16, 17, 30, 31, 32, 33, 40, 63, 64, 100, 2**31 - 1, 9], np.int32)
+  want = np.array([[pow(int(b), int(e), 2**32) for e in exponent] for b in base], np.uint32).view(np.int32)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)  # whether this LLVM still takes minutes is LLVM's business
+    got = (Tensor(base.reshape(17, 1), device="LLVM") ** Tensor(exponent.reshape(1, 20), device="LLVM")).numpy()
+  np.testing.assert_array_equal(got, want)
+
+
 def test_one_table_renders_every_op_of_a_cpu_program():
   """LLVM_RULES, over the core's walker (refgrad/codegen/walker.py), has the rule of every ALU op of ops.py's
   OP_FACTS and of every other op a program that is not GPU-shaped holds."""
