@@ -59,6 +59,7 @@ def _sample_seed() -> str:
 def pytest_configure(config):
   # every xdist worker reads the same checkout, so all of them draw the same sample
   config._refgrad_sample_seed = _sample_seed()
+  config._refgrad_dropped_while_generating = set()  # node ids, filled by pytest_generate_tests
 
 
 def pytest_report_header(config):
@@ -68,9 +69,9 @@ def pytest_report_header(config):
          "(REFGRAD_SAMPLE_SEED=<seed> replays it, --refgrad-full runs everything)"
 
 
-def _sample_key(item, seed: str) -> str:
+def _sample_key(nodeid: str, seed: str) -> str:
   """Each device gets its own sample (the node id names the device), so together they cover more cases."""
-  return hashlib.sha256(f"{seed}:{item.nodeid}".encode()).hexdigest()
+  return hashlib.sha256(f"{seed}:{nodeid}".encode()).hexdigest()
 
 
 def _device_of(item) -> str | None:
@@ -90,33 +91,67 @@ def _unrequested_compiler_variants(config) -> set[str]:
   return {c.device for c in C_COMPILERS if c.device != "CLANG"}
 
 
-def _sampled_out(items, seed: str) -> set:
-  groups: dict[tuple, list] = {}
-  for item in items:
-    device = _device_of(item)
+def _sampled_out(cases, seed: str) -> set[str]:
+  """The node ids the sample leaves out of `cases`, (function node id, device, case node id) triples: each test
+  function's cases on one compiled device are one group."""
+  groups: dict[tuple, list[str]] = {}
+  for function, device, nodeid in cases:
     if device and device != "PYTHON":
-      groups.setdefault((item.module.__name__, item.originalname, device), []).append(item)
+      groups.setdefault((function, device), []).append(nodeid)
   dropped = set()
-  for (_, _, device), cases in groups.items():
+  for (_, device), nodeids in groups.items():
     above, fraction = SAMPLE_SIZES.get(str(device).upper(), DEFAULT_SAMPLE)
-    if len(cases) > above:
-      keep = above + math.ceil((len(cases) - above) * fraction)
-      dropped.update(sorted(cases, key=lambda item: _sample_key(item, seed))[keep:])
+    if len(nodeids) > above:
+      keep = above + math.ceil((len(nodeids) - above) * fraction)
+      dropped.update(sorted(nodeids, key=lambda nodeid: _sample_key(nodeid, seed))[keep:])
   return dropped
 
 
-def pytest_collection_modifyitems(config, items):
+def _samples_while_generating(config) -> bool:
+  """The sample is drawn as each function's cases are generated, before pytest makes an item of each (two thirds
+  of them would be made only to be dropped: seconds of every worker's collection, and its memory for the whole
+  run), unless the run names cases (-k, -m, a node id): then the cases it names are sampled, once collected."""
+  named = config.option.keyword or config.option.markexpr or any("::" in arg for arg in config.args)
+  return not named
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_generate_tests(metafunc):
+  result = yield
+  config = metafunc.config
+  if not _samples_while_generating(config) or not metafunc._calls:
+    return result
+  function = metafunc.definition.nodeid
+  cases = [(function, call.params.get("refgrad_device"), f"{function}[{call.id}]") for call in metafunc._calls]
   variants = _unrequested_compiler_variants(config)
-  dropped = {item for item in items if _device_of(item) in variants}
+  dropped = {nodeid for _, device, nodeid in cases if device in variants}
   if not _run_everything(config):
-    dropped |= _sampled_out(items, config._refgrad_sample_seed)
+    dropped |= _sampled_out(cases, config._refgrad_sample_seed)
+  if dropped:
+    config._refgrad_dropped_while_generating.update(dropped)
+    # pytest's own list of the cases to make items of (Metafunc._calls: private, stable since pytest 3)
+    metafunc._calls = [call for call, (_, _, nodeid) in zip(metafunc._calls, cases) if nodeid not in dropped]
+  return result
+
+
+def pytest_collection_modifyitems(config, items):
+  dropped = set(config._refgrad_dropped_while_generating)
+  reporter = config.pluginmanager.get_plugin("terminalreporter")
+  if dropped and hasattr(reporter, "_numcollected"):  # its "N/M tests collected" line counts them as collected
+    reporter._numcollected += len(dropped)
+  if not _samples_while_generating(config):
+    variants = _unrequested_compiler_variants(config)
+    dropped |= {item.nodeid for item in items if _device_of(item) in variants}
+    if not _run_everything(config):
+      cases = [(item.nodeid.split("[")[0], _device_of(item), item.nodeid) for item in items]
+      dropped |= _sampled_out(cases, config._refgrad_sample_seed)
   if dropped:
     # stand-ins, not the items: the terminal reporter keeps what it is given for the whole session, and two thirds
     # of the collected items (with their fixtures' requests, keywords and stashes) would stay alive in every worker
-    config.hook.pytest_deselected(items=_stand_ins(item.nodeid for item in items if item in dropped))
-    items[:] = [item for item in items if item not in dropped]
+    config.hook.pytest_deselected(items=_stand_ins(sorted(dropped)))
+    items[:] = [item for item in items if item.nodeid not in dropped]
   if hasattr(config, "workeroutput"):  # an xdist worker: its summary is not printed, the controller's is
-    config.workeroutput["refgrad_deselected"] = sorted(item.nodeid for item in dropped)
+    config.workeroutput["refgrad_deselected"] = sorted(dropped)
   _name_xdist_groups(config, items)
 
 

@@ -283,6 +283,22 @@ def test_the_sample_rotates_with_its_seed_and_refgrad_full_runs_everything(pytes
   assert f"{SAMPLED_CASES} tests collected" in collect_sampled(pytester, env={"REFGRAD_TEST_ALL": "1"})
 
 
+def test_the_sample_drawn_while_generating_is_the_one_drawn_from_named_cases(pytester):
+  """A whole run samples each function's cases as they are generated (no item is made of a dropped case); a run
+  that names cases (-k) samples the collected items. Naming every case gives the same sample, counted the same."""
+  above, fraction = suite_conftest().SAMPLE_SIZES["CLANG"]
+  kept = above + math.ceil((SAMPLED_CASES - above) * fraction)
+
+  def cases(out: str) -> set[str]:
+    return {line for line in out.splitlines() if "::test_sampled[" in line}
+  for seed in ("a", "b"):
+    generated = collect_sampled(pytester, env={"REFGRAD_SAMPLE_SEED": seed})
+    named = collect_sampled(pytester, "-k", "test_sampled", env={"REFGRAD_SAMPLE_SEED": seed})
+    assert len(cases(generated)) == kept and cases(generated) == cases(named)
+    summary = f"{kept}/{SAMPLED_CASES} tests collected ({SAMPLED_CASES - kept} deselected)"
+    assert summary in generated and summary in named, generated + named
+
+
 def test_the_sample_is_seeded_by_the_commit_and_by_a_fixed_seed_without_git(pytester, tmp_path, monkeypatch):
   """Without REFGRAD_SAMPLE_SEED, the header names the commit checked out as the seed (so each commit samples
   anew); where git fails (not a checkout, no git), the fixed seed, and the sample is still drawn."""
