@@ -16,6 +16,7 @@ vectorization.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import pickle
@@ -32,6 +33,7 @@ from typing import IO, Any
 _LENGTH = struct.Struct("<Q")
 READY = "ready"  # a child's first message: it has imported LLVM and takes requests
 STDERR_TAIL = 2000  # characters of what a dead child printed, kept for the error message
+CLOSE_WAIT = 2.0  # seconds a child is given to end when closed, and a close waits for a compile in flight
 
 
 class LLVMCrash(RuntimeError):
@@ -126,13 +128,24 @@ class CompileChild:
       return not self._starting
 
   def close(self) -> None:
-    """Stop the child (it also stops by itself when this process ends: its stdin closes)."""
-    with self._lock:
+    """Stop the child (it also stops by itself when this process ends: its stdin closes). A child another thread
+    is still compiling in (a daemon thread at exit) is killed."""
+    if not self._lock.acquire(timeout=CLOSE_WAIT):
+      if self._process is not None and self._owner == os.getpid():
+        self._process.kill()
+      return
+    try:
       if self._process is not None and self._owner == os.getpid():
         self._process.stdin.close()
-        self._process.wait()
+        try:
+          self._process.wait(CLOSE_WAIT)
+        except subprocess.TimeoutExpired:  # LLVM is busy with the last request: its answer is not wanted
+          self._process.kill()
+          self._process.wait()
         self._release(self._process)
       self._process = None
+    finally:
+      self._lock.release()
 
   def _running(self) -> subprocess.Popen:
     alive = self._process is not None and self._owner == os.getpid() and self._process.poll() is None
@@ -206,6 +219,9 @@ class CompileChildren:
 
 
 SHARED = CompileChildren()  # every LLVMCompiler of a process sends its programs to these children
+# closed before the interpreter ends, rather than found open by the collector (a ResourceWarning for each pipe and
+# output file, and for the child "still running")
+atexit.register(SHARED.close)
 
 
 def main() -> None:

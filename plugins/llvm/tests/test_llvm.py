@@ -1,4 +1,5 @@
 """The LLVM plugin: discovery, verifier errors, the compile cache, a missing llvmlite, and values that need care."""
+import json
 import os
 import re
 import subprocess
@@ -383,6 +384,18 @@ def test_an_int_power_llvm_takes_minutes_to_vectorize_gives_exact_values_in_seco
     warnings.simplefilter("ignore", RuntimeWarning)  # whether this LLVM still takes minutes is LLVM's business
     got = (Tensor(base.reshape(17, 1), device="LLVM") ** Tensor(exponent.reshape(1, 20), device="LLVM")).numpy()
   np.testing.assert_array_equal(got, want)
+
+
+def test_a_process_that_compiled_ends_with_its_compile_child_closed(tmp_path):
+  """Python's collector used to find the child's pipes and output file open at exit, and the child running: a
+  ResourceWarning each under -X dev. Now the child is closed before the interpreter ends."""
+  script = ("import numpy as np; from refgrad import Tensor; "
+            "print((Tensor(np.array([-1.5, 0.0, 2.25], np.float32), device='LLVM') * 3).numpy().tolist())")
+  run = subprocess.run([sys.executable, "-X", "dev", "-W", "always", "-c", script], capture_output=True, text=True,
+                       env={**os.environ, "REFGRAD_CACHE": str(tmp_path)}, timeout=120)
+  assert run.returncode == 0, run.stderr
+  assert json.loads(run.stdout) == (np.array([-1.5, 0.0, 2.25], np.float32) * 3).tolist()
+  assert "ResourceWarning" not in run.stderr, run.stderr
 
 
 def test_one_table_renders_every_op_of_a_cpu_program():
