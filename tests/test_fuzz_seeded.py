@@ -1,6 +1,7 @@
 """Programs drawn from seeds (refgrad/testing/fuzz/seeded.py): hypothesis replays each exactly from the choices that
 drew it, and a campaign that meets a planted bug in one still has hypothesis shrink it and save it in the example
 database, from which a later campaign replays it."""
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -80,3 +81,36 @@ def test_a_pick_of_integers_gives_integers_after_a_coin_was_drawn():
   with BuildContext(data, wrapped_test=replayed):
     flipped, picked = coin(data.draw), pick(data.draw, (0, 1))
   assert flipped is True and picked == 0 and type(picked) is int
+
+
+DRAW_PROGRAMS = """
+import hashlib, sys
+sys.path.insert(0, sys.argv[1])
+if sys.argv[2] == "with literals":
+  import many_literals  # noqa: F401  (a local module: hypothesis's provider would draw its literals now and then)
+from refgrad.dtype import dtypes
+from refgrad.testing.fuzz.campaign import programs_strategy
+from refgrad.testing.fuzz.seeded import draw_seeded, program_seed
+from refgrad.testing.strategies import ALL
+for focus in (dtypes.float32, dtypes.int32):
+  strategy = programs_strategy(focus, ALL)
+  for position in range(150):
+    drawn = draw_seeded(strategy, program_seed(7, position))
+    text = "rejected" if drawn is None else drawn[0].to_python() + repr([x.tobytes() for x in drawn[0].inputs])
+    print(hashlib.sha256(text.encode()).hexdigest())
+"""
+
+
+def test_a_seed_draws_the_same_programs_whatever_local_modules_a_process_loaded(tmp_path):
+  """hypothesis's provider draws, now and then, a literal of a local module the process has loaded: a seed's programs
+  differed between processes (and between commits of refgrad). The seeded draws use global constants only."""
+  literals = [*range(-40, 300), 0.3, -2.5, 7.75, 1e-3, 65504.5, -1e10, 3.0e38, 2.0**-140, 123456789]
+  (tmp_path / "many_literals.py").write_text("\n".join(f"value_{i} = {v!r}" for i, v in enumerate(literals)) + "\n")
+
+  def drawn(modules: str) -> list[str]:
+    run = subprocess.run([sys.executable, "-c", DRAW_PROGRAMS, str(tmp_path), modules], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split()
+  plain, with_literals = drawn("plain"), drawn("with literals")
+  assert len(plain) == 300 and plain == with_literals

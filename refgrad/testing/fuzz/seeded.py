@@ -4,7 +4,14 @@ is given back to hypothesis as those choices (SeededDatabase), which replays it,
 
 Why: hypothesis's engine costs about as much as the draws themselves (its generation loop, the data tree, its
 per-example wrapper), and data.draw's bookkeeping (spans, labels) as much again; neither changes what is drawn.
-FastDraw makes the same choices through the same provider (so the same odds of edge values), skipping both."""
+FastDraw makes the same choices through the same provider (so the same odds of edge values), skipping both.
+
+One thing of hypothesis's provider is left out: now and then it draws a numeric literal of the "local" modules
+loaded in the process (any module outside site-packages and the standard library: refgrad itself when installed
+editable, a backend's plugin file), and keeps the first set it found for each kind of draw. A seed's programs then
+depended on which modules a process had loaded when it first drew, and on every literal of refgrad's source.
+SeededProvider draws hypothesis's global constants (its edge values) only, so a seed draws the same programs in
+every process and on every commit whose strategies are the same."""
 from __future__ import annotations
 
 import random
@@ -14,7 +21,9 @@ from typing import Any
 from hypothesis.control import BuildContext
 from hypothesis.database import ExampleDatabase, choices_to_bytes
 from hypothesis.errors import StopTest
+from hypothesis.internal.conjecture.choice import choice_constraints_key, choice_permitted
 from hypothesis.internal.conjecture.data import ConjectureData
+from hypothesis.internal.conjecture.providers import GLOBAL_CONSTANTS, HypothesisProvider
 from hypothesis.strategies import SearchStrategy
 from hypothesis.strategies._internal.core import CompositeStrategy
 from hypothesis.strategies._internal.lazy import unwrap_strategies
@@ -45,10 +54,26 @@ class FastDraw:
     return s.do_draw(self.data)
 
 
+class SeededProvider(HypothesisProvider):
+  """hypothesis's provider, drawing a constant from hypothesis's global constants only (module docstring)."""
+
+  _constants: dict[tuple, tuple] = {}  # the permitted global constants, in a fixed order, by kind of draw
+
+  def _maybe_draw_constant(self, choice_type: str, constraints: Any, *, p: float = 0.05) -> Any:
+    if self._random.random() > p:
+      return None
+    key = (choice_type, choice_constraints_key(choice_type, constraints))
+    if key not in self._constants:
+      permitted = (c for c in GLOBAL_CONSTANTS.set_for_type(choice_type) if choice_permitted(c, constraints))
+      self._constants[key] = tuple(sorted(permitted, key=repr))  # a set's order may differ between processes
+    pool = self._constants[key]
+    return self._random.choice(pool) if pool else None
+
+
 def draw_seeded(strategy: SearchStrategy[Any], seed: str) -> tuple[Any, tuple] | None:
   """(example, its choices) drawn from `strategy` by a PRNG seeded with `seed`, the same in every process; None if
   the draw was rejected (hypothesis would discard it too)."""
-  data = ConjectureData(random=random.Random(seed))
+  data = ConjectureData(random=random.Random(seed), provider=SeededProvider)
   try:
     with BuildContext(data, wrapped_test=draw_seeded):
       example = FastDraw(data)(strategy)
