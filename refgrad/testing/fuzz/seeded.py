@@ -58,12 +58,15 @@ class SeededProvider(HypothesisProvider):
   """hypothesis's provider, drawing a constant from hypothesis's global constants only (module docstring)."""
 
   _constants: dict[tuple, tuple] = {}  # the permitted global constants, in a fixed order, by kind of draw
+  KINDS_KEPT = 4096  # kinds of draw (a type and its bounds) whose constants are kept; then the dict starts anew
 
   def _maybe_draw_constant(self, choice_type: str, constraints: Any, *, p: float = 0.05) -> Any:
     if self._random.random() > p:
       return None
     key = (choice_type, choice_constraints_key(choice_type, constraints))
     if key not in self._constants:
+      if len(self._constants) >= self.KINDS_KEPT:
+        self._constants.clear()
       permitted = (c for c in GLOBAL_CONSTANTS.set_for_type(choice_type) if choice_permitted(c, constraints))
       self._constants[key] = tuple(sorted(permitted, key=repr))  # a set's order may differ between processes
     pool = self._constants[key]
