@@ -10,11 +10,6 @@ size (measured: 0.13 s a one-kernel program, 10.6 s a fuzz batch of 34 kernels, 
 first launches together), and a launch compiles the kernel for its own work-group size again anyway. The runtime
 loads the program the compiler built (ProgramBuilds); another process builds the source again, which PoCL's own
 kernel cache makes quick (about 0.1 s a program) when it built that source before.
-
-On PoCL with its kernel cache on, the compiler builds nothing in this process: a child process builds each new
-source (isolation.py), as PoCL's compiler stays resident (about 126 MB) in a process that built a source PoCL had
-not cached, and the runtime builds it here from that cache (about 7 MB). A build error or a crash there is a
-CompileError.
 """
 from __future__ import annotations
 
@@ -32,7 +27,6 @@ from refgrad.backend_helpers import numbered_source
 from refgrad.codegen.contract import Program, batch_binary, split_batch_binary
 from refgrad.codegen.gpu import largest_divisor
 from refgrad.uop import Ops
-from refgrad_opencl import isolation
 from refgrad_opencl.dialect import DeviceLimits
 
 # OpenCL's default float / and sqrt may be off by ulps (docs/SPEC.md asks for correctly rounded). No fast-math or
@@ -76,11 +70,6 @@ class CLAllocator:
       cl.enqueue_copy(self.queue, np.frombuffer(dest, dtype=np.uint8), handle, is_blocking=True)
 
 
-def build_failure(device: cl.Device, source: str, log: str) -> CompileError:
-  return CompileError(f"OpenCL ({describe(device)}) failed to build this program:\n"
-                      f"{numbered_source(source)}\n\nbuild log:\n{log}")
-
-
 class ProgramBuilds:
   """OpenCL programs built from source in this process, found by context, build options and source, so that each
   is built once: CLCompiler builds a program to check that it compiles, and CLRuntime loads that build. The last
@@ -99,7 +88,8 @@ class ProgramBuilds:
         program.build(options=list(options), devices=[device])
       except cl.RuntimeError as e:
         log = program.get_build_info(device, cl.program_build_info.LOG).strip() or str(e)
-        raise build_failure(device, source, log) from None
+        raise CompileError(f"OpenCL ({describe(device)}) failed to build this program:\n"
+                           f"{numbered_source(source)}\n\nbuild log:\n{log}") from None
       self.programs[key] = program
       self.recent.append(program)
     return program
@@ -114,9 +104,8 @@ class CLCompiler:
   `options` are the build options (BUILD_OPTIONS unless given: refgrad selftest plants wrong ones); they are part
   of the cache key, whose `opencl source` says that an entry holds the source, never a program binary."""
 
-  def __init__(self, context: cl.Context, device: cl.Device, options: tuple[str, ...] = BUILD_OPTIONS,
-               child: isolation.BuildChild = isolation.SHARED):
-    self.context, self.device, self.options, self.child = context, device, options, child
+  def __init__(self, context: cl.Context, device: cl.Device, options: tuple[str, ...] = BUILD_OPTIONS):
+    self.context, self.device, self.options = context, device, options
     # the build is the driver's: which platform and device (PoCL's CPU device names the CPU it targets), with which
     # driver, and how
     identity = "|".join([device.platform.name, device.platform.version, device.name, device.version,
@@ -125,19 +114,10 @@ class CLCompiler:
 
   def with_options(self, options: tuple[str, ...]) -> CLCompiler:
     """This device's compiler building with other options (refgrad selftest plants wrong ones)."""
-    return CLCompiler(self.context, self.device, options, self.child)
+    return CLCompiler(self.context, self.device, options)
 
   def compile(self, source: str) -> bytes:
-    """Built first in the build child where that helps (isolation.py): the runtime's build then finds it in PoCL's
-    kernel cache. Otherwise built here, and kept for the runtime."""
-    verdict, text = self.child.build(self.device, source, self.options) if isolation.helps(self.device) else ("", "")
-    if verdict == "rejected":
-      raise build_failure(self.device, source, text)
-    if verdict == "crashed":
-      raise CompileError(f"the OpenCL compiler ({describe(self.device)}) crashed on this program:\n"
-                         f"{numbered_source(source)}\n\n{text}")
-    if verdict != "ok":
-      BUILDS.get(self.context, self.device, source, self.options)
+    BUILDS.get(self.context, self.device, source, self.options)
     return source.encode()
 
   def compile_batch(self, sources: Sequence[str]) -> list[bytes]:

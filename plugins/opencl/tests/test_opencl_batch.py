@@ -79,11 +79,8 @@ def test_a_source_without_one_kernel_cannot_join_a_batch():
 def test_the_cache_keeps_the_checked_source_and_the_runtime_loads_the_build_the_compiler_made(monkeypatch):
   """Asking PoCL for a program's binary compiles every kernel of it again (a second or more for a batch), so the
   compile cache keeps the source its build checked, and the runtime loads that build; another process builds it
-  again from the source. (Where PoCL builds new programs in the build child, the compiler builds none here:
-  test_opencl_isolation.py.)"""
-  from refgrad_opencl import isolation
+  again from the source."""
   from refgrad_opencl import runtime as cl_runtime
-  monkeypatch.setattr(isolation, "ENABLED", False)
   kernel = affine(2.5)
   source = Device["OPENCL"].render(kernel[0])
   for process in ("this", "another"):
