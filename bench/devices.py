@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -100,6 +101,34 @@ def batch_latency(device: str, kernels: int) -> tuple[float, float]:
   return alone, compile_and_load(lambda: cached_compile_batch(impl.compiler, sources))
 
 
+def links_directly(device: str) -> bool:
+  """Whether the device is a refgrad-clang compiler that runs its driver's linker command itself (not gcc)."""
+  try:
+    from refgrad_clang import ClangCompiler, link_command
+  except ImportError:
+    return False
+  compiler = Device[device].compiler
+  return isinstance(compiler, ClangCompiler) and link_command(compiler.path, compiler.flags) is not None
+
+
+def link_latency(device: str, kernels: int, rounds: int = 3) -> tuple[float, float]:
+  """Median seconds a compile of one fresh tiny kernel takes with the compiler's driver linking in the same command
+  and with `-c` then the driver's linker command run directly (ClangCompiler.link_directly), the two alternating."""
+  compiler = Device[device].compiler
+  x = Tensor(np.arange(16, dtype=np.float32), device=device)
+  sources = [Device[device].render(compile_ast((x * (0.5 + i) - 1.5).schedule()[-1].ast, Device[device].caps))
+             for i in range(kernels)]
+  times: dict[bool, list[float]] = {False: [], True: []}
+  for _ in range(rounds):
+    for directly in (False, True):
+      variant = type(compiler)(compiler.path, compiler.flags, link_directly=directly)
+      for source in sources:
+        start = time.perf_counter()
+        variant.compile(source)
+        times[directly].append(time.perf_counter() - start)
+  return statistics.median(times[False]), statistics.median(times[True])
+
+
 def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--devices", nargs="*", default=Device.available())
@@ -114,6 +143,10 @@ def main() -> None:
       alone, batched = batch_latency(device, args.batch)
       print(f"  {args.batch} fresh kernels, compile + load per kernel: one at a time {alone * 1e3:.1f} ms, "
             f"in one batch {batched * 1e3:.1f} ms ({alone / batched:.1f}x)")
+    if links_directly(device):
+      through_driver, directly = link_latency(device, args.batch)
+      print(f"  a fresh kernel, compile and link: the driver linking {through_driver * 1e3:.1f} ms, `-c` then the "
+            f"linker directly {directly * 1e3:.1f} ms ({through_driver / directly:.2f}x)")
     if args.compile_only:
       continue
     print(f"  {'workload':34s} {'numpy ms':>9s} {device + ' ms':>11s} {'ratio':>7s} {'GFLOPS':>7s}")

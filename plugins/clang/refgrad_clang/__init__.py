@@ -13,6 +13,7 @@ import hashlib
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -95,15 +96,17 @@ def native_target(path: str) -> str:
 
 
 class ClangCompiler:
-  def __init__(self, path: str, flags: tuple[str, ...] = FLAGS):
-    self.path, self.flags = path, flags
+  def __init__(self, path: str, flags: tuple[str, ...] = FLAGS, link_directly: bool = True):
+    """link_directly: compile to an object, then run the driver's linker command (link_command) where it has one;
+    False links through the driver in the same command (bench/devices.py compares the two)."""
+    self.path, self.flags, self.link_directly = path, flags, link_directly
     banner = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()
     self.version = banner[0] if banner else path
     self.cache_key = f"clang|{self.version}|{' '.join(flags + LIBRARIES)}|{native_target(path)}"
 
   def with_flags(self, flags: tuple[str, ...]) -> ClangCompiler:
     """This compiler with other flags (refgrad selftest plants wrong ones)."""
-    return ClangCompiler(self.path, flags)
+    return ClangCompiler(self.path, flags, self.link_directly)
 
   def compile(self, source: str) -> bytes:
     return self._build(source, lambda: f"this program:\n{numbered_source(source)}")
@@ -121,13 +124,45 @@ class ClangCompiler:
   def _build(self, source: str, what: Callable[[], str]) -> bytes:
     with tempfile.TemporaryDirectory(prefix="refgrad-clang-") as tmp:
       out = os.path.join(tmp, "kernel.so")
-      result = subprocess.run([self.path, *self.flags, "-", "-o", out, *LIBRARIES], input=source, capture_output=True,
-                              text=True)
-      if result.returncode != 0:
-        raise CompileError(f"{os.path.basename(self.path)} failed to compile {what()}\n\n"
-                           f"compiler stderr:\n{result.stderr.strip()}")
+      link = link_command(self.path, self.flags) if self.link_directly else None
+      if link is None:  # the driver compiles and links
+        self._run([self.path, *self.flags, "-", "-o", out, *LIBRARIES], source, what)
+      else:
+        obj = os.path.join(tmp, "kernel.o")
+        self._run([self.path, *self.flags, "-c", "-", "-o", obj], source, what)
+        self._run([{OBJECT: obj, LIBRARY: out}.get(arg, arg) for arg in link], "", what, action="link")
       with open(out, "rb") as f:
         return f.read()
+
+  def _run(self, command: list[str], source: str, what: Callable[[], str], action: str = "compile") -> None:
+    result = subprocess.run(command, input=source, capture_output=True, text=True)
+    if result.returncode != 0:
+      raise CompileError(f"{os.path.basename(command[0])} failed to {action} {what()}\n\n"
+                         f"compiler stderr:\n{result.stderr.strip()}")
+
+
+# Stand-ins for the object and the library in a linker command learnt from a dry run (link_command)
+OBJECT, LIBRARY = "refgrad-kernel.o", "refgrad-kernel.so"
+
+
+@functools.cache
+def link_command(path: str, flags: tuple[str, ...]) -> tuple[str, ...] | None:
+  """The one command the compiler's driver runs to link the object OBJECT into the library LIBRARY with these
+  flags, asked once per process by a dry run (`-###`), or None if linking is more than that one command (gcc passes
+  settings to its collect2 through environment variables). Linking with it directly after a `-c` compile is the
+  driver's own link, one process cheaper: clang runs its compiler in a process of its own when the same command
+  also links (about 35 ms a compile on the development machine)."""
+  with tempfile.TemporaryDirectory(prefix="refgrad-clang-") as tmp:
+    obj, out = os.path.join(tmp, OBJECT), os.path.join(tmp, LIBRARY)
+    open(obj, "wb").close()  # a driver leaves out an input that does not exist
+    dry_run = subprocess.run([path, *flags, "-x", "none", obj, "-o", out, *LIBRARIES, "-###"], capture_output=True,
+                             text=True)
+  lines = dry_run.stderr.splitlines()
+  commands = [line for line in lines if line.startswith(' "')]
+  if dry_run.returncode != 0 or len(commands) != 1 or any(re.match(r"\w+=", line) for line in lines):
+    return None
+  command = tuple({obj: OBJECT, out: LIBRARY}.get(arg, arg) for arg in shlex.split(commands[0]))
+  return command if command.count(OBJECT) == command.count(LIBRARY) == 1 else None
 
 
 KERNEL = re.compile(r"^void (\w+)(?=\()", re.M)  # the renderer's kernel: the one function not static inline (RG_FN)

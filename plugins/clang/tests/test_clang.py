@@ -152,3 +152,26 @@ def test_sums_of_narrow_integers_wrap_as_the_reference_does(name, dtype):
   x = np.concatenate([edges, rng.integers(info.min, info.max, 60, endpoint=True, dtype=dtype)])  # 67: a remainder
   y = np.concatenate([rng.integers(-8, 9, 60, dtype=dtype), edges[::-1]])
   check_against_reference(narrow_sum, x, y, device=name)
+
+
+KERNEL_SOURCE = """#include <math.h>
+void E_64(float* restrict data0, const float* restrict data1) {
+  for (int i = 0; i < 64; i++) data0[i] = sinf(data1[i]) * 3.5f + 1.0f;
+}
+"""
+
+
+@pytest.mark.parametrize("planted", [(), ("-ffast-math",)], ids=["CLANG", "fast-math"])
+def test_linking_directly_builds_the_drivers_library_byte_for_byte(planted):
+  """The compile runs `clang -c`, then the linker command clang's dry run printed; the library must be the one
+  clang's one-step build links, byte for byte. -ffast-math makes the driver add crtfastmath.o (which switches a
+  process that loads the library to flush-to-zero): a link line learnt without the flags would lose it."""
+  import refgrad_clang
+  base = Device["CLANG"].compiler
+  if refgrad_clang.link_command(base.path, base.flags + planted) is None:
+    pytest.skip(f"{base.version} links through its driver only (its dry run is not one linker command)")
+  flags = base.flags + planted
+  direct = refgrad_clang.ClangCompiler(base.path, flags).compile(KERNEL_SOURCE)
+  through_driver = refgrad_clang.ClangCompiler(base.path, flags, link_directly=False).compile(KERNEL_SOURCE)
+  assert direct == through_driver
+
