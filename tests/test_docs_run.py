@@ -140,7 +140,7 @@ HOW: dict[str, object] = {
   # README.md
   "from refgrad import Tensor, dtypes": Run(60),
   "pip install -e . && refgrad demo": Elsewhere(CI, "run in a bare virtualenv, as written"),
-  "pip install -e \".[test,ray]\" -e plugins/clang -e plugins/llvm -e plugins/opencl && python -m pytest -n 2":
+  "pip install -e \".[test,ray]\" -e plugins/clang -e plugins/llvm -e plugins/opencl && python -m pytest -n 3":
     Elsewhere(CI, "the test command: CI runs it in a fresh virtualenv, and this file runs inside it"),
   "pip install -e plugins/clang        # device CLANG: C compiled by clang (or $CC, cc), run through ctypes":
     Elsewhere(CI, "installed by the test command"),

@@ -1,5 +1,5 @@
-"""A worker that dies mid-suite under `-n 2 --dist loadgroup` (the README's command) fails its test and the suite
-finishes (tests/xdist_crash_safe.py); without the fix the same run hangs."""
+"""A worker that dies mid-suite under xdist with `--dist loadgroup` (as the README's command runs) fails its test
+and the suite finishes (tests/xdist_crash_safe.py); without the fix the same run hangs."""
 import os
 import subprocess
 import sys
