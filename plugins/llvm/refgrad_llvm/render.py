@@ -69,6 +69,14 @@ class LLVMRenderer:
     return code_paths(program, REDUCE_LANES)
 
 
+# The lanes of a split reduction already are a vector. LLVM vectorizing their loop again cost 2-4 s of compile for
+# one 8- or 16-bit integer kernel of a few outputs (VF 64 times 8 lanes; 0.1 s without) and made 64-bit reductions
+# three times slower (int64 sum of 4096x4096 14.9 ms against 4.8, float64 max 14.7 against 4.9); float
+# accumulators (float32, and half and bfloat16, computed in float) keep it: their code and times are as before
+# (bench/split_reductions.py, figures in bench/README.md).
+LOOP_VECTORIZED_ACCUMULATORS = {"float"}
+
+
 @dataclass
 class _Loop:
   number: int
@@ -96,6 +104,7 @@ class _Kernel(ProgramWalker):
     self.allocas: list[str] = []
     self.calls: set[str] = set()  # helper names and intrinsic declarations the body uses
     self.block, self.prefix, self.count, self.loops = "entry", "t", 0, 0
+    self.unvectorized: list[int] = []  # loops closed with vectorize=False, in order: metadata !1, !2, ...
     self.lane = ""  # appended to instruction names while a loop body is rendered once per accumulator lane
 
   # ---- emitting
@@ -151,11 +160,16 @@ class _Kernel(ProgramWalker):
     self.label(f"{loop.label}.body")
     return loop
 
-  def close_loop(self, loop: _Loop) -> None:
+  def close_loop(self, loop: _Loop, vectorize: bool = True) -> None:
+    """vectorize=False: the loop's latch carries llvm.loop metadata that keeps the loop vectorizer off it."""
     self.emit_void(f"br label %{loop.label}.latch")
     self.label(f"{loop.label}.latch")
     self.emit_void(f"{loop.index}.next = add nuw nsw i64 {loop.index}, {loop.step}")
-    self.emit_void(f"br label %{loop.label}.head")
+    hint = ""
+    if not vectorize:
+      self.unvectorized.append(loop.number)
+      hint = f", !llvm.loop !{len(self.unvectorized)}"
+    self.emit_void(f"br label %{loop.label}.head{hint}")
     self.label(f"{loop.label}.exit")
 
   def new_slot(self, dt: DType, name: str, op: Ops) -> str:
@@ -184,7 +198,14 @@ class _Kernel(ProgramWalker):
     body = "\n".join(["entry:", *self.allocas, *self.lines, "  ret void"])
     return "\n".join([f"; refgrad kernel {self.program.name}, global shape {self.program.global_shape}",
                       f"define void @{self.program.name}({params}) nounwind {{", body, "}", "", *helpers,
-                      *sorted(declarations), ""])
+                      *sorted(declarations), *self.loop_metadata(), ""])
+
+  def loop_metadata(self) -> list[str]:
+    """!0 turns the loop vectorizer off; each unvectorized loop has a distinct node of its own that says so."""
+    if not self.unvectorized:
+      return []
+    return ['!0 = !{!"llvm.loop.vectorize.enable", i1 false}',
+            *(f"!{n} = distinct !{{!{n}, !0}}" for n in range(1, len(self.unvectorized) + 1))]
 
   def open_thread(self, axis: int, size: int, ranged: bool = False) -> _Loop:
     loop = self.open_loop("%thread_start", "%thread_end") if ranged else self.open_loop("0", size)
@@ -193,7 +214,8 @@ class _Kernel(ProgramWalker):
 
   def split_reduce(self, start: int, end: int) -> None:
     """Run REDUCE_LANES independent accumulators (the SLP vectorizer packs them into one vector register) and
-    combine them at the end; lane 0 also runs the leftover iterations."""
+    combine them at the end; lane 0 also runs the leftover iterations. The loop vectorizer stays off the loop of
+    the lanes unless its accumulators are in LOOP_VECTORIZED_ACCUMULATORS."""
     uops, lanes = self.program.uops, REDUCE_LANES
     size = uops[start].arg[1]
     acc = next(u for u in uops[start + 1:end] if u.op is Ops.ACCUMULATE).src[0]
@@ -205,7 +227,7 @@ class _Kernel(ProgramWalker):
       self.prefix = f"r{start}.l{lane}"
       index = self.emit(f"add nuw nsw i64 {loop.index}, {lane}") if lane else loop.index
       self.render_body(start, end, index, slots[lane], f"l{lane}")
-    self.close_loop(loop)
+    self.close_loop(loop, vectorize=ll_type(acc.dtype) in LOOP_VECTORIZED_ACCUMULATORS)
     if size % lanes:
       rest = self.open_loop(str(main), size)
       self.render_body(start, end, rest.index, slots[0], "rest")

@@ -408,3 +408,42 @@ def test_one_table_renders_every_op_of_a_cpu_program():
   program_ops = {Ops.PARAM, Ops.SPECIAL, Ops.CONST, Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.DEFINE_ACC,
                  Ops.RANGE, Ops.ENDRANGE, Ops.ACCUMULATE}
   assert set(LLVM_RULES) == set(OP_FACTS) | program_ops
+
+
+def max_of_rows(dtype) -> tuple[str, list[str]]:
+  """The LLVM IR of a max over rows of 1031 and the renderer's code paths for it."""
+  impl = Device["LLVM"]
+  program = compile_ast(Tensor(np.zeros((3, 1031), dtype), device="LLVM").max(axis=1).schedule()[-1].ast, impl.caps)
+  return impl.render(program), impl.renderer.code_paths(program)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.float64, np.float32, np.float16])
+def test_the_loop_vectorizer_stays_off_split_reduction_lanes_except_float_accumulators(dtype):
+  """The 8 lanes of a split reduction are a vector already: LLVM vectorizing their loop again took 2-4 s for one
+  int8 kernel (0.1 s without) and made int64 and float64 reductions 3x slower; float accumulators (float32 and
+  half) keep it (bench/split_reductions.py)."""
+  source, paths = max_of_rows(dtype)
+  assert "split reduction (8 accumulators)" in paths
+  kept_off = '!{!"llvm.loop.vectorize.enable", i1 false}' in source and ", !llvm.loop !1" in source
+  assert kept_off == (dtype not in (np.float32, np.float16)), source[-400:]
+
+
+EDGE_ROWS = {
+  np.int8: [[127] * 1031, [-128] * 1031, list(range(-128, 128)) * 4 + [5] * 7],
+  np.int16: [[32767] * 1031, [-32768] * 1031, [(i * 977) % 65536 - 32768 for i in range(1031)]],
+  np.int64: [[2**62] * 1031, [-(2**63)] * 1031, [(i * 2**40 + 7) * (-1) ** i for i in range(1031)]],
+  np.float64: [[-0.0] * 1030 + [0.0], [np.nan] + [1.0] * 1030, [np.inf] * 3 + [-np.inf] * 1028],
+}
+
+
+@pytest.mark.parametrize("dtype", list(EDGE_ROWS))
+def test_split_reductions_without_the_loop_vectorizer_match_numpy_at_the_edges(dtype):
+  """Rows of 1031 (128 rounds of 8 lanes and a remainder of 7) at the values a wrong lane or a wrong remainder
+  shows: extremes that wrap when summed, a NaN in lane 0, signed zeros and infinities."""
+  rows = np.array(EDGE_ROWS[dtype], dtype)
+  x = Tensor(rows, device="LLVM")
+  np.testing.assert_array_equal(x.max(axis=1).numpy(), rows.max(axis=1))
+  np.testing.assert_array_equal(x.min(axis=1).numpy(), rows.min(axis=1))
+  with np.errstate(over="ignore", invalid="ignore"):
+    expected_sum = rows.sum(axis=1, dtype=x.sum(axis=1).dtype.np)
+  np.testing.assert_array_equal(x.sum(axis=1).numpy(), expected_sum)
