@@ -151,7 +151,7 @@ def link_command(path: str, flags: tuple[str, ...]) -> tuple[str, ...] | None:
   flags, asked once per process by a dry run (`-###`), or None if linking is more than that one command (gcc passes
   settings to its collect2 through environment variables). Linking with it directly after a `-c` compile is the
   driver's own link, one process cheaper: clang runs its compiler in a process of its own when the same command
-  also links (about 35 ms a compile on the development machine)."""
+  also links (about 25 ms of a 86 ms compile of a tiny kernel on the development machine)."""
   with tempfile.TemporaryDirectory(prefix="refgrad-clang-") as tmp:
     obj, out = os.path.join(tmp, OBJECT), os.path.join(tmp, LIBRARY)
     open(obj, "wb").close()  # a driver leaves out an input that does not exist

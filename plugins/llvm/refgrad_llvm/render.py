@@ -104,7 +104,7 @@ class _Kernel(ProgramWalker):
     self.allocas: list[str] = []
     self.calls: set[str] = set()  # helper names and intrinsic declarations the body uses
     self.block, self.prefix, self.count, self.loops = "entry", "t", 0, 0
-    self.unvectorized: list[int] = []  # loops closed with vectorize=False, in order: metadata !1, !2, ...
+    self.unvectorized = 0  # loops closed with vectorize=False so far: their metadata is !1, !2, ...
     self.lane = ""  # appended to instruction names while a loop body is rendered once per accumulator lane
 
   # ---- emitting
@@ -167,8 +167,8 @@ class _Kernel(ProgramWalker):
     self.emit_void(f"{loop.index}.next = add nuw nsw i64 {loop.index}, {loop.step}")
     hint = ""
     if not vectorize:
-      self.unvectorized.append(loop.number)
-      hint = f", !llvm.loop !{len(self.unvectorized)}"
+      self.unvectorized += 1
+      hint = f", !llvm.loop !{self.unvectorized}"
     self.emit_void(f"br label %{loop.label}.head{hint}")
     self.label(f"{loop.label}.exit")
 
@@ -205,7 +205,7 @@ class _Kernel(ProgramWalker):
     if not self.unvectorized:
       return []
     return ['!0 = !{!"llvm.loop.vectorize.enable", i1 false}',
-            *(f"!{n} = distinct !{{!{n}, !0}}" for n in range(1, len(self.unvectorized) + 1))]
+            *(f"!{n} = distinct !{{!{n}, !0}}" for n in range(1, self.unvectorized + 1))]
 
   def open_thread(self, axis: int, size: int, ranged: bool = False) -> _Loop:
     loop = self.open_loop("%thread_start", "%thread_end") if ranged else self.open_loop("0", size)
