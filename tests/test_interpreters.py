@@ -172,3 +172,26 @@ def test_float_sums_folded_in_chunks_stay_within_the_spec_bound(block):
   for row, value in zip(x.astype(np.float64), got):
     exact = math.fsum(row)
     assert abs(value - exact) <= gamma * np.abs(row).sum() + abs(exact) * eps, (value, exact)
+
+
+def test_a_float_sum_over_a_symbolic_size_passes_the_kits_bounded_check():
+  """The program a cold run drew (n = 10 of 16 rows): the kernel folds the Variable's maximum with masked lanes, the
+  graph evaluator the value's row, 5.0301504 against 5.030151. The kit's check (the rewrite check holds the kernel
+  path to the graph evaluator within the sum's error bound) passes it, and both are within that bound of the exact
+  sum."""
+  from fractions import Fraction
+
+  from refgrad.testing.fuzz.program_check import run_one
+  from refgrad.testing.programs import Step, TensorProgram
+  x = np.array([0, 0, 0, 4.355, 0.5, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0], np.float16)
+  steps = [Step("neg", (0,), (True,)), Step("neg", (1,), (True,)), Step("cast", (2, dtypes.float32), (True,)),
+           Step("sqrt", (3,), (True,)), Step("sum", (4, 0), (True,), (("keepdim", False),)), Step("neg", (5,), (True,))]
+  program = TensorProgram([x], steps, symbolic=10)
+  assert run_one(program, "PYTHON")[0] == "ok"
+  terms = np.sqrt(x[:10].astype(np.float32))
+  exact = -sum(Fraction(float(t)) for t in terms)
+  bound = 10 * float(np.finfo(np.float32).eps) * float(sum(abs(Fraction(float(t))) for t in terms))
+  out = program.build("PYTHON")
+  graph = evaluate_graph(out.uop)[0]
+  for value in (out.numpy(), graph):
+    assert abs(Fraction(float(value)) - exact) <= bound, (value, float(exact))
