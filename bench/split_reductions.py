@@ -30,7 +30,7 @@ DTYPES = (np.int8, np.int16, np.int32, np.int64, np.float16, np.float32, np.floa
 
 
 def fresh_cache(fn: Callable[[], object]) -> float:
-  """Seconds fn takes with an empty compile cache (and no kernel loaded from an earlier call)."""
+  """Seconds fn takes with an empty compile cache (a kernel this process loaded before would still be reused)."""
   with tempfile.TemporaryDirectory() as tmp:
     os.environ["REFGRAD_CACHE"] = tmp
     start = time.perf_counter()
@@ -41,7 +41,7 @@ def fresh_cache(fn: Callable[[], object]) -> float:
 
 
 def reduction(rows: int, length: int, dtype, op: str, salt: int) -> tuple[float, float]:
-  """(seconds of the first realize, a fresh kernel's compile included; seconds of the best of 5 runs after)."""
+  """(seconds of the first realize, a fresh kernel's compile included; seconds of the best of 20 runs after)."""
   data = np.random.default_rng(salt).integers(-100, 100, size=(rows, length)).astype(dtype)
   x = Tensor(data, device="LLVM").realize()
   # a constant of its own makes the kernel new to every cache: the compile is really timed
@@ -52,7 +52,7 @@ def reduction(rows: int, length: int, dtype, op: str, salt: int) -> tuple[float,
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--rows", type=int, default=4096, help="rows of the square-ish case (rows x rows)")
+  parser.add_argument("--rows", type=int, default=4096, help="rows and row length of the square case")
   parser.add_argument("--long", type=int, default=65536, help="row length of the long case (64 rows)")
   parser.add_argument("--conformance", type=int, help=argparse.SUPPRESS)  # a child timing one rule (its index)
   args = parser.parse_args()
