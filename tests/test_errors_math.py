@@ -64,6 +64,11 @@ ERRORS = {
   "tril_bad_diagonal": (lambda: f23().tril(0.5), None, TypeError, ["float"]),
   "sum_acc_dtype_name": (lambda: f23().sum(acc_dtype=""), None, AttributeError, ["''"]),  # tinygrad's type
   "prod_acc_dtype_name": (lambda: f23().prod(acc_dtype="floot"), None, AttributeError, ["'floot'"]),
+  "sum_dtype_name": (lambda: f23().sum(dtype=""), None, AttributeError, ["''"]),
+  "sum_dtype_and_acc_dtype": (lambda: f23().sum(dtype=dtypes.float64, acc_dtype=dtypes.float32), None, TypeError,
+                              ["dtype", "acc_dtype"]),
+  "matmul_dtype_and_acc_dtype": (lambda: f23().matmul(Tensor.ones(3, 1), dtype="half", acc_dtype="half"), None,
+                                 TypeError, ["half"]),
   # matmul
   "matmul_mismatch": (lambda: f23() @ Tensor.ones(4, 5), lambda: tf23() @ torch.ones(4, 5), RuntimeError,
                       ["2x3", "4x5"]),

@@ -174,3 +174,36 @@ def test_sum_and_matmul_acc_dtype():
   check(Tensor(h).matmul(Tensor(np.ones((3000, 1), np.float16)), acc_dtype=D.float32), np.full((2, 1), 3000.0,
         np.float32), D.float32)
   check(Tensor(h).dot(Tensor(np.ones((3000, 1), np.float16))), np.full((2, 1), 3000.0, np.float16), D.float16)
+
+
+def test_dtype_keyword_is_torch_sum_dtype():
+  """dtype= (tinygrad 0.10.3's and torch's name for acc_dtype) casts before reducing and is the result's dtype."""
+  a = np.array([[100, 100, 100], [-128, -128, 0], [0, 0, 0]], np.int8)
+  check(Tensor(a).sum(1, dtype=D.int64), torch.from_numpy(a).sum(1, dtype=torch.int64), D.int64)
+  check(Tensor(a).prod(1, dtype=D.int64), torch.from_numpy(a).prod(1, dtype=torch.int64), D.int64)
+  check(Tensor(a).sum(dtype="int16"), torch.from_numpy(a).sum(dtype=torch.int16), D.int16)  # 44 wraps nothing
+  h = np.array([60000.0, 60000.0, -0.0], np.float16)  # half's sum overflows; float32's does not
+  check(Tensor(h).sum(dtype=D.float32), torch.from_numpy(h).sum(dtype=torch.float32), D.float32)
+  check(Tensor(h).sum(), torch.from_numpy(h).float().sum().half(), D.float16)
+  z = np.array([-0.0, -0.0], np.float32)
+  check(Tensor(z).sum(dtype=D.float64), torch.from_numpy(z).sum(dtype=torch.float64), D.float64)
+  e = np.zeros((0, 2), np.float16)
+  check(Tensor(e).prod(0, dtype=D.float64), torch.from_numpy(e).prod(0, dtype=torch.float64), D.float64)
+  check(Tensor(np.float16(2.5)).sum(dtype=D.float32), torch.tensor(2.5, dtype=torch.float16).sum(dtype=torch.float32),
+        D.float32)
+
+
+def test_dtype_keyword_of_matmul_einsum_conv_linear():
+  h, ones = np.full((2, 3000), 1.0, np.float16), np.ones((3000, 1), np.float16)
+  want = np.full((2, 1), 3000.0, np.float32)
+  check(Tensor(h).matmul(Tensor(ones), dtype=D.float32), want, D.float32)
+  check(Tensor(h).dot(Tensor(ones), dtype=D.float32), want, D.float32)
+  check(Tensor(ones).matmul(Tensor(h), reverse=True, dtype=D.float32), want, D.float32)
+  check(Tensor.einsum("ij,jk->ik", Tensor(h), Tensor(ones), dtype=D.float32), want, D.float32)
+  x, w = np.full((1, 1, 1, 3000), 1.0, np.float16), np.ones((1, 1, 1, 3000), np.float16)
+  check(Tensor(x).conv2d(Tensor(w), dtype=D.float32), np.full((1, 1, 1, 1), 3000.0, np.float32), D.float32)
+  xi, wi, bi = np.array([[2, -3]], np.int32), np.array([[1.5], [0.25]], np.float32), np.array([0.5], np.float32)
+  want = torch.nn.functional.linear(torch.from_numpy(xi).double(), torch.from_numpy(wi.T).double(),
+                                    torch.from_numpy(bi).double())
+  check(Tensor(xi).linear(Tensor(wi), Tensor(bi), dtype=D.float64), want, D.float64)
+  check(Tensor(xi).linear(Tensor(wi), dtype="float16"), np.array([[2.25]], np.float16), D.float16)

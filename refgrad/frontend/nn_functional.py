@@ -17,7 +17,7 @@ from refgrad.frontend import special
 from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.einsum import evaluate_einsum
 from refgrad.frontend.movement import InvalidArgumentError
-from refgrad.frontend.reduce import triangle_mask
+from refgrad.frontend.reduce import accumulation_dtype, triangle_mask
 from refgrad.frontend.shapes import ShapeError, normalize_dim
 from refgrad.frontend.templates import graph_template
 from refgrad.gradient import custom_gradient
@@ -108,24 +108,29 @@ class NNFunctionalMixin(TensorBase):
 
   # ---- linear algebra
   @graph_template
-  def linear(self, weight: Any, bias: Any = None) -> Self:
-    """self @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-d weight multiplies elementwise).
+  def linear(self, weight: Any, bias: Any = None, dtype: DType | str | None = None) -> Self:
+    """self @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-d weight multiplies elementwise);
+    a dtype casts all three to it first.
 
     >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
     [[3.5]]
     """
+    if dtype is not None:
+      dt = to_dtype(dtype)
+      return self.cast(dt).linear(weight.cast(dt), None if bias is None else bias.cast(dt))
     out = self * weight if weight.ndim == 1 else self.dot(weight)
     return out if bias is None else out + bias
 
   @staticmethod
-  def einsum(formula: str, *operands: Any, acc_dtype: DType | str | None = None) -> Self:
+  def einsum(formula: str, *operands: Any, acc_dtype: DType | str | None = None,
+             dtype: DType | str | None = None) -> Self:
     """Einstein summation, e.g. "ij,jk->ik", with "...", implicit output and repeated letters (diagonals).
 
     >>> Tensor.einsum("ij,j->i", Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
     [3, 7]
     """
     xs = tuple(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
-    return evaluate_einsum(formula, xs, acc_dtype)
+    return evaluate_einsum(formula, xs, accumulation_dtype(acc_dtype, dtype))
 
   # ---- windows, convolution, pooling
   def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Self:
@@ -166,7 +171,7 @@ class NNFunctionalMixin(TensorBase):
   @graph_template
   def conv2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
-             acc_dtype: DType | str | None = None) -> Self:
+             acc_dtype: DType | str | None = None, dtype: DType | str | None = None) -> Self:
     """Convolution (cross-correlation, as torch) of (N, C_in, *spatial) with weight (C_out, C_in/groups, *kernel);
     1, 2 or 3 spatial dims. padding: an int, one per dim, flat (before, after) pairs, last dim first, or torch's
     'valid' (none) or 'same' (the output keeps the input's size; stride 1 only).
@@ -187,7 +192,8 @@ class NNFunctionalMixin(TensorBase):
     windows = windows.permute(0, 1, 2, *range(4, 4 + n), 3, *range(4 + n, 4 + 2 * n))  # (N, g, 1, *out, cin, *k)
     w = w.reshape(1, groups, per_group, *[1] * n, cin, *kernel)
     reduce_axes = tuple(range(3 + n, 4 + 2 * n))
-    out = (windows * w).sum(reduce_axes, acc_dtype=acc_dtype).cast(to_dtype(acc_dtype) if acc_dtype else x.dtype)
+    acc = accumulation_dtype(acc_dtype, dtype)
+    out = (windows * w).sum(reduce_axes, dtype=acc).cast(acc or x.dtype)
     out = out.reshape(batch, weight.shape[0], *outs)
     return out if bias is None else out + bias.reshape(1, -1, *[1] * n)
 

@@ -33,6 +33,15 @@ def reduce_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
   return tuple(sorted(normalized))
 
 
+def accumulation_dtype(acc_dtype: DType | str | None, dtype: DType | str | None) -> DType | None:
+  """The dtype a reduction accumulates in and returns: `dtype` (tinygrad 0.10.3's and torch's name) or `acc_dtype`
+  (tinygrad 0.10.2's); None when neither is given."""
+  if acc_dtype is not None and dtype is not None:
+    raise TypeError(f"give dtype or acc_dtype (its older name), not both: got dtype={dtype!r}, acc_dtype={acc_dtype!r}")
+  chosen = dtype if dtype is not None else acc_dtype
+  return None if chosen is None else to_dtype(chosen)
+
+
 class ReduceMixin(TensorBase):
   __slots__ = ()
 
@@ -45,15 +54,21 @@ class ReduceMixin(TensorBase):
       return reduced
     return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-  def sum(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | str | None = None) -> Self:
-    acc = to_dtype(acc_dtype) if acc_dtype is not None else SUM_ACC_DTYPE.get(self.dtype, self.dtype)
-    out = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-    return out.cast(self.dtype) if acc_dtype is None and self.dtype in RETURNS_INPUT_DTYPE else out
+  def _accumulate(self, op: Ops, axis: Any, keepdim: bool, acc_dtype: DType | str | None,
+                  dtype: DType | str | None) -> Self:
+    """sum and prod: dtype (or acc_dtype) is cast to first and is the result's dtype; by default small ints accumulate
+    in 32 bits and half/bfloat16 in float32 (and return their own dtype)."""
+    chosen = accumulation_dtype(acc_dtype, dtype)
+    out = self.cast(chosen or SUM_ACC_DTYPE.get(self.dtype, self.dtype))._reduce(op, axis, keepdim)
+    return out.cast(self.dtype) if chosen is None and self.dtype in RETURNS_INPUT_DTYPE else out
 
-  def prod(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | str | None = None) -> Self:
-    acc = to_dtype(acc_dtype) if acc_dtype is not None else SUM_ACC_DTYPE.get(self.dtype, self.dtype)
-    out = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
-    return out.cast(self.dtype) if acc_dtype is None and self.dtype in RETURNS_INPUT_DTYPE else out
+  def sum(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | str | None = None,
+          dtype: DType | str | None = None) -> Self:
+    return self._accumulate(Ops.ADD, axis, keepdim, acc_dtype, dtype)
+
+  def prod(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | str | None = None,
+           dtype: DType | str | None = None) -> Self:
+    return self._accumulate(Ops.MUL, axis, keepdim, acc_dtype, dtype)
 
   def max(self, axis: Any = None, keepdim: bool = False) -> Self:
     """The largest value; over nothing, the smallest value of the dtype (-inf for floats), as in tinygrad (torch
@@ -259,9 +274,9 @@ class ReduceMixin(TensorBase):
     return keep.where(self, self._const(0))
 
   # ---- linear algebra
-  def dot(self, w: Any, acc_dtype: DType | str | None = None) -> Self:
-    """Matrix product with broadcasting over batch dims, like torch.matmul; acc_dtype sets the accumulation dtype
-    (and the result's).
+  def dot(self, w: Any, acc_dtype: DType | str | None = None, dtype: DType | str | None = None) -> Self:
+    """Matrix product with broadcasting over batch dims, like torch.matmul; dtype (or acc_dtype) sets the
+    accumulation dtype (and the result's).
 
     >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([1, 1])).tolist()
     [3, 7]
@@ -279,18 +294,21 @@ class ReduceMixin(TensorBase):
     x_mat = x2.reshape(*x2.shape[:-1], 1, k_x)  # (..., M, 1, K)
     w_mat = w2.transpose(-1, -2).unsqueeze(-3)  # (..., 1, N, K)
     # (..., M, N); small ints sum wider, then wrap, as tinygrad
-    product = (x_mat * w_mat).sum(-1, acc_dtype=acc_dtype).cast(to_dtype(acc_dtype) if acc_dtype else out_dtype)
+    acc = accumulation_dtype(acc_dtype, dtype)
+    product = (x_mat * w_mat).sum(-1, dtype=acc).cast(acc or out_dtype)
     if x.ndim == 1:
       product = product.squeeze(-2)
     return product.squeeze(-1) if w.ndim == 1 else product
 
-  def matmul(self, w: Any, reverse: bool = False, acc_dtype: DType | str | None = None) -> Self:
+  def matmul(self, w: Any, reverse: bool = False, acc_dtype: DType | str | None = None,
+             dtype: DType | str | None = None) -> Self:
     """self @ w (w @ self if reverse).
 
     >>> Tensor([[1.0, 2.0]]).matmul(Tensor([[3.0], [4.0]])).tolist()
     [[11.0]]
     """
-    return w.dot(self, acc_dtype) if reverse else self.dot(w, acc_dtype)
+    acc = accumulation_dtype(acc_dtype, dtype)
+    return w.dot(self, acc) if reverse else self.dot(w, acc)
 
   def __matmul__(self, w: Any) -> Self:
     return self.dot(w)
