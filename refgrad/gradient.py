@@ -261,6 +261,9 @@ CUSTOM_RULES: dict[str, Callable[..., tuple]] = {
   "asinh": lambda ctx, out, xs: (ctx * (xs[0] * xs[0] + 1).rsqrt(),),
   "acosh": lambda ctx, out, xs: (ctx * (xs[0] * xs[0] - 1).rsqrt(),),
   "atanh": lambda ctx, out, xs: (ctx / (1 - xs[0] * xs[0]),),
+  # copysign: +-g to x by whether the sign changed, 0 at x == 0 (torch; its out / x is NaN at inf), none to the sign
+  "copysign": lambda ctx, out, xs: (
+    xs[0].eq(0).where(0.0, xs[0].signbit().ne(out.signbit()).where(-ctx, ctx)), out.zeros_like()),
   "pow": _pow_rule,
   "clamp": _clamp_rule,
   "binary_crossentropy": _binary_crossentropy_rule,

@@ -229,6 +229,8 @@ ACTIVATIONS = {
   "celu 0.5": (lambda x: x.celu(0.5), lambda x: F.celu(x, 0.5)),
   "celu 1.3": (lambda x: x.celu(1.3), lambda x: F.celu(x, 1.3)),
   "selu": (lambda x: x.selu(), F.selu),
+  "selu 1.2 1.5": (lambda x: x.selu(1.2, 1.5), lambda x: 1.5 * F.elu(x, 1.2)),
+  "leaky_relu 0.2": (lambda x: x.leaky_relu(0.2), lambda x: F.leaky_relu(x, 0.2)),
   "hardsigmoid": (lambda x: x.hardsigmoid(), F.hardsigmoid),
   "sigmoid": (lambda x: x.sigmoid(), torch.sigmoid),
   "logsigmoid": (lambda x: x.logsigmoid(), F.logsigmoid),
@@ -250,7 +252,8 @@ ACTIVATIONS = {
 # expm1-based ones follow exp's 3 + |x| rule (|x| <= 6 there); piecewise-linear ones are exact.
 ACTIVATION_ULP = {
   "relu": 0, "relu6": 0, "leakyrelu": 0, "leakyrelu 0.2": 0, "elu": 10, "elu 0.7": 10, "celu": 10, "celu 0.5": 10,
-  "celu 1.3": 10, "selu": 10, "hardsigmoid": 2, "sigmoid": 10, "logsigmoid": 12, "silu": 12, "swish": 12,
+  "celu 1.3": 10, "selu": 10, "selu 1.2 1.5": 10, "leaky_relu 0.2": 0,
+  "hardsigmoid": 2, "sigmoid": 10, "logsigmoid": 12, "silu": 12, "swish": 12,
   "hardswish": 2, "gelu tanh": 16, "gelu none": 4, "quick_gelu": 14, "mish": 20, "softplus": 12,
   "softplus beta 2": 12, "softsign": 1, "hardtanh": 0, "hardtanh -0.5 2": 0, "hardtanh -3 6": 0,
 }

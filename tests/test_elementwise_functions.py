@@ -128,6 +128,51 @@ def test_rsqrt_reciprocal():
 
 
 # ---- clamp, lerp
+@pytest.mark.parametrize("dtype", [D.float32, D.float64, D.float16, D.bfloat16], ids=lambda d: d.name)
+def test_copysign_every_pair_of_special_values(dtype):
+  """|x| with y's sign bit: -0.0, -inf and NaN signs included, against torch."""
+  v = np.array(SPECIALS + [2.5, -1e-30], np.float64)
+  x, y = (Tensor(a.astype(np.float32)).cast(dtype) for a in np.meshgrid(v, v))  # -1e-30 is -0.0 in half
+  xv, yv = (torch.from_numpy(t.float().numpy().astype(np.float64)) for t in (x, y))
+  check(x.copysign(y), to_numpy(torch.copysign(xv, yv)).astype(NP_DTYPE[dtype]), dtype)
+  neg_nan = Tensor(np.array([-np.nan, np.nan], np.float32)).cast(dtype)
+  assert neg_nan.signbit().tolist() == [True, False]
+
+
+@pytest.mark.parametrize("dtype", [D.float32, D.float64, D.float16, D.int8, D.int64, D.uint8, D.bool],
+                         ids=lambda d: d.name)
+def test_signbit(dtype):
+  v = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, -np.nan, 127, -128], np.float64)
+  with np.errstate(invalid="ignore"):
+    a = (v if dtype.kind == "f" else np.nan_to_num(v, posinf=5, neginf=-5)).astype(NP_DTYPE[dtype])
+  check(Tensor(a).signbit(), torch.signbit(torch.from_numpy(a)), D.bool)
+
+
+def test_copysign_ints_scalars_and_broadcast():
+  """ints keep the broadcast dtype (tinygrad), with torch's values; a scalar sign; shapes broadcast; 0-d and empty."""
+  a, b = np.array([[-3], [0], [7]], np.int32), np.array([1, -1, 0, -5], np.int32)
+  want = torch.copysign(torch.from_numpy(a).double(), torch.from_numpy(b).double()).int()
+  check(Tensor(a).copysign(Tensor(b)), want, D.int32)
+  check(Tensor([1.5, -2.0]).copysign(-0.0), torch.copysign(torch.tensor([1.5, -2.0]), -0.0), D.float32)
+  check(Tensor(-0.0).copysign(Tensor(1.0)), torch.copysign(torch.tensor(-0.0), torch.tensor(1.0)), D.float32)
+  assert Tensor.ones(2, 0).copysign(Tensor.ones(1, 0)).shape == (2, 0)
+
+
+def test_copysign_gradient_at_edges():
+  """torch's: +-1 by whether the sign changed, 0 at x = +-0; the sign operand gets zeros. (At x = +-inf torch's
+  out / x is NaN; the derivative there is +-1, which refgrad gives.)"""
+  x = np.array([-2.0, 0.0, -0.0, 3.0, -1e-30, 5.0], np.float32)
+  y = np.array([1.0, -1.0, 1.0, -0.0, np.inf, np.nan], np.float32)
+  tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+  want = torch.autograd.grad(torch.copysign(tx, ty).sum(), (tx, ty))
+  rx, ry = Tensor(x, requires_grad=True), Tensor(y, requires_grad=True)
+  got = rx.copysign(ry).sum().gradient(rx, ry)
+  check(got[0], want[0], D.float32)
+  check(got[1], want[1], D.float32)
+  inf = Tensor([np.inf, -np.inf], requires_grad=True)
+  check(inf.copysign(Tensor([-1.0, -1.0])).sum().gradient(inf)[0], np.array([-1.0, 1.0], np.float32), D.float32)
+
+
 @pytest.mark.parametrize("bounds", [(-1.0, 1.0), (None, 0.5), (0, None), (2.0, -2.0)], ids=str)
 def test_clamp(bounds):
   v = np.array([-3.0, -1.0, 0.0, 0.7, 1.0, 5.0, np.nan, np.inf], np.float32)

@@ -64,6 +64,8 @@ ERRORS = {
   "tril_bad_diagonal": (lambda: f23().tril(0.5), None, TypeError, ["float"]),
   "sum_acc_dtype_name": (lambda: f23().sum(acc_dtype=""), None, AttributeError, ["''"]),  # tinygrad's type
   "prod_acc_dtype_name": (lambda: f23().prod(acc_dtype="floot"), None, AttributeError, ["'floot'"]),
+  "div_rounding_mode_typo": (lambda: f23().div(2, rounding_mode="typo"), lambda: tf23().div(2, rounding_mode="typo"),
+                             RuntimeError, ["'typo'"]),
   "sum_dtype_name": (lambda: f23().sum(dtype=""), None, AttributeError, ["''"]),
   "sum_dtype_and_acc_dtype": (lambda: f23().sum(dtype=dtypes.float64, acc_dtype=dtypes.float32), None, TypeError,
                               ["dtype", "acc_dtype"]),

@@ -90,6 +90,7 @@ BINARY = {
   "where": (lambda a, b: (a > b).where(a, b * 2), lambda a, b: torch.where(a > b, a, b * 2)),
   "mod": (lambda a, b: a % b, torch.remainder),  # b's gradient: minus the quotients, summed over the broadcast rows
   "matmul": (lambda a, b: a @ b.T, lambda a, b: a @ b.T),
+  "copysign": (lambda a, b: a.copysign(b), torch.copysign),  # b gets zeros
 }
 
 

@@ -137,6 +137,9 @@ class ElementwiseMixin(TensorBase):
       return self.idiv(y, reverse) if self._int_pair(y) else self.div(y, reverse).trunc()
     if rounding_mode == "floor":
       return self.floordiv(y, reverse)
+    if rounding_mode is not None:
+      raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor', but found "
+                         f"{rounding_mode!r}")
     x, y = self._broadcasted(y, reverse)
     out = least_upper_float(x.dtype)
     return x.cast(out)._alu(Ops.FDIV, y.cast(out))
@@ -238,6 +241,29 @@ class ElementwiseMixin(TensorBase):
     if self.dtype == dtypes.bool:
       return self
     return self.gt(0).where(self._const(1), self.lt(0).where(self._const(-1), self._const(0)))
+
+  def signbit(self) -> Self:
+    """True where the sign bit is set: negative numbers, -0.0, -inf and NaNs with the bit set, as torch.signbit.
+
+    >>> Tensor([-0.0, 0.0, -1.0]).signbit().tolist()
+    [True, False, True]
+    """
+    if dtypes.is_float(self.dtype):
+      unsigned = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[self.dtype.itemsize]
+      return self.detach().bitcast(unsigned).rshift(self.dtype.bits - 1).ne(0)
+    return self.lt(0) if not dtypes.is_unsigned(self.dtype) else self.ne(self)
+
+  def copysign(self, other: Any) -> Self:
+    """|self| with the sign bit of other (so -0.0 and a negative NaN count as negative), as torch.copysign; the
+    result has the broadcast dtype, as in tinygrad (torch makes ints float). The gradient is torch's: +-1 to self
+    (0 at 0), zeros to other.
+
+    >>> Tensor([2.0, -3.0, 1.0]).copysign(Tensor([-0.0, 1.0, -5.0])).tolist()
+    [-2.0, 3.0, -1.0]
+    """
+    x, y = self._broadcasted(other)
+    magnitude = x.abs()
+    return custom_gradient(y.signbit().where(-magnitude, magnitude), ("copysign",), x, y)
 
   def square(self) -> Self:
     """self * self.

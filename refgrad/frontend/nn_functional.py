@@ -377,6 +377,10 @@ class NNFunctionalMixin(TensorBase):
     """
     return self.gt(0).where(self, self * neg_slope)  # the slope at 0 is neg_slope, as in torch
 
+  def leaky_relu(self, neg_slope: float = 0.01) -> Self:
+    """leakyrelu under its tinygrad 0.10.3 and torch name."""
+    return self.leakyrelu(neg_slope)
+
   def elu(self, alpha: float = 1.0) -> Self:
     """x for x > 0, alpha * (exp(x) - 1) below (via expm1, accurate near 0).
 
@@ -395,13 +399,13 @@ class NNFunctionalMixin(TensorBase):
     x = self._float()
     return custom_gradient(x.gt(0).where(x, special.expm1(x / alpha) * alpha), ("elu", alpha, 1 / alpha), x)
 
-  def selu(self) -> Self:
-    """scale * elu(x, alpha) with the self-normalizing constants.
+  def selu(self, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Self:
+    """gamma * elu(x, alpha), by default with the self-normalizing constants.
 
     >>> Tensor([0.0]).selu().tolist()
     [0.0]
     """
-    return self.elu(SELU_ALPHA) * SELU_SCALE
+    return self.elu(alpha) * gamma
 
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Self:
     """clamp(alpha * x + beta, 0, 1).
