@@ -36,6 +36,7 @@ from refgrad.frontend.random import RandomMixin
 from refgrad.frontend.reduce import ReduceMixin
 from refgrad.frontend.scatter import ScatterMixin
 from refgrad.frontend.shapes import Scalar, Shape, ShapeError, check_shape, normalize_dim, shape_args
+from refgrad.frontend.sorting import SortingMixin
 from refgrad.registry import Device
 from refgrad.schedule import (
   ScheduleItem,
@@ -89,8 +90,8 @@ LIVE: set[weakref.ref] = set()
 _remember, _forget = LIVE.add, LIVE.discard
 
 
-class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, ReduceMixin, NNFunctionalMixin, RandomMixin,
-             AutogradMixin):
+class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, ReduceMixin, NNFunctionalMixin,
+             RandomMixin, AutogradMixin):
   """A lazily evaluated n-dimensional array on a device."""
   __slots__ = ("_uop", "_view", "_requires_grad", "grad", "__weakref__")
 

@@ -284,6 +284,32 @@ def test_masked_fill_truncates_into_ints_and_0d():
         dtypes.float32)
 
 
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int8, dtypes.bool, dtypes.float16], ids=lambda d: d.name)
+def test_masked_select_of_views_against_torch(dtype):
+  """Both broadcast (torch's rule), picked in row-major order of the broadcast shape; bits kept (NaN, -0.0)."""
+  for view in VIEWS:
+    t, tt = view_pair(view, dtype, np.resize(edge_values(dtype), 120))
+    row = np.array([False, True, True, False])
+    check(t.masked_select(Tensor(row)), tt.masked_select(torch.from_numpy(row)), dtype)
+    column = np.array([[[True], [False], [True]]] * 3)  # (3, 3, 1): broadcasts the (2, 3, 4) view to (3, 2, 3, 4)
+    check(t.masked_select(Tensor(column[:, None])), tt.masked_select(torch.from_numpy(column[:, None])), dtype)
+
+
+def test_masked_select_0d_empty_gradient_and_bad_mask():
+  check(Tensor(-0.0).masked_select(Tensor(True)), torch.tensor(-0.0).masked_select(torch.tensor(True)),
+        dtypes.float32)
+  check(Tensor([1.0, 2.0]).masked_select(Tensor(False)), torch.tensor([1.0, 2.0]).masked_select(torch.tensor(False)),
+        dtypes.float32)
+  check(Tensor.ones(2, 0).masked_select(Tensor([True])), np.zeros(0, np.float32), dtypes.float32)
+  a, mask = np.array([[1.0, -2.0], [3.0, 4.0]], np.float32), np.array([[True, False], [True, True]])
+  x, tx = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  (x.masked_select(Tensor(mask)) * Tensor([1.0, 2.0, 3.0])).sum().backward()
+  (tx.masked_select(torch.from_numpy(mask)) * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+  check(x.grad, tx.grad, dtypes.float32)
+  with pytest.raises(RuntimeError, match="int32"):
+    Tensor([1.0, 2.0]).masked_select(Tensor([1, 0]))
+
+
 @pytest.mark.parametrize("values, num_classes", [([0, 2, 1, 2], -1), ([[1, 0], [3, 3]], 5), (2, 4), ([], 3),
                                                  (np.zeros((2, 0), np.int64), 2)])
 def test_one_hot(values, num_classes):

@@ -132,6 +132,24 @@ def test_randint(low, high, dtype):
     assert ks_pvalue((v - low) / (high - low), "uniform") > ALPHA
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 300])
+def test_randperm_is_a_permutation_with_uniform_positions(n):
+  Tensor.manual_seed(15)
+  p = Tensor.randperm(n)
+  assert p.dtype == D.int32 and p.shape == (n,)
+  assert sorted(p.tolist()) == list(range(n))
+  if n == 7:  # where element 0 lands, over many draws: equal frequencies (chi-square)
+    draws = np.stack([Tensor.randperm(7, dtype=D.int64).numpy() for _ in range(350)])
+    assert stats.chisquare(np.bincount(np.argmax(draws == 0, axis=1), minlength=7)).pvalue > ALPHA
+
+
+def test_randperm_misuse():
+  with pytest.raises(ValueError, match="-1"):
+    Tensor.randperm(-1)
+  with pytest.raises(TypeError, match="float32"):
+    Tensor.randperm(3, dtype=D.float32)
+
+
 def test_initializers():
   Tensor.manual_seed(15)
   s = Tensor.scaled_uniform(64, 50).numpy()

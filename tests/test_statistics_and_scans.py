@@ -207,3 +207,87 @@ def test_dtype_keyword_of_matmul_einsum_conv_linear():
                                     torch.from_numpy(bi).double())
   check(Tensor(xi).linear(Tensor(wi), Tensor(bi), dtype=D.float64), want, D.float64)
   check(Tensor(xi).linear(Tensor(wi), dtype="float16"), np.array([[2.25]], np.float16), D.float16)
+
+
+# ---- sort, topk
+SORT_FLOATS = np.array([3.0, np.nan, -0.0, 0.0, 1.0, np.inf, -np.inf, 1.0, np.nan, -2.5, 0.0, -0.0], np.float32)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_special_values_ties_and_signed_zeros_like_torch_stable(descending):
+  """NaN sorts above inf (first when descending); equal values, -0.0 and 0.0 included, keep their order."""
+  got_v, got_i = Tensor(SORT_FLOATS).sort(descending=descending)
+  want_v, want_i = torch.from_numpy(SORT_FLOATS).sort(descending=descending, stable=True)
+  check(got_v, want_v, D.float32)
+  check(got_i, want_i.int(), D.int32)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_along_each_dim_of_a_view(dim, descending):
+  a = np.round(sample((4, 5, 6), 21), 1)  # rounding makes ties
+  view = Tensor(a).permute(2, 0, 1)[::-1]
+  want_v, want_i = torch.from_numpy(a).permute(2, 0, 1).flip(0).sort(dim=dim, descending=descending, stable=True)
+  got_v, got_i = view.sort(dim, descending)
+  check(got_v, want_v, D.float32)
+  check(got_i, want_i.int(), D.int32)
+
+
+@pytest.mark.parametrize("dtype", [D.int8, D.uint8, D.int64, D.uint64, D.bool, D.float16], ids=lambda d: d.name)
+def test_sort_ints_bools_and_half_against_numpy_stable_argsort(dtype):
+  info = np.iinfo(NP_DTYPE[dtype]) if dtypes.is_int(dtype) else None
+  if info is not None:
+    a = np.array([info.max, info.min, 0, 1, info.max, info.min + 1, 0, info.max - 1], NP_DTYPE[dtype])
+  elif dtype == D.bool:
+    a = np.array([True, False, True, True, False])
+  else:
+    a = np.array([65504, -65504, 6e-8, -0.0, 0.0, 1, 1, np.inf, np.nan], np.float16)
+  order = np.argsort(a, kind="stable")
+  got_v, got_i = Tensor(a).sort()
+  check(got_v, a[order], dtype)
+  check(got_i, order.astype(np.int32), D.int32)
+
+
+def test_sort_0d_and_empty():
+  v, i = Tensor(-0.0).sort()
+  check(v, np.array(-0.0, np.float32), D.float32)
+  check(i, np.array(0, np.int32), D.int32)
+  for dim in (0, 1):
+    v, i = Tensor.ones(3, 0).sort(dim, descending=True)
+    assert v.shape == i.shape == (3, 0) and i.dtype == D.int32
+
+
+def test_sort_values_gradient_reaches_the_sorted_positions():
+  a = np.array([[2.0, -1.0, 2.0, 0.5], [0.0, 3.0, -3.0, 1.0]], np.float32)
+  w = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]], np.float32)
+  x, tx = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  (x.sort(1, descending=True)[0] * Tensor(w)).sum().backward()
+  (tx.sort(dim=1, descending=True, stable=True).values * torch.from_numpy(w)).sum().backward()
+  check(x.grad, tx.grad, D.float32)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_topk_like_torch_on_distinct_values(largest, dim):
+  a = sample((5, 7), 22)
+  for k in (0, 1, 3, a.shape[dim]):
+    got_v, got_i = Tensor(a).topk(k, dim, largest)
+    want_v, want_i = torch.from_numpy(a).topk(k, dim, largest)
+    check(got_v, want_v, D.float32)
+    check(got_i, want_i.int(), D.int32)
+
+
+def test_topk_ties_go_to_the_earlier_element_and_k_out_of_range_raises():
+  a = np.array([1, 1, 0, 1, 0, 1, 0, 0, 1, 0], np.int32)
+  got_v, got_i = Tensor(a).topk(3)
+  order = np.argsort(-a, kind="stable")[:3]
+  check(got_v, a[order], D.int32)
+  check(got_i, order.astype(np.int32), D.int32)
+  got_v, got_i = Tensor(a).topk(3, largest=False)
+  order = np.argsort(a, kind="stable")[:3]
+  check(got_i, order.astype(np.int32), D.int32)
+  for k in (11, -1):
+    with pytest.raises(RuntimeError, match=str(k)):
+      Tensor(a).topk(k)
+    with pytest.raises(RuntimeError):
+      torch.from_numpy(a).topk(k)

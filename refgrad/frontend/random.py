@@ -189,6 +189,23 @@ class RandomMixin(TensorBase):
     return _finish(cls, value.cast(dt), shape_, kwargs)
 
   @classmethod
+  def randperm(cls, n: int, *, device: str | None = None, dtype: Any = dtypes.int32, **kwargs: Any) -> Self:
+    """A random permutation of 0 .. n-1: the order that sorts n random 64-bit keys (a sort compares every pair, so n
+    is expected to be modest).
+
+    >>> Tensor.manual_seed(0); sorted(Tensor.randperm(5).tolist())
+    [0, 1, 2, 3, 4]
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+      raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
+    dt = to_dtype(dtype)
+    if not dtypes.is_int(dt):
+      raise TypeError(f"randperm: dtype must be an integer dtype, got {dt.name}")
+    x0, x1 = random_words(cls, n, Device.canonicalize(device))
+    keys = (x0.cast(dtypes.uint64) << 32) | x1.cast(dtypes.uint64)
+    return _finish(cls, keys.sort()[1].cast(dt), (n,), kwargs)
+
+  @classmethod
   def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Self:
     """Normal with the given mean and standard deviation.
 
