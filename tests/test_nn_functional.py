@@ -131,6 +131,39 @@ def test_max_pool2d(kw):
   check(Tensor(x).max_pool2d(**kw), F.max_pool2d(torch.from_numpy(x), **kw), D.float32)
 
 
+@pytest.mark.parametrize("kw", POOLS, ids=str)
+def test_max_pool2d_return_indices_and_max_unpool2d(kw):
+  """Indices as torch's (int32 here): the first of equal maxima, the last NaN, never padding; unpool puts back."""
+  x = np.round(sample((2, 3, 7, 8), 4), 0)  # rounding makes ties inside windows
+  x[0, 0, 0, 0] = x[0, 0, 1, 1] = np.nan
+  x[1, 2] = -np.inf  # a plane of -inf: padding (-inf too) must still lose
+  want_v, want_i = F.max_pool2d(torch.from_numpy(x), return_indices=True, **kw)
+  got_v, got_i = Tensor(x).max_pool2d(return_indices=True, **kw)
+  check(got_v, want_v, D.float32, signed_zeros=False)  # torch's max of -0.0 and 0.0 is the first; refgrad's +0.0
+  check(got_i, want_i.int(), D.int32)
+  unpool_kw = {k: v for k, v in kw.items() if k != "ceil_mode"}
+  # torch's max_unpool2d has no dilation: the same scatter written out
+  want = torch.zeros(2, 3, 7 * 8).scatter(-1, want_i.flatten(-2), want_v.flatten(-2)).reshape(x.shape)
+  check(Tensor.max_unpool2d(got_v, got_i, output_size=x.shape, **unpool_kw), want, D.float32, signed_zeros=False)
+
+
+def test_max_unpool2d_default_size_ints_and_gradient():
+  x = np.arange(2 * 5 * 6, dtype=np.int32).reshape(1, 2, 5, 6) % 7
+  v, i = Tensor(x).max_pool2d(2, return_indices=True)
+  tv, ti = F.max_pool2d(torch.from_numpy(x).double(), 2, return_indices=True)
+  check(i, ti.int(), D.int32)
+  check(v.max_unpool2d(i, 2), F.max_unpool2d(tv, ti, 2).numpy().astype(np.int32), D.int32)  # (4, 6): default size
+  a = sample((1, 1, 4, 4), 5)
+  xg, txg = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  v, i = xg.max_pool2d(2, return_indices=True)
+  tv, ti = F.max_pool2d(txg, 2, return_indices=True)
+  (v.max_unpool2d(i, 2) * Tensor(a)).sum().backward()
+  (F.max_unpool2d(tv, ti, 2) * torch.from_numpy(a)).sum().backward()
+  check(xg.grad, txg.grad, D.float32)
+  with pytest.raises(RuntimeError, match="indices"):
+    v.max_unpool2d(i.reshape(1, 1, 4), 2)
+
+
 @pytest.mark.parametrize("count_include_pad", [True, False])
 @pytest.mark.parametrize("kw", [k for k in POOLS if "dilation" not in k], ids=str)
 def test_avg_pool2d(kw, count_include_pad):

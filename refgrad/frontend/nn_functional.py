@@ -243,14 +243,43 @@ class NNFunctionalMixin(TensorBase):
 
   @graph_template
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: Any = None, dilation: Any = 1,
-                 padding: Any = 0, ceil_mode: bool = False) -> Self:
-    """Maximum over windows of the last len(kernel_size) dims (an int means 2 dims); padding never wins.
+                 padding: Any = 0, ceil_mode: bool = False, return_indices: bool = False) -> Self | tuple[Self, Self]:
+    """Maximum over windows of the last len(kernel_size) dims (an int means 2 dims); padding never wins. With
+    return_indices, also where each maximum is, as an int32 index into the pooled dims flattened (torch's choice:
+    the first of equal maxima, the last NaN).
 
     >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d().tolist()
     [[[[4.0]]]]
     """
     plan = PoolPlan.make(self, kernel_size, stride, dilation, padding, ceil_mode)
-    return plan.windows(self, dtypes.min(self.dtype)).max(plan.axes)
+    windows = plan.windows(self, dtypes.min(self.dtype))
+    best = windows.max(plan.axes)
+    return (best, _argmax_of_windows(self, plan, windows, best)) if return_indices else best
+
+  def max_unpool2d(self, indices: Any, kernel_size: int | Sequence[int] = (2, 2), stride: Any = None,
+                   dilation: Any = 1, padding: Any = 0, output_size: Sequence[int] | None = None) -> Self:
+    """The inverse of max_pool2d with return_indices: zeros of the pooled input's size, each value put back at its
+    index. The size is output_size's last dims, else (n - 1) * stride - 2 * padding + dilation * (k - 1) + 1.
+
+    >>> Tensor([[[[4.0]]]]).max_unpool2d(Tensor([[[[3]]]])).tolist()
+    [[[[0.0, 0.0], [0.0, 4.0]]]]
+    """
+    n = len(_tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size))
+    if output_size is None:
+      kernel = _tuple(kernel_size, n, "kernel_size")
+      stride_ = kernel if stride is None or stride == () else _tuple(stride, n, "stride")
+      dilation_ = _tuple(dilation, n, "dilation")
+      pads = _pad_pairs(padding, n)
+      sizes = tuple((m - 1) * s - b - a + d * (k - 1) + 1 for m, s, (b, a), d, k in
+                    zip(self.shape[-n:], stride_, pads, dilation_, kernel))
+    else:
+      sizes = tuple(output_size)[-n:]
+    if self.shape != indices.shape:
+      raise ShapeError(f"max_unpool2d: indices of shape {indices.shape} do not match the values' {self.shape}")
+    lead = self.shape[:-n]
+    flat = self.zeros(*lead, prod(sizes), dtype=self.dtype, device=self.device)
+    out = flat.scatter(-1, indices.reshape(*lead, -1), self.reshape(*lead, -1))
+    return out.reshape(*lead, *sizes)
 
   def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Self:
     """Resize the last len(size) dims: "linear" (n-linear), "nearest" or "nearest-exact", with torch's source
@@ -685,6 +714,23 @@ def _spread(x: Any, stride: tuple[int, ...]) -> Any:
       x = x.reshape(*x.shape[:axis], size * s, *x.shape[axis + 2:])
       x = x.shrink(tuple((0, size * s - s + 1) if i == axis else None for i in range(x.ndim)))
   return x
+
+
+def _argmax_of_windows(x: Any, plan: PoolPlan, windows: Any, best: Any) -> Any:
+  """Where each window's maximum is in x's pooled dims flattened: the first of equal maxima in the window's order,
+  which is the smallest position, or, where the maximum is NaN, the last NaN (torch's). Padding is never picked."""
+  spatial = x.shape[-plan.n:]
+  size = prod(spatial)
+  position = x.arange(size, dtype=dtypes.int32, device=x.device).reshape(spatial)
+  position = plan.windows(position, -1)  # padding: -1
+  real = position.ge(0)
+  expanded = tuple(1 for _ in plan.axes)
+  top = best.reshape(*best.shape, *expanded)
+  first = size - (real & windows.eq(top)).where(size - position, 0).max(plan.axes)
+  if not dtypes.is_float(x.dtype):
+    return first
+  last_nan = (real & windows.isnan()).where(position, -1).max(plan.axes)
+  return best.isnan().where(last_nan, first)
 
 
 class PoolPlan:
