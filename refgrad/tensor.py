@@ -601,9 +601,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     views.write(self, x.uop)
     return self
 
-  def replace(self, x: Tensor) -> Tensor:
-    """Make this tensor hold x's data (same shape; dtype and device may differ); returns self. Unlike assign, this
-    writes nothing through a view: a view that is replaced is a tensor of its own from then on.
+  def replace(self, x: Tensor, allow_shape_mismatch: bool = False) -> Tensor:
+    """Make this tensor hold x's data (same shape unless allow_shape_mismatch; dtype and device may differ); returns
+    self. Unlike assign, this writes nothing through a view: a view that is replaced is a tensor of its own from
+    then on.
 
     >>> t = Tensor([1, 2])
     >>> t.replace(Tensor([0.5, 1.5])).dtype
@@ -611,7 +612,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     """
     if not isinstance(x, Tensor):
       raise TypeError(f"replace: expected a Tensor, got {type(x).__name__}")
-    if x.shape != self.shape:
+    if x.shape != self.shape and not allow_shape_mismatch:
       raise ShapeError(f"replace: shape {x.shape} does not match the tensor's shape {self.shape}")
     return self._rebind(x.uop)
 

@@ -174,6 +174,11 @@ def test_shapes_like_and_kwargs():
   assert base.randn_like(dtype=D.float64).dtype == D.float64
   assert Tensor.rand(2, requires_grad=True).requires_grad is True
   assert Tensor.rand(2).device == Device.DEFAULT
+  Tensor.manual_seed(16)  # contiguous (tinygrad's scheduling hint) does not change the numbers
+  hinted = Tensor.rand(5, contiguous=False).numpy()
+  Tensor.manual_seed(16)
+  assert np.array_equal(hinted, Tensor.rand(5).numpy())
+  assert base.rand_like(contiguous=False).shape == (3, 4)
 
 
 def test_multinomial_with_replacement():

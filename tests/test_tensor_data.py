@@ -95,10 +95,32 @@ def test_replace_and_detach():
   t = Tensor([1, 2, 3])
   assert t.replace(Tensor([0.5, -0.0, 2.0])) is t and t.dtype == dtypes.float32
   check(t, np.array([0.5, -0.0, 2.0], np.float32), dtypes.float32)
+  with pytest.raises(RuntimeError, match=r"\(2,\)"):
+    t.replace(Tensor([1.0, 2.0]))
   g = Tensor([1.0, 2.0], requires_grad=True)
   d = g.detach()
   assert d is not g and d.requires_grad is None and d.grad is None
   check(d, np.array([1.0, 2.0], np.float32), dtypes.float32)
+
+
+def test_replace_with_another_shape_cuts_the_views_off():
+  """allow_shape_mismatch (tinygrad's): the tensor takes the new shape; its views cannot follow a base of another
+  shape, so they keep the value they had (a same-shape replace they follow)."""
+  t = Tensor([1.0, 2.0, 3.0, 4.0])
+  middle, whole = t[1:3], t.reshape(2, 2)
+  assert t.replace(Tensor([[5, 6, 7]]), allow_shape_mismatch=True) is t
+  check(t, np.array([[5, 6, 7]], np.int32), dtypes.int32)
+  check(middle, np.array([2.0, 3.0], np.float32), dtypes.float32)
+  check(whole, np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), dtypes.float32)
+  u = Tensor([1.0, 2.0, 3.0])
+  tail = u[1:]
+  u.replace(Tensor([-0.0, 8.0, 9.0]), allow_shape_mismatch=True)
+  check(tail, np.array([8.0, 9.0], np.float32), dtypes.float32)
+  empty = Tensor.ones(0, 2)
+  first = empty[:, 0]
+  empty.replace(Tensor(2.5), allow_shape_mismatch=True)
+  check(empty, np.array(2.5, np.float32), dtypes.float32)
+  assert first.numpy().shape == (0,)
 
 
 @pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))

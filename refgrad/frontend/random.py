@@ -146,8 +146,9 @@ class RandomMixin(TensorBase):
     STATE.seed, STATE.counter = seed & ((1 << 64) - 1), 0
 
   @classmethod
-  def rand(cls, *shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Self:
-    """Uniform in [0, 1).
+  def rand(cls, *shape: Any, device: str | None = None, dtype: Any = None, contiguous: bool = True,
+           **kwargs: Any) -> Self:
+    """Uniform in [0, 1). `contiguous` is tinygrad's scheduling hint; the numbers are the same either way.
 
     >>> Tensor.manual_seed(0); t = Tensor.rand(2, 3); t.shape, bool((t >= 0).all().item() and (t < 1).all().item())
     ((2, 3), True)

@@ -108,16 +108,17 @@ class ViewLink:
   """A view's base (held weakly, unless a step overlaps), the steps from it, the base's node the view's node was
   made from (weakly too: a realized view must not keep its base's old graph alive), and the clock count at which the
   two were last seen to agree."""
-  __slots__ = ("base", "steps", "made_from", "seen")
+  __slots__ = ("base", "steps", "made_from", "seen", "base_shape")
 
   def __init__(self, base: Any, steps: tuple[tuple, ...], made_from: weakref.ref, overlaps: bool):
     self.base = _Held(base) if overlaps else weakref.ref(base)
-    self.steps, self.made_from, self.seen = steps, made_from, CLOCK.ticks
+    self.steps, self.made_from, self.seen, self.base_shape = steps, made_from, CLOCK.ticks, base._uop.shape
 
   def sync(self, view: Any) -> UOp:
-    """The view's node, made again from its base's if that changed; a view whose base is gone becomes a base."""
+    """The view's node, made again from its base's if that changed; a view whose base is gone, or was given
+    another shape (`replace(x, allow_shape_mismatch=True)`), becomes a base holding its last value."""
     base = self.base()
-    if base is None:
+    if base is None or base._uop.shape != self.base_shape:
       view._view = None
     elif base._uop is not self.made_from():
       view._uop = self.values(base)[-1].uop
