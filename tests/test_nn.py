@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import check
 
 from refgrad import Tensor, dtypes, nn
 from refgrad.codegen.pipeline import _compile
@@ -269,6 +270,48 @@ def test_state_dict_round_trip_and_strict_errors(tmp_path):
   with pytest.raises(ValueError, match=mismatch):
     load_state_dict(other, {"weight": Tensor.zeros(3, 3), "bias": Tensor.zeros(2)})
   np.testing.assert_array_equal(other.weight.numpy(), before)  # a failed load changes nothing
+
+
+def test_load_state_dict_returns_the_loaded_tensors_and_consumes():
+  """tinygrad's arguments: the loaded tensors come back (in the model's order), consume empties what was loaded,
+  strict=False skips what the dict lacks; verbose and realize change nothing."""
+  model = nn.Linear(3, 2)
+  w, b = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5), Tensor([-0.0, np.inf])
+  state = {"weight": w, "bias": b}
+  loaded = load_state_dict(model, state, verbose=False, consume=True, realize=False)
+  assert loaded[0] is model.weight and loaded[1] is model.bias and len(loaded) == 2 and state == {}
+  check(model.weight, w.numpy(), dtypes.float32)
+  check(model.bias, np.array([-0.0, np.inf], np.float32), dtypes.float32)
+  partial = {"bias": Tensor([1.0, 2.0])}
+  assert load_state_dict(model, partial, strict=False) == [model.bias] and list(partial) == ["bias"]
+  check(model.weight, w.numpy(), dtypes.float32)
+
+
+def test_optimizer_group_steps_each_member_like_torch():
+  w0, v0 = RNG.standard_normal((4, 3)).astype(np.float32), RNG.standard_normal((3,)).astype(np.float32)
+  x = RNG.standard_normal((6, 4)).astype(np.float32)
+  w, v, tw, tv = Tensor(w0), Tensor(v0), torch.tensor(w0, requires_grad=True), torch.tensor(v0, requires_grad=True)
+  group = optim.OptimizerGroup(optim.SGD([w], lr=0.1, momentum=0.9), optim.Adam([v], lr=0.05))
+  theirs = [torch.optim.SGD([tw], lr=0.1, momentum=0.9), torch.optim.Adam([tv], lr=0.05)]
+  assert group[1].params == [v] and group.params == [w, v]
+  for _ in range(3):
+    group.zero_grad()
+    ((Tensor(x) @ w + v).tanh() ** 2).mean().backward()
+    with Tensor.train():
+      group.step()
+    for o in theirs:
+      o.zero_grad()
+    ((torch.tensor(x) @ tw + tv).tanh() ** 2).mean().backward()
+    for o in theirs:
+      o.step()
+  close(w, tw, rtol=1e-4)
+  close(v, tv, rtol=1e-4)
+  group.zero_grad()
+  (Tensor(x) @ w).sum().backward()  # v has no gradient: nothing may change, w included
+  before = w.numpy().copy()
+  with Tensor.train(), pytest.raises(RuntimeError, match="no gradient"):
+    group.step()
+  np.testing.assert_array_equal(w.numpy(), before)
 
 
 def test_safetensors_files_interoperate_with_the_safetensors_package(tmp_path):

@@ -56,14 +56,17 @@ class Optimizer:
     for p in self.params:
       p.grad = None
 
-  def step(self) -> None:
-    """Apply one update to every parameter; everything is realized together. Needs training mode."""
+  def _check_ready(self) -> None:
     if not Tensor.training:
       raise RuntimeError("Optimizer.step() needs training mode, but Tensor.training is False: "
                          "run the training step inside `with Tensor.train():`")
     for p in self.params:
       if p.grad is None:
         raise RuntimeError(f"a parameter of shape {p.shape} has no gradient: call backward() before step()")
+
+  def step(self) -> None:
+    """Apply one update to every parameter; everything is realized together. Needs training mode."""
+    self._check_ready()
     updates = self._updates()
     Tensor.realize(*updates)
     for p, new in zip(self.params, updates[:len(self.params)]):
@@ -73,6 +76,31 @@ class Optimizer:
     """New values: the parameters first (in their own dtype), then any state buffers (already replaced in place
     by subclasses)."""
     raise NotImplementedError
+
+
+class OptimizerGroup(Optimizer):
+  """Several optimizers used as one (tinygrad's): zero_grad and step run each in turn; `group[i]` is the i-th."""
+
+  def __init__(self, *optimizers: Optimizer):  # no Optimizer.__init__: the members own the parameters and rates
+    if not optimizers:
+      raise ValueError("OptimizerGroup needs at least one optimizer")
+    self.optimizers = optimizers
+    self.params = [p for o in optimizers for p in o.params]
+    self.buffers = [b for o in optimizers for b in o.buffers]
+
+  def __getitem__(self, i: int) -> Optimizer:
+    return self.optimizers[i]
+
+  def zero_grad(self) -> None:
+    for o in self.optimizers:
+      o.zero_grad()
+
+  def step(self) -> None:
+    """Every member's step, once all are checked: a missing gradient anywhere changes no parameter."""
+    for o in self.optimizers:
+      o._check_ready()
+    for o in self.optimizers:
+      o.step()
 
 
 class LARS(Optimizer):

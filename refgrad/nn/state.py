@@ -51,9 +51,12 @@ def get_parameters(obj: Any) -> list[Tensor]:
   return list(seen.values())
 
 
-def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True) -> None:
-  """Copy values into the model's tensors. Every key is checked before anything changes: a failure leaves the
-  model untouched. strict=True also requires the same set of keys."""
+def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
+                    consume: bool = False, realize: bool = True) -> list[Tensor]:
+  """Copy values into the model's tensors and return those tensors. Every key is checked before anything changes: a
+  failure leaves the model untouched. strict=True also requires the same set of keys; consume deletes the loaded
+  entries from state_dict (tinygrad's, to free memory early). verbose and realize are tinygrad's progress bar and
+  scheduling choice: refgrad prints nothing and always realizes the loaded values."""
   own = get_state_dict(model)
   missing = sorted(set(own) - set(state_dict))
   unexpected = sorted(set(state_dict) - set(own))
@@ -63,9 +66,14 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     if own[name].shape != state_dict[name].shape:
       raise ValueError(f"load_state_dict: Shape mismatch in layer `{name}`: Expected shape {own[name].shape}, but "
                        f"found {state_dict[name].shape} in state dict.")
-  for name in own.keys() & state_dict.keys():
-    value = state_dict[name].to(own[name].device).cast(own[name].dtype).contiguous().realize()
-    own[name].replace(value)
+  loaded = []
+  for name, target in own.items():
+    if name in state_dict:
+      target.replace(state_dict[name].to(target.device).cast(target.dtype).contiguous().realize())
+      if consume:
+        del state_dict[name]
+      loaded.append(target)
+  return loaded
 
 
 # The safetensors library's own limits: a header over 100 MB is refused before it is parsed, JSON nested 128
