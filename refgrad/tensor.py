@@ -415,6 +415,16 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
       var_vals.update(item.var_vals)
     return items, var_vals
 
+  def kernelize(self, *others: Tensor) -> Tensor:
+    """tinygrad 0.10.3's step that groups a graph into kernels without running them. refgrad groups kernels when a
+    tensor is realized, so this changes nothing; returns self.
+
+    >>> t = Tensor([1, 2]) + 1
+    >>> t.kernelize() is t, t.tolist()
+    (True, [2, 3])
+    """
+    return self
+
   def realize(self, *others: Tensor) -> Tensor:
     """Run the kernels that compute these tensors; each then holds a buffer. Returns self.
 
