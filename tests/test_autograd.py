@@ -164,3 +164,48 @@ def test_tensors_computed_from_ones_that_require_grad_get_their_gradient_too():
   column = Tensor([1.0, 2.0], requires_grad=True).reshape(2, 1)  # the leaf is dropped at once
   column.square().sum().backward()
   np.testing.assert_array_equal(column.grad.numpy(), [[2.0], [4.0]])
+
+
+def test_equal_constant_tensors_that_require_grad_are_distinct_leaves():
+  """Hash-consing makes equal graphs one node: two Tensor.ones(3) were one leaf, so each got the other's gradient
+  too (w*2 + x*3 gave both 5). A tensor that starts to want gradients now gets a buffer of its own; torch's
+  distinct leaves are the oracle. Values, signed zeros included, are unchanged."""
+  w, x = Tensor.ones(3, requires_grad=True), Tensor.ones(3, requires_grad=True)
+  tw, tx = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+  (w * 2 + x * 3 + w * Tensor.ones(3)).sum().backward()
+  (tw * 2 + tx * 3 + tw * torch.ones(3)).sum().backward()
+  np.testing.assert_array_equal(w.grad.numpy(), tw.grad.numpy())
+  np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+  a, b = Tensor(-0.0, requires_grad=True), Tensor(-0.0, requires_grad=True)
+  ta, tb = torch.tensor(-0.0, requires_grad=True), torch.tensor(-0.0, requires_grad=True)
+  assert np.signbit(a.numpy()) and np.signbit(Tensor.full((2,), -0.0, requires_grad=True).numpy()).all()
+  ga, gb = (a * b * b + 1).gradient(a, b)
+  tga, tgb = torch.autograd.grad(ta * tb * tb + 1, (ta, tb))
+  np.testing.assert_array_equal([ga.item(), gb.item()], [tga.item(), tgb.item()])
+  empty = Tensor.zeros(0, 2, requires_grad=True)
+  assert empty.sum().gradient(empty)[0].shape == (0, 2)
+  with pytest.raises(RuntimeError, match="not part of"):  # an equal tensor is another leaf
+    empty.sum().gradient(Tensor.zeros(0, 2, requires_grad=True))
+
+
+def test_equal_computed_leaf_and_layer_weights_get_their_own_gradients():
+  """x.exp() made twice is one node; the one set to require gradients is a leaf of its own (torch: a tensor computed
+  without gradients is a leaf). Two LayerNorms of one size start with equal weights: each gets its own gradient."""
+  from refgrad import nn
+  from refgrad.nn import optim
+  v = np.array([0.5, -1.0, 2.0], np.float32)
+  a = Tensor(v).exp()
+  a.requires_grad = True
+  (a * Tensor(v).exp()).sum().backward()
+  ta = torch.from_numpy(v).exp().requires_grad_()
+  (ta * torch.from_numpy(v).exp()).sum().backward()
+  np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-6)
+  x = RNG.standard_normal((4, 3)).astype(np.float32)
+  ours, theirs = [nn.LayerNorm(3), nn.LayerNorm(3)], [torch.nn.LayerNorm(3), torch.nn.LayerNorm(3)]
+  optim.SGD([p for n in ours for p in (n.weight, n.bias)], lr=0.1)  # makes them require gradients
+  xs, txs = Tensor(x), torch.from_numpy(x)
+  (ours[0](xs).sum() * 0 + (ours[1](xs) * xs).sum()).backward()
+  (theirs[0](txs).sum() * 0 + (theirs[1](txs) * txs).sum()).backward()
+  for n, tn in zip(ours, theirs):
+    np.testing.assert_allclose(n.weight.grad.numpy(), tn.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(n.bias.grad.numpy(), tn.bias.grad.numpy(), rtol=1e-5, atol=1e-6)

@@ -14,6 +14,7 @@ from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.shapes import ShapeError
 from refgrad.gradient import compute_gradients, reachable_without_detach
 from refgrad.schedule import computed_buffer, realized_buffer
+from refgrad.symbolic_shapes import is_symbolic_shape
 from refgrad.uop import Ops, UOp
 
 # tensors with requires_grad=True, so backward() can find the leaves of a graph
@@ -115,6 +116,8 @@ class AutogradMixin(TensorBase):
     if value and self.dtype.kind != "f":  # as torch: a gradient of an integer or bool tensor would be rounded away
       raise RuntimeError(f"only tensors of a floating point dtype can require gradients, got {self.dtype.name} "
                          f"(cast it first: t.float())")
+    if value and not self._requires_grad:
+      self._give_own_buffer()
     self._requires_grad = value
     if value:
       WANT_GRAD.add(self)
@@ -122,6 +125,21 @@ class AutogradMixin(TensorBase):
     else:
       WANT_GRAD.discard(self)
       GRAD_NODES.discard(self.uop)
+
+  def _give_own_buffer(self) -> None:
+    """A gradient is found by graph node, and equal graphs are one node (hash-consing): Tensor.ones(3) made twice,
+    two LayerNorms' weights, or x.exp() computed twice are each one node, so gradients meant for one would reach
+    the other too. A tensor starting to want gradients therefore gets a buffer of its own (its value computed into
+    it now), unless it holds one already or is computed from a tensor that wants gradients (it is an intermediate,
+    whose graph must stay). A view keeps following its base; a symbolic shape (perhaps unbound) stays lazy."""
+    node = self.uop
+    if self._view is not None or node.op is Ops.BUFFER or (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER):
+      return
+    if is_symbolic_shape(node.shape):
+      return
+    if self.requires_grad:  # computed from a tensor that wants gradients
+      return
+    self.uop = self.contiguous().realize().uop
 
   def requires_grad_(self, requires_grad: bool = True) -> Self:
     self.requires_grad = requires_grad
