@@ -6,6 +6,7 @@ import torch
 from helpers import NP_DTYPE, check, to_torch
 
 from refgrad import Tensor, dtypes
+from refgrad.frontend import sorting
 from refgrad.frontend.reduce import SCAN_BLOCK
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
@@ -264,6 +265,73 @@ def test_sort_values_gradient_reaches_the_sorted_positions():
   (x.sort(1, descending=True)[0] * Tensor(w)).sum().backward()
   (tx.sort(dim=1, descending=True, stable=True).values * torch.from_numpy(w)).sum().backward()
   check(x.grad, tx.grad, D.float32)
+
+
+@pytest.fixture
+def network(monkeypatch):
+  """Every sort that needs no gradient goes through the bitonic network, whatever its length."""
+  monkeypatch.setattr(sorting, "PAIRWISE_LIMIT", 0)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_network_sort_special_values_ties_and_padding_like_torch_stable(network, descending):
+  """12 values padded to 16: NaN above inf, -0.0 and 0.0 tied and kept in order, the padding never in the result;
+  rows of 1 to 9 (every padding amount of a 16-wide network) along dim 0 of a view."""
+  got_v, got_i = Tensor(SORT_FLOATS).sort(descending=descending)
+  want_v, want_i = torch.from_numpy(SORT_FLOATS).sort(descending=descending, stable=True)
+  check(got_v, want_v, D.float32)
+  check(got_i, want_i.int(), D.int32)
+  a = np.round(sample((9, 3), 23), 0)  # few distinct values: many ties
+  a[[1, 4], [0, 2]] = np.nan
+  for n in range(1, 10):
+    got_v, got_i = Tensor(a).T[:, :n].T.sort(0, descending)
+    want_v, want_i = torch.from_numpy(a[:n]).sort(dim=0, descending=descending, stable=True)
+    check(got_v, want_v, D.float32)
+    check(got_i, want_i.int(), D.int32)
+
+
+@pytest.mark.parametrize("dtype", [D.int8, D.uint64, D.bool, D.float16], ids=lambda d: d.name)
+def test_network_sort_ints_bools_and_half_against_numpy_stable_argsort(network, dtype):
+  info = np.iinfo(NP_DTYPE[dtype]) if dtypes.is_int(dtype) else None
+  if info is not None:
+    a = np.array([info.max, info.min, 0, 1, info.max, info.min + 1, 0, info.max - 1, 1], NP_DTYPE[dtype])
+  elif dtype == D.bool:
+    a = np.array([True, False, True, True, False])
+  else:
+    a = np.array([65504, -65504, 6e-8, -0.0, 0.0, 1, 1, np.inf, np.nan], np.float16)
+  for descending in (False, True):
+    if dtype == D.float16:  # NaN first when descending: torch's order
+      order = torch.from_numpy(a).sort(descending=descending, stable=True).indices.numpy()
+    else:  # ~ reverses the order of ints and bools without overflow
+      order = np.argsort(~a if descending else a, kind="stable")
+    got_v, got_i = Tensor(a).sort(descending=descending)
+    check(got_v, a[order], dtype)
+    check(got_i, order.astype(np.int32), D.int32)
+
+
+def test_network_sort_leaves_a_row_that_needs_a_gradient_to_the_pairwise_sort(network):
+  a = np.array([[2.0, -1.0, 2.0, 0.5, np.inf], [0.0, 3.0, -3.0, 1.0, -0.0]], np.float32)
+  w = np.array([[1.0, 2.0, 3.0, 4.0, 5.0], [5.0, 6.0, 7.0, 8.0, 9.0]], np.float32)
+  x, tx = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  (x.sort(1)[0] * Tensor(w)).sum().backward()
+  (tx.sort(dim=1, stable=True).values * torch.from_numpy(w)).sum().backward()
+  check(x.grad, tx.grad, D.float32)
+
+
+def test_argsort_like_torch_stable():
+  a = np.array([[1.0, np.nan, -0.0, 1.0, 0.0], [3.0, 3.0, -np.inf, 2.0, 3.0]], np.float32)
+  for dim, descending in ((1, False), (1, True), (0, True)):
+    want = torch.from_numpy(a).argsort(dim=dim, descending=descending, stable=True)
+    check(Tensor(a).argsort(dim, descending), want.int(), D.int32)
+
+
+def test_a_long_row_sorts_by_the_network_like_numpy():
+  """A row past the pairwise limit (3 x 15000: 6.75e8 pair comparisons), with many ties, stable as numpy's."""
+  a = np.random.default_rng(24).integers(-50, 50, (3, 15000)).astype(np.int32)
+  got_v, got_i = Tensor(a).sort()
+  order = np.argsort(a, axis=1, kind="stable")
+  check(got_i, order.astype(np.int32), D.int32)
+  check(got_v, np.take_along_axis(a, order, 1), D.int32)
 
 
 @pytest.mark.parametrize("largest", [True, False])
