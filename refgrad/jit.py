@@ -35,6 +35,7 @@ function again.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -52,7 +53,7 @@ from refgrad.multi import multi
 from refgrad.schedule import buffer_node, computed_buffer, forget_realized, realized_buffer, value_buffers
 from refgrad.symbolic_shapes import RECORDING, holds_size, max_shape, rebind, unbind_arg
 from refgrad.tensor import Tensor
-from refgrad.uop import Ops, UOp, evaluate, prod
+from refgrad.uop import GroupOp, Ops, UOp, evaluate, prod
 
 ReturnType = TypeVar("ReturnType")
 
@@ -165,6 +166,32 @@ class Holding:
 def live_tensors() -> list[Tensor]:
   """Every live tensor (made whole: a tensor is in tensor.LIVE once its fields are set)."""
   return [t for ref in list(tensor.LIVE) if (t := ref()) is not None]
+
+
+# ops that compute nothing: a graph of these only stands for constants or buffers where they are
+PASSIVE = GroupOp.Movement | {Ops.CONST, Ops.DEVICE, Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND, Ops.DETACH, Ops.MULTI}
+
+
+def realize_lazy_state(live: list[Tensor], skip: set[int]) -> None:
+  """Realize the live tensors (but those in `skip`, by id) whose values are still to be computed: an update the
+  function's last call left lazy (`w.assign(w * 0.5)` and no realize) or a lazy `w = Tensor.ones(3) * 2` it reads.
+  Their buffers are then state the replays read from the tensors as they are at each call; left lazy, the captured
+  kernels would compute their values of the capture's time again on every replay. Views and graphs that compute
+  nothing (a bare `Tensor.zeros`, a reshape of a buffer) are left as they are. A tensor whose realize fails is left
+  lazy: it raises when its owner reads it, not in this capture."""
+  lazy = [t for t in live if id(t) not in skip and t._view is None and computes(t.uop)]
+  try:
+    Tensor.realize(*lazy)
+  except Exception:  # one tensor's error is its owner's to see; the others are realized one by one
+    for t in lazy:
+      with contextlib.suppress(Exception):
+        t.realize()
+
+
+def computes(node: UOp) -> bool:
+  """Whether a tensor's node is lazy and its graph computes something (an ALU op, a reduce, a copy...)."""
+  return (any(whole_buffer(part) is None for part in parts_of(node)) and
+          any(u.op not in PASSIVE for u in node.toposort))
 
 
 def live_holdings(live: list[Tensor], skip: set[int]) -> dict[Buffer, list[Holding]]:
@@ -526,6 +553,7 @@ class TinyJit(Generic[ReturnType]):
                signature: tuple, values: dict[UOp, int]) -> ReturnType:
     arguments = [Holding(weakref.ref(t), part, node) for t in tensors for part, node in enumerate(parts_of(t.uop))]
     live = live_tensors()
+    realize_lazy_state(live, {id(t) for t in tensors})
     held = live_holdings(live, {id(t) for t in tensors})
     # a value recorded on a node no tensor holds would make the capture skip the kernels computing it, and replays
     # then read it as it was, even after the tensors it was computed from are assigned

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refgrad.jit
-from refgrad import Tensor, TinyJit, dtypes
+from refgrad import Tensor, TinyJit, Variable, dtypes
 from refgrad.jit import CapturedCall, JitError
 from refgrad.testing.oracle.jit_replay import ReplayMismatch, check_jit_replay
 
@@ -151,6 +151,45 @@ def test_a_replay_reads_the_state_of_a_tensor_made_any_way(refgrad_device, made)
     f(on(refgrad_device, [1.0, 1.0]))
   w.assign(Tensor([3.0, 4.0], device=refgrad_device) * 2)
   np.testing.assert_array_equal(f(on(refgrad_device, [1.0, 2.0])).numpy(), np.array([6.0, 16.0], np.float32))
+
+
+def test_state_the_function_leaves_lazy_is_read_as_each_call_left_it(refgrad_device):
+  """The function reads its weights, then updates them without a realize: the update of the first (plain) call was
+  still lazy when the capture began, and the replays read the weights as the capture found them, call after call."""
+  weights = on(refgrad_device, [1.0, -2.0, 0.5])
+
+  def step(x, decay):
+    loss = (weights * x).sum()
+    weights.assign(weights - decay * x * weights)
+    return loss
+  f = TinyJit(step)
+  want = np.array([1.0, -2.0, 0.5], np.float32)
+  for call in range(6):
+    x, decay = np.float32([1, 2, 3]) * (call - 2), np.float32([0.25, -0.0, 0.5, 0.25, 0.125, 1.0][call])
+    loss = f(on(refgrad_device, x), on(refgrad_device, [decay])).numpy()
+    np.testing.assert_allclose(loss, (want * x).sum(), rtol=1e-6)
+    want = want - decay * x * want
+  np.testing.assert_allclose(weights.numpy(), want, rtol=1e-6)
+
+
+def test_lazy_computed_state_assigned_between_calls_is_read_as_assigned(refgrad_device):
+  """A closed-over tensor still lazy at the capture (computed from constants, or from a buffer) is realized then, so
+  the replays read it as it is at each call; a lazy tensor that cannot be computed (an unbound Variable) is left to
+  raise when its owner reads it."""
+  unbound = Tensor.ones(3, Variable("n", 1, 5), device=refgrad_device) * 2
+  from_constants = Tensor.ones(3, device=refgrad_device) * 2
+  from_buffer = on(refgrad_device, [1.0, 2.0, 3.0]) * 3
+  f = TinyJit(lambda x: (from_constants * x + from_buffer).realize())
+  x = on(refgrad_device, [1.0, -0.0, 3.0])
+  for _ in range(3):
+    assert f(x).tolist() == [5.0, 6.0, 15.0]
+  from_constants.assign(on(refgrad_device, [5.0, 5.0, 5.0]))
+  from_buffer.assign(on(refgrad_device, [7.0, -0.0, 7.0]))
+  got = f(x).numpy()
+  np.testing.assert_array_equal(got, np.float32([12.0, 0.0, 22.0]))
+  assert np.signbit(got[1])  # 5 * -0.0 + -0.0
+  with pytest.raises(ValueError, match="Variable 'n' is not bound"):
+    unbound.realize()
 
 
 def test_tinygrads_read_assign_cache_reads_the_new_value():
