@@ -172,6 +172,68 @@ def test_state_the_function_leaves_lazy_is_read_as_each_call_left_it(refgrad_dev
   np.testing.assert_allclose(weights.numpy(), want, rtol=1e-6)
 
 
+class LazyCache:
+  """State made lazily inside the first call (a KV cache on first use), read and then updated without a realize."""
+
+  def __call__(self, x):
+    if not hasattr(self, "cache"):
+      self.cache = Tensor.zeros(4, device=x.device)
+    total = (self.cache * x).sum()
+    self.cache.assign(self.cache + x)
+    return total
+
+
+def read_then_update_through_a_view(state):
+  window = state[1:3]
+  return lambda x: ((window * x[:2]).sum(), window.assign(window + x[2:]))[0]
+
+
+def update_a_transpose_then_read_twice(state):
+  def step(x):
+    before = state.sum(0)
+    state.T.assign(state.T * 0.5 + x.reshape(2, 2))
+    return before, state.max()
+  return step
+
+
+def in_place_operators(state):
+  def step(x):
+    state.__imul__(-0.5)
+    state.__iadd__(x)
+    return state.min()
+  return step
+
+
+LAZY_UPDATES = {
+  "a view": read_then_update_through_a_view,
+  "a transpose": update_a_transpose_then_read_twice,
+  "in-place operators": in_place_operators,
+  "state made in the first call": lambda state: LazyCache(),
+}
+
+
+@pytest.mark.parametrize("pattern", list(LAZY_UPDATES))
+def test_state_updated_lazily_follows_the_plain_function(refgrad_device, pattern):
+  """Each call's results, and the state at the end (not read in between, which would realize it), as in the plain
+  function on its own copy of the state."""
+  runs = []
+  for jit in (False, True):
+    state = on(refgrad_device, [1.0, -2.0, 0.5, -0.0])
+    fn = LAZY_UPDATES[pattern](state.reshape(2, 2) if pattern == "a transpose" else state)
+    f = TinyJit(fn) if jit else fn
+    results = []
+    for call in range(5):
+      got = f(on(refgrad_device, np.float32([1, -2, 3, 0.5]) * (call - 1)))
+      results.append([t.numpy() for t in (got if isinstance(got, tuple) else (got,))])
+    runs.append((results, [state.numpy(), getattr(fn, "cache", state).numpy()]))
+  (plain, plain_state), (jitted, jitted_state) = runs
+  for call, (want, got) in enumerate(zip(plain, jitted)):
+    for w, g in zip(want, got, strict=True):
+      np.testing.assert_array_equal(g, w, err_msg=f"call {call}")
+  for w, g in zip(plain_state, jitted_state, strict=True):
+    np.testing.assert_array_equal(g, w)
+
+
 def test_lazy_computed_state_assigned_between_calls_is_read_as_assigned(refgrad_device):
   """A closed-over tensor still lazy at the capture (computed from constants, or from a buffer) is realized then, so
   the replays read it as it is at each call; a lazy tensor that cannot be computed (an unbound Variable) is left to
