@@ -182,17 +182,17 @@ def live_tensors() -> list[Tensor]:
   return [t for ref in list(tensor.LIVE) if (t := ref()) is not None]
 
 
-# ops that compute nothing: a graph of these only stands for constants or buffers where they are
-PASSIVE = GroupOp.Movement | {Ops.CONST, Ops.DEVICE, Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND, Ops.DETACH, Ops.MULTI}
+# ops that compute nothing: a graph of these only views buffers that tensors hold
+PASSIVE = GroupOp.Movement | {Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND, Ops.DETACH, Ops.MULTI}
 
 
 def realize_lazy_state(live: list[Tensor], skip: set[int]) -> None:
   """Realize the live tensors (but those in `skip`, by id) whose values are still to be computed: an update the
-  function's last call left lazy (`w.assign(w * 0.5)` and no realize) or a lazy `w = Tensor.ones(3) * 2` it reads.
-  Their buffers are then state the replays read from the tensors as they are at each call; left lazy, the captured
-  kernels would compute their values of the capture's time again on every replay. Views and graphs that compute
-  nothing (a bare `Tensor.zeros`, a reshape of a buffer) are left as they are. A tensor whose realize fails is left
-  lazy: it raises when its owner reads it, not in this capture."""
+  function's last call left lazy (`w.assign(w * 0.5)` and no realize), a lazy `w = Tensor.ones(3) * 2` or a
+  constant `Tensor.zeros(3)` it reads. Their buffers are then state the replays read from the tensors as they are
+  at each call; left lazy, the captured kernels would compute (or fold) their values of the capture's time again on
+  every replay, whatever was assigned to them since. Views, and reshapes of buffers other tensors hold, are left as
+  they are. A tensor whose realize fails is left lazy: it raises when its owner reads it, not in this capture."""
   lazy = [t for t in live if id(t) not in skip and t._view is None and computes(t.uop)]
   try:
     Tensor.realize(*lazy)
@@ -203,7 +203,7 @@ def realize_lazy_state(live: list[Tensor], skip: set[int]) -> None:
 
 
 def computes(node: UOp) -> bool:
-  """Whether a tensor's node is lazy and its graph computes something (an ALU op, a reduce, a copy...)."""
+  """Whether a tensor's node is lazy and its graph computes something (an ALU op, a reduce, a copy, a constant)."""
   return (any(whole_buffer(part) is None for part in parts_of(node)) and
           any(u.op not in PASSIVE for u in node.toposort))
 

@@ -235,21 +235,23 @@ def test_state_updated_lazily_follows_the_plain_function(refgrad_device, pattern
 
 
 def test_lazy_computed_state_assigned_between_calls_is_read_as_assigned(refgrad_device):
-  """A closed-over tensor still lazy at the capture (computed from constants, or from a buffer) is realized then, so
-  the replays read it as it is at each call; a lazy tensor that cannot be computed (an unbound Variable) is left to
-  raise when its owner reads it."""
+  """A closed-over tensor still lazy at the capture (computed from constants or from a buffer, or a bare constant)
+  is realized then, so the replays read it as it is at each call; a lazy tensor that cannot be computed (an unbound
+  Variable) is left to raise when its owner reads it."""
   unbound = Tensor.ones(3, Variable("n", 1, 5), device=refgrad_device) * 2
   from_constants = Tensor.ones(3, device=refgrad_device) * 2
   from_buffer = on(refgrad_device, [1.0, 2.0, 3.0]) * 3
-  f = TinyJit(lambda x: (from_constants * x + from_buffer).realize())
+  constant = Tensor.full((), 0.5, device=refgrad_device)
+  f = TinyJit(lambda x: (from_constants * x + from_buffer - constant).realize())
   x = on(refgrad_device, [1.0, -0.0, 3.0])
   for _ in range(3):
-    assert f(x).tolist() == [5.0, 6.0, 15.0]
+    assert f(x).tolist() == [4.5, 5.5, 14.5]
   from_constants.assign(on(refgrad_device, [5.0, 5.0, 5.0]))
   from_buffer.assign(on(refgrad_device, [7.0, -0.0, 7.0]))
+  constant[...] = 0.0  # a setitem: realized, not through the jit
   got = f(x).numpy()
   np.testing.assert_array_equal(got, np.float32([12.0, 0.0, 22.0]))
-  assert np.signbit(got[1])  # 5 * -0.0 + -0.0
+  assert np.signbit(got[1])  # 5 * -0.0 + -0.0 - 0.0
   with pytest.raises(ValueError, match="Variable 'n' is not bound"):
     unbound.realize()
 
