@@ -8,7 +8,8 @@ stands for decides which buffer a replay uses in its place:
 - an **argument's** buffer: the buffer of the tensor passed in that place on this call (arguments are matched by
   parameter name, so keyword order does not matter);
 - a buffer **another live tensor** held when the capture began (weights, an optimizer's state, a learning rate): what
-  that tensor holds now, so state carries from call to call and a value assigned between calls is read;
+  that tensor holds now, so state carries from call to call and a value assigned between calls is read (a live
+  tensor still lazy then, a constant or an update the last call left unrealized, is realized first, to be such state);
 - the buffer a captured kernel wrote into a tensor that existed before the call (an argument updated in place,
   `x += 1` or `t[0:1] = a`; a parameter an optimizer replaced): a new buffer each replay, which the tensor of this
   call is then pointed at; earlier values stay with whoever holds them;
