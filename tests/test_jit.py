@@ -1,7 +1,8 @@
 """Capture and replay (refgrad/jit.py): replays give the function's own results on new inputs, on every device,
 without scheduling or compiling; a jitted training step follows the plain one's loss curve bit for bit; calls a
-capture cannot replay are refused with the reason; the oracle (testing/jit_check.py) catches a replay that reads a
-stale input."""
+capture cannot replay are refused with the reason; a captured jit pickles without its function; the oracle
+(testing/jit_check.py) catches a replay that reads a stale input."""
+import pickle
 import sys
 from pathlib import Path
 
@@ -204,7 +205,6 @@ def test_a_pickled_jit_replays_without_its_function_from_the_state_it_was_pickle
   """As in tinygrad, a captured jit pickles with its launches and buffers, not its function (a local one here): the
   unpickled jit updates its own copy of the weights step after step (checked against numpy), while the original's
   weights stay where they were; an argument it updates in place is updated, keywords in any order."""
-  import pickle
   weights = Tensor([1.0, -2.0, 0.5], device=refgrad_device).contiguous().realize()
 
   def step(x, scale):
@@ -239,5 +239,5 @@ def add_one(t):
 
 
 def test_a_jit_pickled_before_its_capture_keeps_its_function():
-  unpickled = __import__("pickle").loads(__import__("pickle").dumps(TinyJit(add_one, prune=True)))
+  unpickled = pickle.loads(pickle.dumps(TinyJit(add_one, prune=True)))
   assert unpickled.prune and [unpickled(Tensor([float(i)])).item() for i in range(4)] == [1.0, 2.0, 3.0, 4.0]

@@ -1,5 +1,7 @@
 """Creation and data: linspace, the *_like constructors with dtype and device, from_blob, clone, to, to_, assign,
-replace, detach and the properties, checked against torch."""
+replace, detach, the properties and pickling, checked against torch and numpy."""
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -120,7 +122,6 @@ def test_properties(dtype):
 def test_pickle_keeps_every_bit_shape_dtype_and_device(dtype):
   """Edge values (-0.0, NaN, subnormals, extremes) come back bit for bit, also as a 0-d tensor, an empty one and a
   lazy view of a realized tensor; requires_grad is kept."""
-  import pickle
   values = edge_values(dtype)
   t = Tensor(values)
   for made, want in ((t, values), (t[1:].flip(0), values[1:][::-1]), (Tensor(values[:1]).reshape(()), values[0]),
