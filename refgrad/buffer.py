@@ -50,6 +50,12 @@ class Buffer:
       Device[self.device].allocator.copyout(memoryview(out.view(np.uint8)), self.handle)
     return out
 
+  def __reduce__(self) -> tuple:
+    """Pickled with its contents (none if it was never allocated) and, on PYTHON, its undefined lanes: a pickled
+    TinyJit carries the buffers its launches use."""
+    data = None if self._handle is None else self.numpy().tobytes()
+    return _restore_buffer, (self.device, self.size, self.dtype, data, self.undefined)
+
   def __del__(self):
     if self._handle is not None:
       try:
@@ -59,3 +65,10 @@ class Buffer:
 
   def __repr__(self) -> str:
     return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
+
+
+def _restore_buffer(device: str, size: int, dtype: DType, data: bytes | None, undefined: np.ndarray | None) -> Buffer:
+  buf = Buffer(device, size, dtype)
+  if data is not None:
+    buf.copyin(np.frombuffer(data, dtype=dtype.np)).keep_undefined(undefined)
+  return buf

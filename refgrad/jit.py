@@ -8,7 +8,8 @@ stands for decides which buffer a replay uses in its place:
 - an **argument's** buffer: the buffer of the tensor passed in that place on this call (arguments are matched by
   parameter name, so keyword order does not matter);
 - a buffer **another live tensor** held when the capture began (weights, an optimizer's state, a learning rate): what
-  that tensor holds now, so state carries from call to call and a value assigned between calls is read;
+  that tensor holds now, so state carries from call to call and a value assigned between calls is read (a live
+  tensor still lazy then, a constant or an update the last call left unrealized, is realized first, to be such state);
 - the buffer a captured kernel wrote into a tensor that existed before the call (an argument updated in place,
   `x += 1` or `t[0:1] = a`; a parameter an optimizer replaced): a new buffer each replay, which the tensor of this
   call is then pointed at; earlier values stay with whoever holds them;
@@ -25,6 +26,10 @@ Values the function reads from Python (a `Tensor(numpy_array)` made inside it, a
 non-tensor argument) are those of the captured call. The tensors a replay returns are the captured call's: a later
 replay writes them again, as in tinygrad (`.clone()` or `.numpy()` keeps a result).
 
+A captured jit pickles without its function, as tinygrad's does: with its launches (loaded again when unpickled),
+its buffers' contents (the state as it is when pickled) and its results; the unpickled jit replays on its own copy
+of the state.
+
 Threads (docs/architecture.md says what is not covered): each jitted function has a lock, held through a call, so
 calls from several threads take turns and state such as weights moves one call at a time; calls before the capture
 also hold CAPTURE_LOCK, so one capture runs at a time in the process. Each thread's launches and draws go to its own
@@ -35,6 +40,7 @@ function again.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -46,13 +52,15 @@ from typing import Any, Generic, TypeVar
 
 from refgrad import execute, tensor
 from refgrad.buffer import Buffer
+from refgrad.codegen.pipeline import compile_ast
 from refgrad.device import write_variables
 from refgrad.frontend import random as rng_state
 from refgrad.multi import multi
+from refgrad.registry import Device
 from refgrad.schedule import buffer_node, computed_buffer, forget_realized, realized_buffer, value_buffers
 from refgrad.symbolic_shapes import RECORDING, holds_size, max_shape, rebind, unbind_arg
 from refgrad.tensor import Tensor
-from refgrad.uop import Ops, UOp, evaluate, prod
+from refgrad.uop import GroupOp, Ops, UOp, evaluate, prod
 
 ReturnType = TypeVar("ReturnType")
 
@@ -154,17 +162,51 @@ def point(t: Tensor, part: int, buf: Buffer, shape: tuple | None = None) -> None
   t.uop = multi(parts, *t.uop.arg)
 
 
+def gone() -> None:
+  """What a pickled jit holds in place of a weak reference to a tensor: the tensors do not travel with the jit."""
+  return None
+
+
 @dataclass(eq=False)  # compared by identity: a field holds a weakref to a Tensor, whose == is elementwise
 class Holding:
   """A tensor's part and the node (a whole buffer) it had when a capture began."""
-  tensor: weakref.ref
+  tensor: weakref.ref | Callable[[], None]
   part: int
   node: UOp
+
+  def __getstate__(self) -> dict:
+    return {**self.__dict__, "tensor": gone}
 
 
 def live_tensors() -> list[Tensor]:
   """Every live tensor (made whole: a tensor is in tensor.LIVE once its fields are set)."""
   return [t for ref in list(tensor.LIVE) if (t := ref()) is not None]
+
+
+# ops that compute nothing: a graph of these only views buffers that tensors hold
+PASSIVE = GroupOp.Movement | {Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND, Ops.DETACH, Ops.MULTI}
+
+
+def realize_lazy_state(live: list[Tensor], skip: set[int]) -> None:
+  """Realize the live tensors (but those in `skip`, by id) whose values are still to be computed: an update the
+  function's last call left lazy (`w.assign(w * 0.5)` and no realize), a lazy `w = Tensor.ones(3) * 2` or a
+  constant `Tensor.zeros(3)` it reads. Their buffers are then state the replays read from the tensors as they are
+  at each call; left lazy, the captured kernels would compute (or fold) their values of the capture's time again on
+  every replay, whatever was assigned to them since. Views, and reshapes of buffers other tensors hold, are left as
+  they are. A tensor whose realize fails is left lazy: it raises when its owner reads it, not in this capture."""
+  lazy = [t for t in live if id(t) not in skip and t._view is None and computes(t.uop)]
+  try:
+    Tensor.realize(*lazy)
+  except Exception:  # one tensor's error is its owner's to see; the others are realized one by one
+    for t in lazy:
+      with contextlib.suppress(Exception):
+        t.realize()
+
+
+def computes(node: UOp) -> bool:
+  """Whether a tensor's node is lazy and its graph computes something (an ALU op, a reduce, a copy, a constant)."""
+  return (any(whole_buffer(part) is None for part in parts_of(node)) and
+          any(u.op not in PASSIVE for u in node.toposort))
 
 
 def live_holdings(live: list[Tensor], skip: set[int]) -> dict[Buffer, list[Holding]]:
@@ -200,6 +242,18 @@ class Launch:
   def prg(self) -> Callable[..., None] | None:
     return self.runner
 
+  def __getstate__(self) -> dict:
+    """Pickled without its runner (a loaded program): unpickling loads the kernel again."""
+    return {**self.__dict__, "runner": self.runner is not None}
+
+  def __setstate__(self, state: dict) -> None:
+    self.__dict__.update(state)
+    if self.runner:
+      device = Device[self.buffers[0].device]
+      self.runner = device.get_runner(compile_ast(self.ast, device.caps, None))
+    else:
+      self.runner = None
+
   @property
   def bufs(self) -> tuple[Buffer, ...]:
     return self.buffers
@@ -232,17 +286,24 @@ class Read:
 class Write:
   """A tensor that existed before the call and holds a new buffer after it: an argument (its position among the
   call's tensors) or another live tensor, and then the Read of what it held, if the kernels read that."""
-  target: int | weakref.ref
+  target: int | weakref.ref | Callable[[], None]
   part: int
   buffer: Buffer  # what it held after the capture
   read: tuple[Read, Holding] | None = None
 
-  def land(self, t: Tensor, buf: Buffer) -> None:
-    """Point the tensor at what this replay wrote; the next replay reads it (told directly: no need to look)."""
-    point(t, self.part, buf)
+  def __getstate__(self) -> dict:
+    return {**self.__dict__, "target": self.target if isinstance(self.target, int) else gone}
+
+  def land(self, t: Tensor | None, buf: Buffer) -> None:
+    """Point the tensor at what this replay wrote; the next replay reads it (told directly: no need to look). With
+    the tensor gone (or not pickled with the jit) the next replay still reads it: the state carries on."""
+    if t is not None:
+      point(t, self.part, buf)
     if self.read is not None:
       read, holding = self.read
-      read.current, holding.node = buf, parts_of(t.uop)[self.part]
+      read.current = buf
+      if t is not None:
+        holding.node = parts_of(t.uop)[self.part]
 
 
 @dataclass
@@ -306,6 +367,25 @@ class CapturedCall:
     self.local = threading.local()
     self.local.own = ThreadResults()  # the capturing thread: the captured tensors and buffers
 
+  def __getstate__(self) -> dict:
+    """Pickled with its buffers' contents as they are now (the state its replays read: weights as the last replay
+    left them) and its results, without the tensors that held the state (they do not travel with the jit); a
+    result that is an argument is kept as a tensor, since ids do not survive pickling."""
+    for read in self.reads:  # the state as its tensors hold it now: they do not travel with the jit
+      read.refresh()
+    by_id = {id(t): t for t in tensors_in(self.result)}
+    state = {k: v for k, v in self.__dict__.items() if k != "local"}
+    state["returned_arguments"] = [(by_id[i], position) for i, position in self.returned_arguments]
+    return state
+
+  def __setstate__(self, state: dict) -> None:
+    self.__dict__.update(state)
+    self.returned_arguments = [(id(t), position) for t, position in self.returned_arguments]
+    for t, part, buf in self.results:  # unpickled as values: made to read the buffers the replays write
+      point(t, part, buf)
+    self.local = threading.local()
+    self.local.own = ThreadResults()  # the unpickling thread has the pickled result tensors
+
   def thread_results(self) -> ThreadResults:
     """This thread's result tensors and buffers, made on its first replay."""
     own = getattr(self.local, "own", None)
@@ -342,8 +422,7 @@ class CapturedCall:
         launch.runner(*(b.handle for b in buffers))
     for write in self.writes:
       t = tensors[write.target] if isinstance(write.target, int) else write.target()
-      if t is not None:
-        write.land(t, mapping.get(write.buffer, write.buffer))
+      write.land(t, mapping.get(write.buffer, write.buffer))
     self.replays += 1
     return self._result(tensors, mapping, values, own)
 
@@ -478,6 +557,16 @@ class TinyJit(Generic[ReturnType]):
     self.lock = threading.RLock()  # held through a call: calls from several threads take turns
     functools.update_wrapper(self, fn)
 
+  def __reduce__(self) -> tuple:
+    """A captured jit is pickled with its captured call but not its function, as tinygrad does (a local function
+    pickles too): the unpickled jit replays for arguments like the captured ones, with the state (weights, say) as
+    it was when pickled, carried on by its own replays; after reset() it cannot capture again. Before its capture,
+    the function is pickled (by name)."""
+    if self.captured is None:
+      return TinyJit, (self.fn, self.prune)
+    name = getattr(self, "__name__", "the jitted function")  # a partial has no name to copy
+    return _unpickled_jit, (self.captured, picklable_parameters(self.parameters), self.prune, name)
+
   def reset(self) -> None:
     with self.lock:
       self.calls, self.captured = 0, None
@@ -526,6 +615,7 @@ class TinyJit(Generic[ReturnType]):
                signature: tuple, values: dict[UOp, int]) -> ReturnType:
     arguments = [Holding(weakref.ref(t), part, node) for t in tensors for part, node in enumerate(parts_of(t.uop))]
     live = live_tensors()
+    realize_lazy_state(live, {id(t) for t in tensors})
     held = live_holdings(live, {id(t) for t in tensors})
     # a value recorded on a node no tensor holds would make the capture skip the kernels computing it, and replays
     # then read it as it was, even after the tensors it was computed from are assigned
@@ -559,6 +649,27 @@ class TinyJit(Generic[ReturnType]):
     self.captured = CapturedCall(launches, inputs, signature, reads, writes, draws, result, tensors,
                                  SizeChecks.of(conditions, values))
     return result
+
+
+def _unpickled_jit(captured: CapturedCall, parameters: inspect.Signature | None, prune: bool,
+                   name: str) -> TinyJit:
+  def no_function(*args: Any, **kwargs: Any) -> None:
+    raise JitError(f"TinyJit: {name} was unpickled with its captured kernels only: after reset() there is no "
+                   f"function to capture again")
+  no_function.__name__ = no_function.__qualname__ = name
+  jit = TinyJit(no_function, prune)
+  jit.parameters, jit.captured = parameters, captured
+  return jit
+
+
+def picklable_parameters(parameters: inspect.Signature | None) -> inspect.Signature | None:
+  """The parameters without their defaults' values and annotations, which need not pickle: only the names, kinds and
+  whether each has a default matter to in_parameter_order."""
+  if parameters is None:
+    return None
+  empty = inspect.Parameter.empty
+  return parameters.replace(parameters=[p.replace(default=empty if p.default is empty else None, annotation=empty)
+                                        for p in parameters.parameters.values()], return_annotation=empty)
 
 
 def tensor_nodes(tensors: list[Tensor]) -> set[UOp]:

@@ -458,7 +458,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
   def __reduce__(self) -> tuple:
     """Pickled as its values (realized), shape, dtype, device and requires_grad; a symbolic shape keeps its bound
     Variables. The gradient and the graph are not kept."""
-    return _unpickle, (self.numpy(), self.shape, self.dtype, self.device, self.requires_grad)
+    return _unpickle, (self.numpy().tobytes(), self.shape, self.dtype, self.device, self.requires_grad)
 
   def numpy(self) -> np.ndarray:
     """The values as a numpy array (realizes).
@@ -654,8 +654,8 @@ def _node_of(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> U
   return buffer_node(Buffer(device, array.size, from_numpy(array.dtype)).copyin(array), array.shape)
 
 
-def _unpickle(values: np.ndarray, shape: tuple, dtype: DType, device: Any, requires_grad: bool | None) -> Tensor:
-  t = Tensor(values, device=device, dtype=dtype)
+def _unpickle(values: bytes, shape: tuple, dtype: DType, device: Any, requires_grad: bool | None) -> Tensor:
+  t = Tensor(np.frombuffer(values, dtype=dtype.np), device=device, dtype=dtype)
   t = t.reshape(shape) if t.shape != shape else t
   t.requires_grad = requires_grad
   return t

@@ -1,7 +1,8 @@
 """Capture and replay (refgrad/jit.py): replays give the function's own results on new inputs, on every device,
 without scheduling or compiling; a jitted training step follows the plain one's loss curve bit for bit; calls a
-capture cannot replay are refused with the reason; the oracle (testing/jit_check.py) catches a replay that reads a
-stale input."""
+capture cannot replay are refused with the reason; a captured jit pickles without its function; the oracle
+(testing/jit_check.py) catches a replay that reads a stale input."""
+import pickle
 import sys
 from pathlib import Path
 
@@ -198,3 +199,45 @@ def test_refgrad_check_replays_its_programs_and_catches_a_stale_replay(refgrad_d
   broken = run_conformance(refgrad_device, only="jit replay")
   assert broken.results and all(r.status == FAIL and "replayed by the jit" in r.detail
                                 for r in broken.results)
+
+
+def test_a_pickled_jit_replays_without_its_function_from_the_state_it_was_pickled_with(refgrad_device):
+  """As in tinygrad, a captured jit pickles with its launches and buffers, not its function (a local one here): the
+  unpickled jit updates its own copy of the weights step after step (checked against numpy), while the original's
+  weights stay where they were; an argument it updates in place is updated, keywords in any order."""
+  weights = Tensor([1.0, -2.0, 0.5], device=refgrad_device).contiguous().realize()
+
+  def step(x, scale):
+    loss = (weights * x).sum()
+    weights.assign(weights - scale * x * weights)
+    scale += 1
+    return loss
+
+  jitted = TinyJit(step)
+  rng = np.random.default_rng(3)
+  want = np.array([1.0, -2.0, 0.5], np.float32)
+  for _ in range(3):
+    x, scale = rng.standard_normal(3).astype(np.float32), np.float32(0.25)
+    jitted(Tensor(x, device=refgrad_device), Tensor([scale], device=refgrad_device)).numpy()
+    want -= scale * x * want
+  unpickled = pickle.loads(pickle.dumps(jitted))
+  kept = want.copy()
+  for i in range(3):
+    x, scale = rng.standard_normal(3).astype(np.float32), Tensor([[-0.0, 0.5, -0.5][i]], device=refgrad_device)
+    loss = unpickled(scale=scale, x=Tensor(x, device=refgrad_device))
+    np.testing.assert_allclose(loss.item(), (want * x).sum(), rtol=1e-6)
+    assert scale.tolist() == [[1.0, 1.5, 0.5][i]]
+    want -= np.float32([-0.0, 0.5, -0.5][i]) * x * want
+  np.testing.assert_array_equal(weights.numpy(), kept)
+  unpickled.reset()
+  with pytest.raises(JitError, match="step was unpickled with its captured kernels only"):
+    unpickled(Tensor(x, device=refgrad_device), Tensor([1.0], device=refgrad_device))
+
+
+def add_one(t):
+  return t + 1
+
+
+def test_a_jit_pickled_before_its_capture_keeps_its_function():
+  unpickled = pickle.loads(pickle.dumps(TinyJit(add_one, prune=True)))
+  assert unpickled.prune and [unpickled(Tensor([float(i)])).item() for i in range(4)] == [1.0, 2.0, 3.0, 4.0]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refgrad.jit
-from refgrad import Tensor, TinyJit, dtypes
+from refgrad import Tensor, TinyJit, Variable, dtypes
 from refgrad.jit import CapturedCall, JitError
 from refgrad.testing.oracle.jit_replay import ReplayMismatch, check_jit_replay
 
@@ -151,6 +151,109 @@ def test_a_replay_reads_the_state_of_a_tensor_made_any_way(refgrad_device, made)
     f(on(refgrad_device, [1.0, 1.0]))
   w.assign(Tensor([3.0, 4.0], device=refgrad_device) * 2)
   np.testing.assert_array_equal(f(on(refgrad_device, [1.0, 2.0])).numpy(), np.array([6.0, 16.0], np.float32))
+
+
+def test_state_the_function_leaves_lazy_is_read_as_each_call_left_it(refgrad_device):
+  """The function reads its weights, then updates them without a realize: the update of the first (plain) call was
+  still lazy when the capture began, and the replays read the weights as the capture found them, call after call."""
+  weights = on(refgrad_device, [1.0, -2.0, 0.5])
+
+  def step(x, decay):
+    loss = (weights * x).sum()
+    weights.assign(weights - decay * x * weights)
+    return loss
+  f = TinyJit(step)
+  want = np.array([1.0, -2.0, 0.5], np.float32)
+  for call in range(6):
+    x, decay = np.float32([1, 2, 3]) * (call - 2), np.float32([0.25, -0.0, 0.5, 0.25, 0.125, 1.0][call])
+    loss = f(on(refgrad_device, x), on(refgrad_device, [decay])).numpy()
+    np.testing.assert_allclose(loss, (want * x).sum(), rtol=1e-6)
+    want = want - decay * x * want
+  np.testing.assert_allclose(weights.numpy(), want, rtol=1e-6)
+
+
+class LazyCache:
+  """State made lazily inside the first call (a KV cache on first use), read and then updated without a realize."""
+
+  def __call__(self, x):
+    if not hasattr(self, "cache"):
+      self.cache = Tensor.zeros(4, device=x.device)
+    total = (self.cache * x).sum()
+    self.cache.assign(self.cache + x)
+    return total
+
+
+def read_then_update_through_a_view(state):
+  window = state[1:3]
+  return lambda x: ((window * x[:2]).sum(), window.assign(window + x[2:]))[0]
+
+
+def update_a_transpose_then_read_twice(state):
+  def step(x):
+    before = state.sum(0)
+    state.T.assign(state.T * 0.5 + x.reshape(2, 2))
+    return before, state.max()
+  return step
+
+
+def in_place_operators(state):
+  def step(x):
+    state.__imul__(-0.5)
+    state.__iadd__(x)
+    return state.min()
+  return step
+
+
+LAZY_UPDATES = {
+  "a view": read_then_update_through_a_view,
+  "a transpose": update_a_transpose_then_read_twice,
+  "in-place operators": in_place_operators,
+  "state made in the first call": lambda state: LazyCache(),
+}
+
+
+@pytest.mark.parametrize("pattern", list(LAZY_UPDATES))
+def test_state_updated_lazily_follows_the_plain_function(refgrad_device, pattern):
+  """Each call's results, and the state at the end (not read in between, which would realize it), as in the plain
+  function on its own copy of the state."""
+  runs = []
+  for jit in (False, True):
+    state = on(refgrad_device, [1.0, -2.0, 0.5, -0.0])
+    fn = LAZY_UPDATES[pattern](state.reshape(2, 2) if pattern == "a transpose" else state)
+    f = TinyJit(fn) if jit else fn
+    results = []
+    for call in range(5):
+      got = f(on(refgrad_device, np.float32([1, -2, 3, 0.5]) * (call - 1)))
+      results.append([t.numpy() for t in (got if isinstance(got, tuple) else (got,))])
+    runs.append((results, [state.numpy(), getattr(fn, "cache", state).numpy()]))
+  (plain, plain_state), (jitted, jitted_state) = runs
+  for call, (want, got) in enumerate(zip(plain, jitted)):
+    for w, g in zip(want, got, strict=True):
+      np.testing.assert_array_equal(g, w, err_msg=f"call {call}")
+  for w, g in zip(plain_state, jitted_state, strict=True):
+    np.testing.assert_array_equal(g, w)
+
+
+def test_lazy_computed_state_assigned_between_calls_is_read_as_assigned(refgrad_device):
+  """A closed-over tensor still lazy at the capture (computed from constants or from a buffer, or a bare constant)
+  is realized then, so the replays read it as it is at each call; a lazy tensor that cannot be computed (an unbound
+  Variable) is left to raise when its owner reads it."""
+  unbound = Tensor.ones(3, Variable("n", 1, 5), device=refgrad_device) * 2
+  from_constants = Tensor.ones(3, device=refgrad_device) * 2
+  from_buffer = on(refgrad_device, [1.0, 2.0, 3.0]) * 3
+  constant = Tensor.full((), 0.5, device=refgrad_device)
+  f = TinyJit(lambda x: (from_constants * x + from_buffer - constant).realize())
+  x = on(refgrad_device, [1.0, -0.0, 3.0])
+  for _ in range(3):
+    assert f(x).tolist() == [4.5, 5.5, 14.5]
+  from_constants.assign(on(refgrad_device, [5.0, 5.0, 5.0]))
+  from_buffer.assign(on(refgrad_device, [7.0, -0.0, 7.0]))
+  constant[...] = 0.0  # a setitem: realized, not through the jit
+  got = f(x).numpy()
+  np.testing.assert_array_equal(got, np.float32([12.0, 0.0, 22.0]))
+  assert np.signbit(got[1])  # 5 * -0.0 + -0.0 - 0.0
+  with pytest.raises(ValueError, match="Variable 'n' is not bound"):
+    unbound.realize()
 
 
 def test_tinygrads_read_assign_cache_reads_the_new_value():

@@ -1,5 +1,7 @@
 """Creation and data: linspace, the *_like constructors with dtype and device, from_blob, clone, to, to_, assign,
-replace, detach and the properties, checked against torch."""
+replace, detach, the properties and pickling, checked against torch and numpy."""
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -136,3 +138,18 @@ def test_properties(dtype):
     if shape:
       assert t.size(-1) == want.size(-1) and t.size(0) == want.size(0)
   assert to_numpy(Tensor.ones(2, dtype=dtype).numpy()).dtype == NP_DTYPE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=ids(DTYPE_LIST))
+def test_pickle_keeps_every_bit_shape_dtype_and_device(dtype):
+  """Edge values (-0.0, NaN, subnormals, extremes) come back bit for bit, also as a 0-d tensor, an empty one and a
+  lazy view of a realized tensor; requires_grad is kept."""
+  values = edge_values(dtype)
+  t = Tensor(values)
+  for made, want in ((t, values), (t[1:].flip(0), values[1:][::-1]), (Tensor(values[:1]).reshape(()), values[0]),
+                     (t.reshape(1, -1)[:0], values.reshape(1, -1)[:0])):
+    back = pickle.loads(pickle.dumps(made))
+    assert back.device == Device.DEFAULT
+    check(back, np.asarray(want), dtype)
+  if dtype.kind == "f":
+    assert pickle.loads(pickle.dumps(Tensor([1.0, 2.0], dtype=dtype, requires_grad=True))).requires_grad is True
