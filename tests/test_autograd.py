@@ -50,6 +50,12 @@ def test_gradient_errors_are_clear():
     (x * 2).sum().gradient(other)
   with Tensor.inference_mode(), pytest.raises(RuntimeError, match="only for scalar outputs"):
     (x * 2).backward()  # storing nothing, backward still checks its seed
+  with pytest.raises(AssertionError, match="only for scalar outputs"):  # tinygrad's type; torch's RuntimeError too
+    (x * 2).gradient(x)
+  ints = Tensor([1, 2, 3])
+  for out in (ints.sum(), ints.float().sum()):  # no gradient of an int tensor: torch and tinygrad raise too
+    with pytest.raises(RuntimeError, match="int32.*\\(3,\\)"):
+      out.gradient(ints)
 
 
 @pytest.mark.parametrize("switch", [Tensor.test, Tensor.inference_mode])

@@ -10,12 +10,18 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from refgrad.dtype import dtypes
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.shapes import ShapeError
 from refgrad.gradient import compute_gradients, reachable_without_detach
 from refgrad.schedule import computed_buffer, realized_buffer
 from refgrad.symbolic_shapes import is_symbolic_shape
 from refgrad.uop import Ops, UOp
+
+
+class ScalarOutputError(RuntimeError, AssertionError):
+  """backward()/gradient() of a non-scalar output without a seed: torch raises RuntimeError, tinygrad asserts."""
+
 
 # tensors with requires_grad=True, so backward() can find the leaves of a graph
 WANT_GRAD: weakref.WeakSet = weakref.WeakSet()
@@ -157,6 +163,10 @@ class AutogradMixin(TensorBase):
     [2.0, 4.0, 6.0]
     """
     seed = self._seed(gradient)
+    for t in targets:
+      if not dtypes.is_float(t.dtype):  # its gradient would be rounded away: torch and tinygrad raise too
+        raise RuntimeError(f"gradient(): only tensors of a floating point dtype have gradients, got a target of "
+                           f"dtype {t.dtype.name} and shape {t.shape}")
     nodes = self._target_nodes(targets)
     found = compute_gradients(self, seed, [n for ns in nodes for n in ns])
     out = []
@@ -206,7 +216,7 @@ class AutogradMixin(TensorBase):
   def _seed(self, gradient: Any) -> Self:
     if gradient is None:
       if self.numel() != 1:
-        raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this tensor has shape "
+        raise ScalarOutputError(f"grad can be implicitly created only for scalar outputs; this tensor has shape "
                            f"{self.shape}: pass gradient=")
       return self.ones_like()
     if gradient.shape != self.shape:
