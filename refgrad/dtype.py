@@ -217,7 +217,10 @@ def to_dtype(x: Any) -> DType:
     return dtypes.default_int
   if x is float:
     return dtypes.default_float
-  return from_numpy(x)
+  try:
+    return from_numpy(x)
+  except TypeError as e:  # neither a dtype nor a name: also the AttributeError tinygrad's to_dtype raises
+    raise UnknownDTypeNameError(str(e)) from None
 
 
 # The promotion lattice (as in tinygrad and JAX): each dtype lists the dtypes directly above it.

@@ -19,6 +19,7 @@ ERRORS = {
   "unknown_dtype": (lambda: Tensor([1, 2], dtype="float33"), None, TypeError, ["float33"]),
   "unknown_dtype_zeros": (lambda: Tensor.zeros(2, dtype="int3"), None, TypeError, ["int3"]),
   "unknown_dtype_cast": (lambda: f23().cast("complex64"), None, TypeError, ["complex64"]),
+  "tuple_as_dtype": (lambda: Tensor([3], dtype=(dtypes.int,)), None, (TypeError, AttributeError), ["int32"]),
   "numpy_unsupported_dtype": (lambda: Tensor(np.zeros(2, np.complex64)), None, TypeError, ["complex64"]),
   "from_blob_null": (lambda: Tensor.from_blob(0, (2,)), None, TypeError, ["0"]),
   # creation functions: torch's NotImplementedError and tinygrad's ValueError
