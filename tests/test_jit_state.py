@@ -451,6 +451,50 @@ def test_the_oracle_catches_updates_landing_in_the_captured_tensors():
   assert check_jit_replay(FUNCTIONS["add in place"], calls, device="PYTHON")[0] == 1
 
 
+def state_only_step(total):
+  """Updates its state from each call and returns a value that does not read it: only the state can show a replay
+  that started from the state the capture found."""
+  def step(x):
+    total.assign(total * 0.5 + x)
+    return x.sum()
+  return step
+
+
+def test_the_state_oracle_catches_a_replay_of_the_state_the_capture_found(refgrad_device, monkeypatch):
+  """check_jit_state on the check's stateful step and on a step whose results never read its state: both pass with
+  TinyJit; with the capture's realize of lazy state planted away (the bug the oracle was made for: the replays then
+  compute from the state as it was at the capture), the first fails at the first replay and the second in the state."""
+  from refgrad.testing.conformance import corpus
+  from refgrad.testing.oracle.jit_replay import check_jit_state
+  make_step, inputs, state = corpus._stateful_case()
+  calls = [inputs, *corpus._other_inputs(inputs, 3)]
+  small = [[np.float32([1.0, -2.0, 0.5]) * k] for k in (1, -3, 2, 0.25)]
+  # lanes: each replay's result and inputs after it, then the state
+  assert check_jit_state(make_step, state, calls, refgrad_device) == (2, 2 * (1 + 12 + 4) + 3 + 3)
+  assert check_jit_state(state_only_step, [np.zeros(3, np.float32)], small, refgrad_device) == (2, 2 * (1 + 3) + 3)
+  monkeypatch.setattr(refgrad.jit, "realize_lazy_state", lambda live, skip: None)
+  with pytest.raises(ReplayMismatch, match="call 2 \\(replayed by the jit\\)"):
+    check_jit_state(make_step, state, calls, refgrad_device)
+  with pytest.raises(ReplayMismatch, match="state tensor 0 .* after 4 calls"):
+    check_jit_state(state_only_step, [np.zeros(3, np.float32)], small, refgrad_device)
+
+
+def test_the_state_oracle_needs_three_calls():
+  from refgrad.testing.oracle.jit_replay import check_jit_state
+  with pytest.raises(ValueError, match="at least 3 sets of inputs"):
+    check_jit_state(state_only_step, [np.zeros(3, np.float32)], [[np.ones(3, np.float32)]] * 2, "PYTHON")
+
+
+def test_refgrad_check_runs_a_stateful_step_through_the_jit_and_catches_stale_state(refgrad_device, monkeypatch):
+  from refgrad.testing.conformance.results import FAIL, PASS
+  from refgrad.testing.conformance.run import run_conformance
+  run = run_conformance(refgrad_device, only="jit state")
+  assert len(run.results) == 1 and run.results[0].status == PASS
+  monkeypatch.setattr(refgrad.jit, "realize_lazy_state", lambda live, skip: None)
+  broken = run_conformance(refgrad_device, only="jit state")
+  assert [r.status for r in broken.results] == [FAIL] and "replayed by the jit" in broken.results[0].detail
+
+
 def test_a_learning_rate_schedule_works_under_a_jit_without_a_recapture(refgrad_device):
   """An LR scheduler assigns into opt.lr between steps: the replays read the new rate, as the plain steps do."""
   from refgrad.nn.optim import SGD

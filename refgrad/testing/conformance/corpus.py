@@ -18,7 +18,7 @@ from refgrad.dtype import DType, dtypes, from_numpy
 from refgrad.registry import Device
 from refgrad.symbolic_shapes import Variable
 from refgrad.testing.conformance.results import PASS, CaseResult, UnitOutcome
-from refgrad.testing.oracle.jit_replay import check_jit_replay
+from refgrad.testing.oracle.jit_replay import check_jit_replay, check_jit_state
 from refgrad.testing.oracle.prepare import PlannedCheck
 from refgrad.testing.oracle.reference import ReferenceReport, check_against_reference
 from refgrad.uop import UOp
@@ -131,6 +131,25 @@ def _conv2d(image: Any, weight: Any) -> Any:
   return total
 
 
+def _stateful_step(weights: Any, velocity: Any) -> Callable[..., Any]:
+  """A training-like step over state it closes over: it reads the weights, then updates the velocity (assign), a
+  slice of the weights (setitem) and all of them (in place), and realizes none of it; only the loss is read."""
+  def step(x: Any, target: Any) -> Any:
+    loss = ((x * weights).sum(1) - target).square().mean()
+    velocity.assign(velocity * 0.75 + x.mean(0) * loss)
+    weights[1:3] = weights[1:3] - velocity[1:3] * 0.5
+    weights.__iadd__(velocity * 0.25)  # `weights += ...`, which a closure cannot write without nonlocal
+    return loss
+  return step
+
+
+def _stateful_case() -> tuple[Callable[..., Any], list[np.ndarray], list[np.ndarray]]:
+  """The step, its inputs (a batch and targets) and its state's initial values (weights, a zero velocity)."""
+  rng = np.random.default_rng(61)
+  inputs = [rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)]
+  return _stateful_step, inputs, [np.float32([0.5, -1.25, 2.0]), np.zeros(3, np.float32)]
+
+
 # Programs of the corpus that also run jitted: run, captured, then replayed this many times, each call's inputs new.
 REPLAYED = ("matmul", "conv via windows", "full reductions", "integer arithmetic", "updates in place")
 
@@ -163,6 +182,7 @@ class ProgramCase:
   dtypes: tuple[DType, ...] = ()
   opts_seed: int | None = None
   replay: bool = False  # run jitted (refgrad/jit.py) on new inputs: replays must give the plain call's bits
+  state: list[np.ndarray] | None = None  # with replay: fn makes a step over state tensors of these values
   forced: str | None = None  # every kernel under its largest legal opts of this kind (FORCED_OPTS), one per axis
 
   @property
@@ -186,7 +206,9 @@ class ProgramCase:
 
   def run(self, device: str) -> UnitOutcome:
     if self.replay:
-      _, lanes = check_jit_replay(self.fn, [self.inputs, *_other_inputs(self.inputs, 1 + REPLAYS)], device)
+      calls = [self.inputs, *_other_inputs(self.inputs, 1 + REPLAYS)]
+      _, lanes = (check_jit_replay(self.fn, calls, device) if self.state is None else
+                  check_jit_state(self.fn, self.state, calls, device))
       return UnitOutcome([CaseResult(self.label, "program", PASS, 0, lanes, 0)], [])
     report: ReferenceReport = check_against_reference(self.fn, *self.inputs, device=device,
                                                       opts=self.opts_on(device))
@@ -216,6 +238,8 @@ def corpus_cases() -> list[ProgramCase]:
             for name, (fn, inputs) in corpus.items() for draw in range(1, OPT_DRAWS + 1)]
   cases += [ProgramCase(f"{name}, jit replay", fn, inputs, replay=True)
             for name, (fn, inputs) in corpus.items() if name in REPLAYED]
+  make_step, inputs, state = _stateful_case()
+  cases.append(ProgramCase("a step updating its state lazily, jit state", make_step, inputs, replay=True, state=state))
   cases += [ProgramCase(name, fn, inputs, tuple(dict.fromkeys(from_numpy(x.dtype) for x in inputs)))
             for name, (fn, inputs) in _heuristic_corpus().items()]
   return cases + [ProgramCase(f"integer reductions, opts: {kind} of every kernel", *_integer_reductions(), forced=kind)

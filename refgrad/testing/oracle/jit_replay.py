@@ -8,6 +8,11 @@ place (`x += 1`, `t[0:1] = a`, `x.assign(...)`) is checked too: a replay launche
 compiled, on the same inputs, so any difference is the replay's (a stale input, a missed launch, a buffer
 overwritten by another, an update landing in the captured call's tensor).
 
+`check_jit_state(make_step, state, calls, device)` checks a step that keeps state of its own, as a training loop
+does: the step closes over state tensors, reads them and updates them (assign, setitem, in-place operators) without
+realizing them, and the caller reads only what each call returns. The state is read once, after the last call:
+reading it between calls realizes it, which hides a replay that reads the state as the capture found it.
+
 A set of inputs is a sequence of arrays (passed positionally) or a mapping of parameter names to arrays (passed as
 keywords, in the mapping's order, which may differ from call to call); one array object given twice in a call is
 one tensor passed twice. The first two calls run and capture; give at least three, with different values, so that
@@ -118,3 +123,38 @@ def _check_afterwards(fn: Callable[..., Any], calls: Sequence[Call], device: str
     fresh = {key: Tensor(v.copy(), device=device) for key, v in values.items()}
     (want, _), (got, _) = _run(fn, call, device, fresh), _run(fn, call, device, tensors)
     _compare(f"the function run again, after the replays, on call {number}'s tensors", device, call, want, got)
+
+
+def check_jit_state(make_step: Callable[..., Callable[..., Any]], state: Sequence[np.ndarray], calls: Sequence[Call],
+                    device: str, jit: Callable[[Callable[..., Any]], Any] = TinyJit) -> tuple[int, int]:
+  """`make_step(*state_tensors)` returns a step function of a call's inputs that reads and updates the state tensors it
+  closes over. The plain step and the jitted one each run every call of `calls`, each on its own fresh state tensors
+  made from `state` and on fresh input tensors; what a call returns is read after it, the state only after the last
+  call. Raise ReplayMismatch at the first call whose jitted result differs from the plain one bit for bit, or if the
+  state then differs; return the number of replayed calls checked and of the lanes they and the state compared."""
+  if len(calls) < 3:
+    raise ValueError(f"check_jit_state needs at least 3 sets of inputs (2 run and capture), got {len(calls)}")
+  (plain, plain_state), (jitted, jitted_state) = (_stateful_run(make_step, state, calls, device, wrap)
+                                                  for wrap in (None, jit))
+  lanes = 0
+  for number, (call, want, got) in enumerate(zip(calls, plain, jitted)):
+    _compare(f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit)", device, call, want, got)
+    lanes += sum(x.size for x in want) if number >= 2 else 0
+  for index, (want, got) in enumerate(zip(plain_state, jitted_state)):
+    if want.shape != got.shape or want.dtype != got.dtype or _differing(want, got).any():
+      where = np.flatnonzero(_differing(want, got))[:5] if want.shape == got.shape else []
+      raise ReplayMismatch(f"state tensor {index} on {device}, after {len(calls)} calls of the jitted step, differs "
+                           f"from the plain step's at flat lanes {list(where)}: {got.reshape(-1)[where].tolist()} "
+                           f"against {want.reshape(-1)[where].tolist()}")
+  return len(calls) - 2, lanes + sum(x.size for x in plain_state)
+
+
+def _stateful_run(make_step: Callable[..., Callable[..., Any]], state: Sequence[np.ndarray], calls: Sequence[Call],
+                  device: str, wrap: Callable[[Callable[..., Any]], Any] | None) -> tuple[list[list[np.ndarray]],
+                                                                                          list[np.ndarray]]:
+  """Each call's results (then, for _compare's sake, its inputs after the call), and the state after the last call."""
+  tensors = [Tensor(x.copy(), device=device) for x in state]
+  step = make_step(*tensors)
+  step = wrap(step) if wrap is not None else step
+  results = [_run(step, call, device)[0] for call in calls]
+  return results, [t.numpy() for t in tensors]
