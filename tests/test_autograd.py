@@ -215,3 +215,21 @@ def test_equal_computed_leaf_and_layer_weights_get_their_own_gradients():
   for n, tn in zip(ours, theirs):
     np.testing.assert_allclose(n.weight.grad.numpy(), tn.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(n.bias.grad.numpy(), tn.bias.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_graph_built_before_the_parameters_want_gradients_still_reaches_them():
+  """An optimizer made after the forward pass makes the parameters want gradients (and gives each a buffer of its
+  own); the graph built before still leads to them. torch's Linear is the oracle."""
+  from refgrad import nn
+  from refgrad.nn import optim
+  x = RNG.standard_normal((4, 3)).astype(np.float32)
+  layer, theirs = nn.Linear(3, 2), torch.nn.Linear(3, 2)
+  with torch.no_grad():
+    theirs.weight.copy_(torch.from_numpy(layer.weight.numpy()))
+    theirs.bias.copy_(torch.from_numpy(layer.bias.numpy()))
+  loss = (layer(Tensor(x)) ** 2).sum()
+  optim.SGD([layer.weight, layer.bias], lr=0.1)
+  loss.backward()
+  (theirs(torch.from_numpy(x)) ** 2).sum().backward()
+  np.testing.assert_allclose(layer.weight.grad.numpy(), theirs.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(layer.bias.grad.numpy(), theirs.bias.grad.numpy(), rtol=1e-5, atol=1e-6)

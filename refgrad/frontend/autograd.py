@@ -145,7 +145,9 @@ class AutogradMixin(TensorBase):
       return
     if self.requires_grad:  # computed from a tensor that wants gradients
       return
-    self.uop = self.contiguous().realize().uop
+    own = self.contiguous().realize().uop
+    own.grad_origin = node  # a graph built before still reaches it (shared there, as before: see _target_nodes)
+    self.uop = own
 
   def requires_grad_(self, requires_grad: bool = True) -> Self:
     self.requires_grad = requires_grad
@@ -182,16 +184,26 @@ class AutogradMixin(TensorBase):
     return out
 
   def _target_nodes(self, targets: tuple[Any, ...]) -> list[list[UOp]]:
-    """For each target, the nodes of this graph that stand for it: its own node and, if it was realized after this
-    graph was built from it (realize gave it a buffer node of its own), the graph node computed into that buffer."""
+    """For each target, the nodes of this graph that stand for it: its own node; if it was realized after this
+    graph was built from it (realize gave it a buffer node of its own), the graph node computed into that buffer;
+    and, when the graph holds none of those, the node it held before it was given a buffer of its own to want
+    gradients (_give_own_buffer): a graph built before then holds that (a node equal tensors may share: there they
+    share its gradient, as before)."""
     by_buffer: dict[Any, list[UOp]] = {}
-    for node in self.uop.toposort:
+    graph = self.uop.toposort
+    for node in graph:
       if (buf := computed_buffer(node)) is not None:
         by_buffer.setdefault(buf, []).append(node)
-    nodes = []
+    nodes, in_graph = [], None
     for t in targets:
       buf = realized_buffer(t.uop) if t.uop.op in (Ops.BUFFER, Ops.RESHAPE) else None
-      nodes.append([t.uop] + [n for n in by_buffer.get(buf, []) if n is not t.uop])
+      found = [t.uop] + [n for n in by_buffer.get(buf, []) if n is not t.uop]
+      origin = t.uop.__dict__.get("grad_origin")
+      if origin is not None:
+        in_graph = in_graph if in_graph is not None else set(graph)
+        if not any(n in in_graph for n in found):  # only a graph built before holds the origin
+          found.append(origin)
+      nodes.append(found)
     return nodes
 
   @classmethod
