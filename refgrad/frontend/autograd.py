@@ -236,9 +236,9 @@ class AutogradMixin(TensorBase):
     return gradient
 
   def backward(self, gradient: Any = None) -> Self:
-    """Accumulate d(self)/d(t) into t.grad for every live tensor t in the graph with requires_grad=True: leaves and,
-    as in tinygrad, tensors computed from them (not self). As in torch, the stored gradients carry no graph of their
-    own (they are detached). Under Tensor.no_grad (inside
+    """Accumulate d(self)/d(t) into t.grad for every live float tensor t in the graph with requires_grad=True:
+    leaves and, as in tinygrad, tensors computed from them (not self; not an int one such as max_pool2d's indices).
+    As in torch, the stored gradients carry no graph of their own (they are detached). Under Tensor.no_grad (inside
     `Tensor.test()` or `Tensor.inference_mode()`) nothing is stored, as in tinygrad; a wrong `gradient` still
     raises."""
     self._seed(gradient)
@@ -247,7 +247,7 @@ class AutogradMixin(TensorBase):
     candidates = list(dict.fromkeys([*WANT_GRAD, *COMPUTED]))
     in_graph = set(self.uop.toposort)
     leaves = [t for t, ns in zip(candidates, self._target_nodes(tuple(candidates)))
-              if t is not self and any(n in in_graph for n in ns) and t.requires_grad]
+              if t is not self and any(n in in_graph for n in ns) and t.requires_grad and dtypes.is_float(t.dtype)]
     if not leaves:
       return self
     grads = self.gradient(*leaves, gradient=gradient, materialize_grads=True)
