@@ -334,7 +334,7 @@ def graph_structure(roots: list[UOp]) -> Structure | None:
       continue
     position[node] = len(order)
     order.append(node)
-  key = (tuple(position[r] for r in roots), SPLIT_MIN_ELEMENTS, COSTLY_OPS, *entries)
+  key = (tuple(position[r] for r in roots), SPLIT_MIN_ELEMENTS, COSTLY_OPS, MAX_DEPTH, *entries)
   return Structure(key, order, list(inputs))
 
 
@@ -397,8 +397,38 @@ def create_schedule(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buf
   return items, buffers
 
 
+# The scheduler builds a kernel's graph by recursion, one level (three frames) per node, and reaches the kernels a
+# kernel reads by recursing into them, so a deep lazy graph (a loop of 200 `x = x * a + b`, or of `.contiguous()` or
+# `.sum()` steps, never realized) would exhaust Python's 1000 frames. chain_cuts bounds the depth: no path of nodes
+# not yet scheduled is longer than MAX_DEPTH (the lowering and the renderers, which walk one kernel's graph by
+# recursion too, then see no longer chain either).
+MAX_DEPTH = 150
+# where a path may be cut: an elementwise node, or one that may be a kernel anyway (an assign is never scheduled
+# ahead: the reads of the old value must come first)
+CUT_AT = GroupOp.ALU | {Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY, Ops.ALLREDUCE}
+
+
+def chain_cuts(nodes: list[UOp]) -> list[UOp]:
+  """The nodes to schedule before `nodes`, sources first, so that no path between them is longer than MAX_DEPTH.
+  Scheduling a node early only moves reads earlier: each kernel still runs after the kernels it reads."""
+  order = walk(nodes, is_leaf)
+  if len(order) <= MAX_DEPTH:
+    return []
+  depth: dict[UOp, int] = {}
+  cuts = []
+  for node in order:
+    below = 0 if is_leaf(node) else 1 + max((depth[s] for s in node.src), default=0)
+    if below >= MAX_DEPTH and node.op in CUT_AT:
+      cuts.append(node)
+      below = 0
+    depth[node] = below
+  return cuts
+
+
 def schedule_graph(nodes: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, Buffer]]:
   """create_schedule's work, for single-device nodes, without the cache."""
   scheduler = Scheduler(nodes)
+  for cut in chain_cuts(nodes):
+    scheduler.realize(cut)
   results = {n: scheduler.realize(n) for n in nodes}
   return scheduler.items, {**scheduler.done, **results}
