@@ -272,6 +272,20 @@ def test_state_dict_round_trip_and_strict_errors(tmp_path):
   np.testing.assert_array_equal(other.weight.numpy(), before)  # a failed load changes nothing
 
 
+def test_keys_the_model_lacks_are_skipped_with_a_warning_as_tinygrad_does():
+  """torch raises for unexpected keys; tinygrad loads the rest (a torch checkpoint's num_batches_tracked, say)."""
+  model = nn.Linear(3, 2)
+  w, b = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5, np.float32([-0.0, np.inf])
+  state = {"weight": Tensor(w), "bias": Tensor(b), "num_batches_tracked": Tensor(7)}
+  with pytest.warns(UserWarning, match="not loaded: \\['num_batches_tracked'\\]"):
+    loaded = load_state_dict(model, state)
+  assert loaded == [model.weight, model.bias]
+  check(model.weight, w, dtypes.float32)
+  check(model.bias, b, dtypes.float32)
+  with pytest.raises(KeyError, match="missing keys \\['weight'\\], unexpected keys \\['extra'\\]"):
+    load_state_dict(model, {"bias": Tensor(b), "extra": Tensor(1.0)})
+
+
 def test_load_state_dict_returns_the_loaded_tensors_and_consumes():
   """tinygrad's arguments: the loaded tensors come back (in the model's order), consume empties what was loaded,
   strict=False skips what the dict lacks; verbose and realize change nothing."""

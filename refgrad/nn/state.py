@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,20 @@ def get_parameters(obj: Any) -> list[Tensor]:
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
   """Copy values into the model's tensors and return those tensors. Every key is checked before anything changes: a
-  failure leaves the model untouched. strict=True also requires the same set of keys; consume deletes the loaded
-  entries from state_dict (tinygrad's, to free memory early). verbose and realize are tinygrad's progress bar and
-  scheduling choice: refgrad prints nothing and always realizes the loaded values."""
+  failure leaves the model untouched. strict=True requires every key of the model (KeyError naming the missing
+  ones); keys the model does not have are skipped with a warning, as tinygrad does (torch raises: a checkpoint with
+  extra entries, a BatchNorm's num_batches_tracked say, loads in tinygrad code). consume deletes the loaded entries
+  from state_dict (tinygrad's, to free memory early). verbose and realize are tinygrad's progress bar and scheduling
+  choice: refgrad prints nothing and always realizes the loaded values."""
   own = get_state_dict(model)
   missing = sorted(set(own) - set(state_dict))
   unexpected = sorted(set(state_dict) - set(own))
-  if strict and (missing or unexpected):
-    raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+  if strict and missing:
+    extra = f", unexpected keys {unexpected}" if unexpected else ""
+    raise KeyError(f"load_state_dict: missing keys {missing}{extra}")
+  if unexpected:
+    warnings.warn(f"load_state_dict: {len(unexpected)} keys the model does not have were not loaded: {unexpected[:8]}",
+                  stacklevel=2)
   for name in own.keys() & state_dict.keys():
     if own[name].shape != state_dict[name].shape:
       raise ValueError(f"load_state_dict: Shape mismatch in layer `{name}`: Expected shape {own[name].shape}, but "
