@@ -176,10 +176,9 @@ def test_optimizer_steps_match_torch(name):
   close(ours, theirs, rtol=1e-4)
 
 
-# SGD's momentum with classic=False (tinygrad's default) stores lr * g, which is torch's only while lr is constant
-SCHEDULED = {**OPTIMIZERS, "SGD momentum nesterov wd": (
-  lambda p: optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, classic=True),
-  OPTIMIZERS["SGD momentum nesterov wd"][1])}
+# momentum buffers hold raw gradients (torch's and tinygrad's default SGD): a new lr scales all of the buffer
+SCHEDULED = {**OPTIMIZERS, "SGD momentum": (lambda p: optim.SGD(p, lr=0.1, momentum=0.9),
+                                            lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))}
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULED))
@@ -241,6 +240,31 @@ def test_lamb_and_lars_take_trust_ratio_steps():
     lars.step()
   ratio = 0.001 * np.linalg.norm(w0) / np.linalg.norm(g)
   np.testing.assert_allclose(lars_w.numpy(), w0 - 0.1 * ratio * g, rtol=1e-5)
+
+
+@pytest.mark.parametrize("classic", [True, False])
+def test_lars_momentum_order_under_a_changing_rate(classic):
+  """tinygrad's LARS: classic scales the step by trust ratio and rate before the momentum, the default after it
+  (momentum of raw gradients, torch's SGD). Equal while lr is constant; a numpy transcription with lr changing and
+  a gradient changing with the weights tells them apart (the default was scaled before the momentum)."""
+  w0 = RNG.standard_normal((4, 3)).astype(np.float32)
+  ours = Tensor(w0)
+  opt = optim.LARS([ours], lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True, classic=classic, tcoef=0.01)
+  w, b = w0.astype(np.float64), np.zeros_like(w0, np.float64)
+  for rate in (0.1, 0.5, 0.02):
+    opt.lr.assign(Tensor([rate], device=opt.device)).realize()
+    opt.zero_grad()
+    (ours * ours * ours).sum().backward()
+    with Tensor.train():
+      opt.step()
+    g = 3 * w * w
+    ratio = 0.01 * np.linalg.norm(w) / (np.linalg.norm(g) + 0.01 * np.linalg.norm(w))
+    g = g + 0.01 * w
+    g = g * ratio * rate if classic else g
+    b = 0.9 * b + g
+    g = g + 0.9 * b
+    w = w - (g if classic else g * ratio * rate)
+  np.testing.assert_allclose(ours.numpy(), w, rtol=1e-5, atol=1e-6)
 
 
 def test_one_optimizer_step_is_a_fixed_number_of_kernels():

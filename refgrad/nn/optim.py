@@ -132,14 +132,18 @@ def _lars_update(p: Tensor, grad: Tensor, b: Tensor | None, lr: Tensor, momentum
     ratio = (r1 > 0).where((r2 > 0).where(tcoef * r1 / (r2 + wd * r1), 1.0), 1.0)
   else:
     ratio = 1.0
-  g = (g + wd * w) * ratio
+  g = g + wd * w
+  # tinygrad's order: classic scales by the trust ratio and rate before the momentum (b holds scaled steps); the
+  # default scales after it, so b holds raw gradients, as torch's SGD does, and a changed lr applies to all of b
+  if classic:
+    g = g * ratio * lr
+  if b is not None:
+    b = momentum * b + g
+    g = g + momentum * b if nesterov else b
   if not classic:
-    g = g * lr
-  if b is None:
-    return ((w - (g * lr if classic else g)).cast(p.dtype),)
-  b = momentum * b + g
-  g = g + momentum * b if nesterov else b
-  return (w - (g * lr if classic else g)).cast(p.dtype), b
+    g = g * ratio * lr
+  new = (w - g).cast(p.dtype)
+  return (new,) if b is None else (new, b)
 
 
 def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,  # noqa: N802
