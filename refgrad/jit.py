@@ -17,6 +17,10 @@ stands for decides which buffer a replay uses in its place:
   the numbers the plain function would have drawn;
 - anything else (intermediates, results): the captured buffer, written again.
 
+State a replay cannot follow is refused (JitError), not read stale: a buffer the captured kernels read whose every
+holder the call dropped (`self.total = self.total + x`; backward() adding onto the last call's `.grad`), at the
+capture; and one whose every holder is gone at a replay (a `.grad` made anew between calls), then.
+
 Values recorded on graph nodes (schedule._REALIZED, a memo of what earlier realizes computed) are forgotten at the
 capture's start unless a live tensor holds the node, so every kernel the call needs is captured, not read as it was
 on an earlier call; and at its end where a replay writes their buffers again, so nothing computed later reads another
@@ -194,7 +198,7 @@ def realize_lazy_state(live: list[Tensor], skip: set[int]) -> None:
   at each call; left lazy, the captured kernels would compute (or fold) their values of the capture's time again on
   every replay, whatever was assigned to them since. Views, and reshapes of buffers other tensors hold, are left as
   they are. A tensor whose realize fails is left lazy: it raises when its owner reads it, not in this capture."""
-  lazy = [t for t in live if id(t) not in skip and t._view is None and computes(t.uop)]
+  lazy = [t for t in live if id(t) not in skip and (t._view is None or t._view.base() is None) and computes(t.uop)]
   try:
     Tensor.realize(*lazy)
   except Exception:  # one tensor's error is its owner's to see; the others are realized one by one
@@ -396,6 +400,13 @@ class CapturedCall:
 
   def buffer_map(self, inputs: list[Buffer]) -> dict[Buffer, Buffer]:
     """Captured buffer -> this replay's buffer, for every captured buffer that is not used again as it is."""
+    carried = {id(write.read[0]) for write in self.writes if write.read is not None}
+    for read in self.reads:
+      if id(read) not in carried and dropped(read):
+        raise JitError(f"TinyJit: a tensor the captured kernels read ({describe_buffer(read.captured)}) is gone: "
+                       f"a name that held it was rebound (`w.grad` set again by backward() between calls, a global "
+                       f"assigned a new tensor), and a replay cannot find the new one. Pass it as an argument, update "
+                       f"it in place (`t.assign(...)`), or call jit.reset() to capture again")
     mapping = {read.captured: read.refresh() for read in self.reads}
     mapping.update(zip(self.inputs, inputs))
     mapping.update((b, Buffer(b.device, b.size, b.dtype)) for b in self.fresh)
@@ -621,6 +632,7 @@ class TinyJit(Generic[ReturnType]):
     # then read it as it was, even after the tensors it was computed from are assigned
     held_nodes = tensor_nodes(live)
     forget_realized(lambda node, value: node not in held_nodes)
+    del live  # held only weakly from here: a tensor the call drops dies (refuse_dropped_reads)
     execute.CAPTURE, rng_state.DRAWS = LAUNCHES, DRAWS  # again each time: bench/multi.py sets CAPTURE itself
     RECORDING.conditions = conditions = []
     try:
@@ -643,6 +655,7 @@ class TinyJit(Generic[ReturnType]):
       launches = pruned(launches, set(inputs) | state | {b for d in draws for b in d.buffers})
     position = {id(t): i for i, t in reversed(list(enumerate(tensors)))}
     reads = reads_of(launches, held, set(inputs))
+    refuse_dropped_reads(reads)
     read_of = {id(h): (read, h) for read in reads for h in read.holders}
     writes = [Write(position.get(id(h.tensor()), h.tensor), h.part, whole_buffer(node), read_of.get(id(h)))
               for h, node in changes]
@@ -713,6 +726,29 @@ def reads_of(launches: list[Launch], held: dict[Buffer, list[Holding]], inputs: 
   the call updated holds after the capture; the holders' nodes are those of before the call, so it is found."""
   read = {b for launch in launches for b in launch.buffers[1:]}
   return [Read(buf, holders, buf) for buf, holders in held.items() if buf in read and buf not in inputs]
+
+
+def dropped(read: Read) -> bool:
+  """Whether every tensor that held a buffer the kernels read is gone (not a jit unpickled without its tensors)."""
+  return all(isinstance(h.tensor, weakref.ref) and h.tensor() is None for h in read.holders)
+
+
+def describe_buffer(buf: Buffer) -> str:
+  return f"{buf.size} {buf.dtype.name} on {buf.device}"
+
+
+def refuse_dropped_reads(reads: list[Read]) -> None:
+  """A buffer the kernels read whose every holder died during the call was state the function let go of: Python
+  rebound the name that held it (`self.total = self.total + x`, or backward() adding onto a `.grad` of an earlier
+  call). The next plain call reads the new tensor, which no replay can find: replays would read the captured value
+  on every call, silently (tinygrad does)."""
+  for read in reads:
+    if dropped(read):
+      raise JitError(f"TinyJit: the captured kernels read a tensor ({describe_buffer(read.captured)}) "
+                     f"that the call dropped: a name rebound to a new tensor (`self.total = self.total + x`), or "
+                     f"backward() adding onto gradients an earlier call left; replays would read its value of the "
+                     f"capture on every call. Update state in place (`self.total.assign(self.total + x)`), or run "
+                     f"zero_grad, every backward and the step inside the one jitted function")
 
 
 def pruned(launches: list[Launch], changing: set[Buffer]) -> list[Launch]:

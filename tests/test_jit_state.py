@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import refgrad.jit
 from refgrad import Tensor, TinyJit, Variable, dtypes
 from refgrad.jit import CapturedCall, JitError
+from refgrad.nn.optim import SGD
 from refgrad.testing.oracle.jit_replay import ReplayMismatch, check_jit_replay
 
 
@@ -132,6 +133,66 @@ def test_a_replay_reads_what_a_closed_over_tensor_holds_now(refgrad_device):
   w.replace(on(refgrad_device, [1.0, 2.0], dtypes.float64))
   with pytest.raises(JitError, match="float64"):
     f(on(refgrad_device, [1.0, 1.0]))
+
+
+class RunningTotal:
+  """State kept by rebinding an attribute, not updating the tensor."""
+
+  def __init__(self, device: str):
+    self.total = on(device, [0.0, 0.0])
+
+  def __call__(self, x: Tensor) -> Tensor:
+    self.total = self.total + x
+    return (self.total * 2).realize()
+
+
+def test_state_rebound_by_the_function_is_refused_at_capture(refgrad_device):
+  """`self.total = self.total + x` drops the tensor the kernels read: the replays read the capture's total on every
+  call ([4, 8] each time, silently, before). The capture refuses it; the calls before it are right."""
+  acc = RunningTotal(refgrad_device)
+  f = TinyJit(acc.__call__)
+  assert f(on(refgrad_device, [1.0, 2.0])).tolist() == [2.0, 4.0]
+  with pytest.raises(JitError, match="rebound to a new tensor"):
+    f(on(refgrad_device, [1.0, 2.0]))
+  np.testing.assert_array_equal(acc.total.numpy(), np.array([2.0, 4.0], np.float32))
+
+
+def test_a_step_adding_onto_the_last_calls_gradient_is_refused(refgrad_device):
+  """Without zero_grad, backward() makes w.grad a new tensor (the last call's gradient plus this one's), which the
+  jit cannot follow: the replays added the capture's stale gradient (values off from the 4th call, silently,
+  before). The numpy oracle checks the calls before the capture."""
+  w = on(refgrad_device, [1.0, 2.0, 3.0])
+  opt = SGD([w], lr=0.1)
+
+  def step(x: Tensor) -> Tensor:
+    loss = (w * w * x).sum()
+    loss.backward()
+    opt.step()
+    return loss.realize()
+  f = TinyJit(step)
+  with Tensor.train():
+    assert f(on(refgrad_device, [1.0, 1.0, 1.0])).item() == pytest.approx(14.0)  # 1 + 4 + 9
+    np.testing.assert_allclose(w.numpy(), np.array([0.8, 1.6, 2.4]), rtol=1e-6)  # w - 0.1 * 2w
+    with pytest.raises(JitError, match="backward"):
+      f(on(refgrad_device, [1.0, 1.0, 1.0]))
+
+
+def test_a_read_tensor_rebound_between_calls_is_refused_at_the_replay(refgrad_device):
+  """The jitted update reads w.grad, which backward() between calls makes anew and zero_grad drops: the replays
+  read the capture's gradient (silently, before). The numpy oracle checks the plain and captured calls; the first
+  replay raises."""
+  w = Tensor([1.0, 1.0, 1.0], device=refgrad_device, requires_grad=True)
+  f = TinyJit(lambda: w.assign(w.detach() - 0.25 * w.grad).sum().realize())
+  ref = np.ones(3)
+  for i, scale in enumerate((1.0, 2.0, 3.0)):
+    (w * w * scale).sum().backward()
+    if i == 2:
+      with pytest.raises(JitError, match="is gone"):
+        f()
+      break
+    ref = ref - 0.25 * 2 * scale * ref
+    assert f().item() == pytest.approx(ref.sum())
+    w.grad = None
 
 
 MADE = {  # every way a tensor comes to be: each must be state a replay reads (tensor.LIVE holds it)
