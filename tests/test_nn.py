@@ -152,6 +152,8 @@ OPTIMIZERS = {
   "SGD momentum nesterov wd": (lambda p: optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
                                lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
   "Adam": (lambda p: optim.Adam(p, lr=0.05), lambda p: torch.optim.Adam(p, lr=0.05)),
+  "Adam weight_decay": (lambda p: optim.Adam(p, lr=0.05, weight_decay=0.3),  # torch's L2, not AdamW's decay
+                        lambda p: torch.optim.Adam(p, lr=0.05, weight_decay=0.3)),
   "AdamW": (lambda p: optim.AdamW(p, lr=0.05, weight_decay=0.1),
             lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.1)),
 }

@@ -153,12 +153,13 @@ def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_d
 
 
 class LAMB(Optimizer):
-  """LAMB; with adam=True it is Adam(W): the trust ratio is 1."""
+  """LAMB; with adam=True it is Adam(W): the trust ratio is 1. weight_decay is decoupled (AdamW's, tinygrad's);
+  l2 is added to the gradient before the moments (torch's Adam(weight_decay=...))."""
 
   def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
-               weight_decay: float = 0.0, adam: bool = False):
+               weight_decay: float = 0.0, adam: bool = False, *, l2: float = 0.0):
     super().__init__(params, lr)
-    self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
+    self.b1, self.b2, self.eps, self.wd, self.adam, self.l2 = b1, b2, eps, weight_decay, adam, l2
     self.m, self.v = [_zeros(p) for p in self.params], [_zeros(p) for p in self.params]
     # b1**t and b2**t live in buffers, so every step runs the same kernels (a constant would change the source)
     device, dtype = self.params[0].device, least_upper_dtype(*(_master_dtype(p) for p in self.params))
@@ -173,7 +174,7 @@ class LAMB(Optimizer):
       if p.device not in per_device:
         per_device[p.device] = (1 - b1_t.to(p.device), 1 - b2_t.to(p.device), self._lr(p))
       new, m, v = _lamb_update(p, p.grad, self.m[i], self.v[i], *per_device[p.device], self.b1, self.b2, self.eps,
-                               self.wd, self.adam)
+                               self.wd, self.adam, self.l2)
       states += [self.m[i].replace(m), self.v[i].replace(v)]
       news.append(new)
     return news + states
@@ -181,10 +182,12 @@ class LAMB(Optimizer):
 
 @graph_template
 def _lamb_update(p: Tensor, grad: Tensor, m: Tensor, v: Tensor, correct1: Tensor, correct2: Tensor, lr: Tensor,
-                 b1: float, b2: float, eps: float, wd: float, adam: bool) -> tuple[Tensor, Tensor, Tensor]:
+                 b1: float, b2: float, eps: float, wd: float, adam: bool, l2: float) -> tuple[Tensor, Tensor, Tensor]:
   """LAMB's new value of one parameter, and its new moments; the bias corrections are 1 - b1**t and 1 - b2**t. The
   same Tensor ops every step on new tensors: templated."""
   w, g = _master(p, grad)
+  if l2:
+    g = g + l2 * w
   m = b1 * m + (1 - b1) * g
   v = b2 * v + (1 - b2) * g * g
   m_hat, v_hat = m / correct1, v / correct2
@@ -197,7 +200,9 @@ def _lamb_update(p: Tensor, grad: Tensor, m: Tensor, v: Tensor, correct1: Tensor
 
 def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,  # noqa: N802
          weight_decay: float = 0.0) -> LAMB:
-  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
+  """Adam. tinygrad's has no weight_decay; this one's is torch's Adam's (L2: added to the gradient before the
+  moments), not AdamW's decoupled decay, so a program written for torch gets torch's weights."""
+  return LAMB(params, lr, b1, b2, eps, adam=True, l2=weight_decay)
 
 
 def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,  # noqa: N802
