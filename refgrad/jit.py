@@ -15,7 +15,9 @@ stands for decides which buffer a replay uses in its place:
   call is then pointed at; earlier values stay with whoever holds them;
 - a random draw's key and counter: the next counters of the stream, copied in before the launches, so replays draw
   the numbers the plain function would have drawn;
-- anything else (intermediates, results): the captured buffer, written again.
+- anything else (intermediates, results): the captured buffer, written again;
+- a lazy tensor the call made and kept (`p.grad`): no kernel; after each replay, its graph on that replay's buffers,
+  made when first read (KeptLazy, Pending).
 
 State a replay cannot follow is refused (JitError), not read stale: a buffer the captured kernels read whose every
 holder the call dropped (`self.total = self.total + x`; backward() adding onto the last call's `.grad`), at the
@@ -348,8 +350,66 @@ class Draw:
   count: int
 
 
+class KeptLazy:
+  """Tensors the captured call made and kept, still lazy (the `.grad` of a jitted step: the step realizes the
+  updates, not the gradients). No replay launches anything for them, so each replay gives each a Pending value:
+  its graph made again on that replay's buffers (arguments, the state as the replay found it, its new buffers) when
+  it is first read, so it reads as the plain call's tensor would, at no cost unless read. (Realizing them inside the
+  capture instead costs every replay: bench/jit.py's CNN step 4.2 -> 8.1 ms; rebuilding every graph after each
+  replay, 0.9 -> 2.5 ms for its MLP step.)"""
+
+  def __init__(self, kept: list[tuple[weakref.ref, UOp]]):
+    self.kept = kept  # each tensor, and its graph as the capture left it
+    self.leaves = list({u for _, node in kept for u in node.toposort if u.op is Ops.BUFFER})
+
+  @staticmethod
+  def of(existing: set[int], held: dict[Buffer, list[Holding]]) -> KeptLazy | None:
+    """The live tensors not in `existing` (ids of those that lived before the call) still lazy, or None. One that
+    reads state the call dropped is refused, as the kernels' reads are (refuse_dropped_reads)."""
+    kept = [(weakref.ref(t), t.uop) for t in live_tensors()
+            if id(t) not in existing and (t._view is None or t._view.base() is None) and computes(t.uop)]
+    if not kept:
+      return None
+    lazy = KeptLazy(kept)
+    refuse_dropped_reads([Read(u.arg, held[u.arg], u.arg) for u in lazy.leaves if u.arg in held])
+    return lazy
+
+  def repoint(self, mapping: dict[Buffer, Buffer]) -> None:
+    """Each kept tensor is this replay's from now on (as a result is), whatever it held since."""
+    swap = {u: UOp(Ops.BUFFER, u.dtype, (), mapping[u.arg]) for u in self.leaves if u.arg in mapping}
+    built: dict[UOp, UOp] = {}  # shared by the tensors of one replay: gradients share most of a backward pass
+    for ref, node in self.kept:
+      if (t := ref()) is not None:
+        t._view = Pending(node, swap, built)
+
+
+class Pending:
+  """Stands in a tensor's view link (Tensor.uop asks a link whose `seen` is not the clock's for the node, as a view's
+  node is made again when its base changed): the tensor's node, made on first read, after which the tensor is a base
+  again. Its base is gone, so every other user of view links treats the tensor as a base."""
+  __slots__ = ("node", "swap", "built")
+  seen, steps = -1, ()
+
+  def __init__(self, node: UOp, swap: dict[UOp, UOp], built: dict[UOp, UOp]):
+    self.node, self.swap, self.built = node, swap, built
+
+  @staticmethod
+  def base() -> None:
+    return None
+
+  def sync(self, t: Tensor) -> UOp:
+    for node in self.node.toposort:
+      if node not in self.built:
+        src = tuple(self.built[x] for x in node.src)
+        self.built[node] = self.swap.get(node) or (node if src == node.src else node.replace(src=src))
+    t._view, t._uop = None, self.built[self.node]
+    return t._uop
+
+
 class CapturedCall:
   """The launches of one call, ready to run again with other inputs."""
+
+  kept: KeptLazy | None = None  # lazy tensors the call made and kept (set after the capture; not pickled)
 
   def __init__(self, launches: list[Launch], inputs: list[Buffer], signature: tuple, reads: list[Read],
                writes: list[Write], draws: list[Draw], result: Any, arguments: list[Tensor],
@@ -378,7 +438,7 @@ class CapturedCall:
     for read in self.reads:  # the state as its tensors hold it now: they do not travel with the jit
       read.refresh()
     by_id = {id(t): t for t in tensors_in(self.result)}
-    state = {k: v for k, v in self.__dict__.items() if k != "local"}
+    state = {k: v for k, v in self.__dict__.items() if k not in ("local", "kept")}
     state["returned_arguments"] = [(by_id[i], position) for i, position in self.returned_arguments]
     return state
 
@@ -434,6 +494,8 @@ class CapturedCall:
     for write in self.writes:
       t = tensors[write.target] if isinstance(write.target, int) else write.target()
       write.land(t, mapping.get(write.buffer, write.buffer))
+    if self.kept is not None:
+      self.kept.repoint(mapping)
     self.replays += 1
     return self._result(tensors, mapping, values, own)
 
@@ -632,6 +694,7 @@ class TinyJit(Generic[ReturnType]):
     # then read it as it was, even after the tensors it was computed from are assigned
     held_nodes = tensor_nodes(live)
     forget_realized(lambda node, value: node not in held_nodes)
+    existing = {id(t) for t in live}
     del live  # held only weakly from here: a tensor the call drops dies (refuse_dropped_reads)
     execute.CAPTURE, rng_state.DRAWS = LAUNCHES, DRAWS  # again each time: bench/multi.py sets CAPTURE itself
     RECORDING.conditions = conditions = []
@@ -661,6 +724,7 @@ class TinyJit(Generic[ReturnType]):
               for h, node in changes]
     self.captured = CapturedCall(launches, inputs, signature, reads, writes, draws, result, tensors,
                                  SizeChecks.of(conditions, values))
+    self.captured.kept = KeptLazy.of(existing, held)
     return result
 
 

@@ -195,6 +195,65 @@ def test_a_read_tensor_rebound_between_calls_is_refused_at_the_replay(refgrad_de
     w.grad = None
 
 
+def test_gradients_read_after_each_replay_are_that_calls(refgrad_device):
+  """A whole step (zero_grad, backward, step) jitted: w.grad after each call is a lazy tensor no replay launched a
+  kernel for; it read as the captured call's gradient after every replay (silently, as in tinygrad). numpy oracle:
+  d/dw sum(w * w * x) = 2 * w * x, with w before the step."""
+  w = on(refgrad_device, [1.0, 1.0, 1.0])
+  opt = SGD([w], lr=0.01)
+
+  def step(x: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = (w * w * x).sum()
+    loss.backward()
+    opt.step()
+    return loss.realize()
+  f, ref = TinyJit(step), np.ones(3)
+  with Tensor.train():
+    for i in range(5):
+      x = np.array([1.0, 2.0, 3.0]) * (i + 1)
+      f(on(refgrad_device, x))
+      np.testing.assert_allclose(w.grad.numpy(), 2 * ref * x, rtol=1e-5)
+      ref = ref - 0.01 * 2 * ref * x
+      np.testing.assert_allclose(w.numpy(), ref, rtol=1e-5)
+
+
+class KeepsLast:
+  """Keeps a lazy intermediate of each call for later inspection."""
+
+  def __init__(self, device: str):
+    self.w, self.last = on(device, [2.0, -1.0]), None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    self.last = (x * self.w).exp()
+    return (x + self.w).realize()
+
+
+def test_a_lazy_tensor_the_call_keeps_reads_as_each_calls(refgrad_device):
+  keeper = KeepsLast(refgrad_device)
+  f = TinyJit(keeper.__call__)
+  for i in range(4):
+    x = np.array([0.5, 1.0]) * i
+    f(on(refgrad_device, x))
+    np.testing.assert_allclose(keeper.last.numpy(), np.exp(x * np.array([2.0, -1.0])), rtol=1e-6)
+
+
+def test_gradients_accumulated_over_jitted_calls_are_refused_at_capture(refgrad_device):
+  """A jitted forward and backward without the step, called per micro-batch: each call's w.grad adds onto the last
+  call's, which the jit cannot follow (the replays added the capture's: off by 1.0, silently, before)."""
+  w = on(refgrad_device, [1.0, 2.0]).requires_grad_()
+
+  def forward_backward(x: Tensor) -> Tensor:
+    loss = (w * x).sum()
+    loss.backward()
+    return loss.realize()
+  f = TinyJit(forward_backward)
+  f(on(refgrad_device, [1.0, 1.0]))
+  np.testing.assert_array_equal(w.grad.numpy(), np.array([1.0, 1.0], np.float32))
+  with pytest.raises(JitError, match="dropped"):
+    f(on(refgrad_device, [2.0, 3.0]))
+
+
 MADE = {  # every way a tensor comes to be: each must be state a replay reads (tensor.LIVE holds it)
   "constructor": lambda device: Tensor([1.0, 2.0], device=device),
   "method result": lambda device: (Tensor.ones(2, device=device) * Tensor([1.0, 2.0], device=device)).realize(),
