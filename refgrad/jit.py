@@ -410,6 +410,7 @@ class CapturedCall:
   """The launches of one call, ready to run again with other inputs."""
 
   kept: KeptLazy | None = None  # lazy tensors the call made and kept (set after the capture; not pickled)
+  instance: weakref.ref | None = None  # a decorated method's instance the capture ran on (not pickled)
 
   def __init__(self, launches: list[Launch], inputs: list[Buffer], signature: tuple, reads: list[Read],
                writes: list[Write], draws: list[Draw], result: Any, arguments: list[Tensor],
@@ -438,7 +439,7 @@ class CapturedCall:
     for read in self.reads:  # the state as its tensors hold it now: they do not travel with the jit
       read.refresh()
     by_id = {id(t): t for t in tensors_in(self.result)}
-    state = {k: v for k, v in self.__dict__.items() if k not in ("local", "kept")}
+    state = {k: v for k, v in self.__dict__.items() if k not in ("local", "kept", "instance")}
     state["returned_arguments"] = [(by_id[i], position) for i, position in self.returned_arguments]
     return state
 
@@ -650,7 +651,22 @@ class TinyJit(Generic[ReturnType]):
     return self.captured.launches if self.captured is not None else []
 
   def __get__(self, obj: Any, owner: Any = None) -> Callable[..., ReturnType]:
-    return self if obj is None else functools.partial(self.__call__, obj)  # a decorated method binds its instance
+    return self if obj is None else functools.partial(self._call_on, obj)  # a decorated method binds its instance
+
+  def _call_on(self, obj: Any, *args: Any, **kwargs: Any) -> ReturnType:
+    """A decorated method's call. It is one jit for every instance (the decorator runs once, on the class), as
+    tinygrad's: a replay of one instance's capture for another would read the first one's weights (silently, in
+    tinygrad), so that raises."""
+    captured = self.captured
+    if captured is not None and captured.instance is not None and captured.instance() is not obj:
+      raise JitError(f"TinyJit: {getattr(self, '__name__', 'this method')} was captured on another "
+                     f"{type(obj).__name__} instance, whose tensors its replays read; a method decorated with "
+                     f"@TinyJit is one jit for the class: jit per instance (self.step = TinyJit(self._step))")
+    result = self(obj, *args, **kwargs)
+    if self.captured is not None and self.captured is not captured:  # this call captured
+      with contextlib.suppress(TypeError):  # an instance without weak references is not checked
+        self.captured.instance = weakref.ref(obj)
+    return result
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
     if capturing() and (self.calls or self.captured is not None):

@@ -241,3 +241,31 @@ def add_one(t):
 def test_a_jit_pickled_before_its_capture_keeps_its_function():
   unpickled = pickle.loads(pickle.dumps(TinyJit(add_one, prune=True)))
   assert unpickled.prune and [unpickled(Tensor([float(i)])).item() for i in range(4)] == [1.0, 2.0, 3.0, 4.0]
+
+
+
+def scaler_class() -> type:
+  """A model whose call is a jitted method (the decorator runs once, on the class): a new class, so a new jit."""
+  class Scaler:
+    def __init__(self, value: float, device: str):
+      self.w = Tensor(np.full(2, value, np.float32), device=device).contiguous().realize()
+
+    @TinyJit
+    def __call__(self, x: Tensor) -> Tensor:
+      return (x * self.w).realize()
+  return Scaler
+
+
+def test_a_jitted_method_follows_its_instance_or_refuses_another(refgrad_device):
+  """A @TinyJit method is one jit for the class (as tinygrad's): replayed for a second instance, it read the first
+  one's weights ([1, 1] for an instance of weights 2, silently). Its own instance replays right (numpy); another
+  instance raises JitError."""
+  scaler = scaler_class()
+  a, b = scaler(1.0, refgrad_device), scaler(2.0, refgrad_device)
+  x = np.array([1.0, 3.0], np.float32)
+  for _ in range(3):
+    np.testing.assert_array_equal(a(Tensor(x, device=refgrad_device)).numpy(), x * 1.0)
+  with pytest.raises(JitError, match="another Scaler instance"):
+    b(Tensor(x, device=refgrad_device))
+  a.w.assign(Tensor(np.full(2, 5.0, np.float32), device=refgrad_device))
+  np.testing.assert_array_equal(a(Tensor(x, device=refgrad_device)).numpy(), x * 5.0)
