@@ -51,8 +51,9 @@ def test_a_templated_call_makes_the_nodes_its_tensor_ops_make(monkeypatch, name)
 def test_an_optimizer_update_makes_the_nodes_its_tensor_ops_make(monkeypatch):
   p, g, m, v = _data(5, 3, seed=1), _data(5, 3, seed=2), _data(5, 3, seed=3), _data(5, 3, seed=4).abs()
   c1, c2, lr = Tensor(0.1), Tensor(0.001), Tensor([0.01]).reshape(())
-  for args in [(p, g, m, v, c1, c2, lr, 0.9, 0.999, 1e-8, 0.0, True), (p, g, m, v, c1, c2, lr, 0.9, 0.99, 1e-6, 0.1,
-                                                                         False)]:
+  lamb_args = [(0.9, 0.999, 1e-8, 0.0, True, 0.0), (0.9, 0.99, 1e-6, 0.1, False, 0.0),
+               (0.9, 0.999, 1e-8, 0.0, True, 0.05)]  # b1, b2, eps, wd, adam, l2 (the last: Adam's weight_decay)
+  for args in [(p, g, m, v, c1, c2, lr, *rest) for rest in lamb_args]:
     for _ in range(2):
       templated = _lamb_update(*args)
       direct = _untemplated(monkeypatch, lambda args=args: _lamb_update(*args))
