@@ -21,7 +21,7 @@ from refgrad.dtype import (
 )
 from refgrad.frontend import special
 from refgrad.frontend.base import Self, TensorBase, half_in_float32
-from refgrad.frontend.bitcast import check_bitcast, resized_bitcast
+from refgrad.frontend.bitcast import UNSIGNED_OF_SIZE, check_bitcast, resized_bitcast
 from refgrad.frontend.shapes import ShapeError, broadcast_shape
 from refgrad.frontend.templates import graph_template
 from refgrad.gradient import custom_gradient
@@ -249,9 +249,8 @@ class ElementwiseMixin(TensorBase):
     [True, False, True]
     """
     if dtypes.is_float(self.dtype):
-      unsigned = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[self.dtype.itemsize]
-      return self.detach().bitcast(unsigned).rshift(self.dtype.bits - 1).ne(0)
-    return self.lt(0) if not dtypes.is_unsigned(self.dtype) else self.ne(self)
+      return self.detach().bitcast(UNSIGNED_OF_SIZE[self.dtype.itemsize]).rshift(self.dtype.bits - 1).ne(0)
+    return self.lt(0)  # all False for unsigned and bool
 
   def copysign(self, other: Any) -> Self:
     """|self| with the sign bit of other (so -0.0 and a negative NaN count as negative), as torch.copysign; the
