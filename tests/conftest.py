@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from xdist_crash_safe import pytest_xdist_make_scheduler  # noqa: F401  (a worker crash fails its test, never hangs)
 
@@ -231,6 +232,19 @@ def pytest_runtest_makereport(item, call):
   if declared_unsupported(call.excinfo.value):
     report.outcome = "skipped"
     report.longrepr = (str(item.path), item.location[1], f"Skipped: {call.excinfo.value} (not in Capabilities.dtypes)")
+
+
+# Test files draw their values from a module-level `RNG = np.random.default_rng(seed)`. Drawn in whatever order a
+# worker happens to run the file's tests (xdist's distribution, the rotating sample), a test's values changed from run
+# to run, and a failure that depended on them did not come back when rerun. Each test's RNG restarts from its own node
+# id, so its values are the same in every run, alone or in the whole suite.
+@pytest.fixture(autouse=True)
+def _values_of_this_test(request):
+  module = getattr(request, "module", None)
+  rng = getattr(module, "RNG", None)
+  if isinstance(rng, np.random.Generator):
+    module.RNG = np.random.default_rng(int.from_bytes(hashlib.sha256(request.node.nodeid.encode()).digest()[:8]))
+  yield
 
 
 @pytest.fixture

@@ -147,6 +147,26 @@ def test_embedding_and_lstm_cell():
   close(c, tc, rtol=1e-4)
 
 
+def test_lstm_cell_unbatched_and_on_the_inputs_device():
+  """torch's unbatched step (x of shape (input_size,)), and the default state made on x's device, not the default."""
+  ours, theirs = nn.LSTMCell(3, 5), torch.nn.LSTMCell(3, 5)
+  copy_into_torch(ours, theirs)
+  x = RNG.standard_normal(3).astype(np.float32)
+  h, c = ours(Tensor(x))
+  th, tc = theirs(torch.tensor(x))
+  assert h.shape == c.shape == (5,)
+  close(h, th, rtol=1e-4)
+  close(c, tc, rtol=1e-4)
+  other = "PYTHON:1"
+  for p in nn.state.get_parameters(ours):
+    p.replace(p.to(other).realize())
+  h, c = ours(Tensor(np.stack([x, -x]), device=other))
+  th, tc = theirs(torch.tensor(np.stack([x, -x])))
+  assert h.device == c.device == other
+  close(h, th, rtol=1e-4)
+  close(c, tc, rtol=1e-4)
+
+
 OPTIMIZERS = {
   "SGD": (lambda p: optim.SGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
   "SGD momentum nesterov wd": (lambda p: optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
@@ -222,26 +242,36 @@ def test_lr_dtype_and_errors():
     optim.SGD([Tensor([1.0], requires_grad=False)], lr=0.1)
 
 
+def _assert_update(got: np.ndarray, w: np.ndarray, step: np.ndarray) -> None:
+  """got is the float32 `w - step` within a few float32 ulps of the operands, not of the result (a weight and a step
+  of about the same size cancel, and a bound relative to their small difference fails)."""
+  bound = 8 * np.finfo(np.float32).eps * (np.abs(w) + np.abs(step))
+  off = np.abs(got - (w - step))
+  assert np.all(off <= bound), f"got {got}, want {w - step}: off by {off}, bound {bound}"
+
+
 def test_lamb_and_lars_take_trust_ratio_steps():
-  """LAMB and LARS against a numpy transcription of their update rules."""
-  w0 = RNG.standard_normal((4, 3)).astype(np.float32)
-  g = np.full_like(w0, 0.5)
-  ours = Tensor(w0)
+  """LAMB and LARS against a numpy transcription of their update rules (in float64)."""
+  w32 = RNG.standard_normal((4, 3)).astype(np.float32)
+  w0, g = w32.astype(np.float64), np.full((4, 3), 0.5)
+  ours = Tensor(w32)
   opt = optim.LAMB([ours], lr=0.1, weight_decay=0.01)
-  ours.grad = Tensor(g)
+  ours.grad = Tensor(g.astype(np.float32))
   with Tensor.train():
     opt.step()
   m, v = 0.1 * g, 0.001 * g * g
   up = (m / 0.1) / (np.sqrt(v / 0.001) + 1e-6) + 0.01 * w0
   trust = np.linalg.norm(w0) / np.linalg.norm(up)
-  np.testing.assert_allclose(ours.numpy(), w0 - 0.1 * trust * up, rtol=1e-5)
-  lars_w = Tensor(w0)
+  step = 0.1 * trust * up
+  _assert_update(ours.numpy(), w0, step)
+  lars_w = Tensor(w32)
   lars = optim.LARS([lars_w], lr=0.1, momentum=0.0, weight_decay=0.0, tcoef=0.001)
-  lars_w.grad = Tensor(g)
+  lars_w.grad = Tensor(g.astype(np.float32))
   with Tensor.train():
     lars.step()
   ratio = 0.001 * np.linalg.norm(w0) / np.linalg.norm(g)
-  np.testing.assert_allclose(lars_w.numpy(), w0 - 0.1 * ratio * g, rtol=1e-5)
+  step = 0.1 * ratio * g
+  _assert_update(lars_w.numpy(), w0, step)
 
 
 @pytest.mark.parametrize("classic", [True, False])
