@@ -205,12 +205,14 @@ class LSTMCell:
     self.bias_hh = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
 
   def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    """x is (batch, input_size), or (input_size,) for one unbatched step (torch's); the state defaults to zeros
+    on x's device."""
     if hc is None:
-      hc = (Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype), Tensor.zeros(x.shape[0], self.hidden_size,
-                                                                                  dtype=x.dtype))
+      zeros = Tensor.zeros(*x.shape[:-1], self.hidden_size, dtype=x.dtype, device=x.device)
+      hc = (zeros, zeros)
     h, c = hc
     gates = x.linear(self.weight_ih.T, self.bias_ih) + h.linear(self.weight_hh.T, self.bias_hh)
-    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = gates.chunk(4, -1)
     c_next = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return o.sigmoid() * c_next.tanh(), c_next
 
