@@ -108,6 +108,13 @@ def computed_buffer(node: UOp) -> Buffer | None:
   return value if isinstance(value := _REALIZED.get(node), Buffer) else None
 
 
+def realized_multi(node: UOp) -> UOp | None:
+  """The MULTI of buffer nodes an earlier realize computed for `node` (a tensor over several devices that kept its
+  graph for gradients), or None."""
+  value = node if node.op is Ops.MULTI else _REALIZED.get(node)
+  return value if isinstance(value, UOp) and value.op is Ops.MULTI else None
+
+
 _NOT_REMEMBERED = frozenset({Ops.BUFFER, Ops.CONST})
 
 

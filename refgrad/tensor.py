@@ -44,6 +44,7 @@ from refgrad.schedule import (
   create_schedule,
   device_parts,
   realized_buffer,
+  realized_multi,
   realized_node,
   remember_realized,
 )
@@ -457,8 +458,19 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
 
   def __reduce__(self) -> tuple:
     """Pickled as its values (realized), shape, dtype, device and requires_grad; a symbolic shape keeps its bound
-    Variables. The gradient and the graph are not kept."""
-    return _unpickle, (self.numpy().tobytes(), self.shape, self.dtype, self.device, self.requires_grad)
+    Variables; a tensor over several devices keeps its split axis and each device's part. The gradient and the graph
+    are not kept."""
+    values = self.realize().numpy().tobytes()
+    return _unpickle, (values, self.shape, self.dtype, self.device, self.requires_grad, self._shard_layout())
+
+  def _shard_layout(self) -> tuple[int, tuple[int, ...]] | None:
+    """The split axis of a realized tensor over several devices and each device's size along it; None if it is on
+    one device or whole on each."""
+    node = realized_multi(self.uop) if isinstance(self.device, tuple) else None
+    if node is None or node.arg[0] is None:
+      return None
+    axis, bounds = node.arg
+    return axis, tuple(end - start for start, end in bounds)
 
   def numpy(self) -> np.ndarray:
     """The values as a numpy array (realizes).
@@ -654,9 +666,12 @@ def _node_of(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> U
   return buffer_node(Buffer(device, array.size, from_numpy(array.dtype)).copyin(array), array.shape)
 
 
-def _unpickle(values: bytes, shape: tuple, dtype: DType, device: Any, requires_grad: bool | None) -> Tensor:
-  t = Tensor(np.frombuffer(values, dtype=dtype.np), device=device, dtype=dtype)
-  t = t.reshape(shape) if t.shape != shape else t
+def _unpickle(values: bytes, shape: tuple, dtype: DType, device: Any, requires_grad: bool | None,
+              layout: tuple[int, tuple[int, ...]] | None = None) -> Tensor:
+  whole = Tensor(np.frombuffer(values, dtype=dtype.np), device=device[0] if layout else device, dtype=dtype)
+  t = whole.reshape(shape) if whole.shape != shape else whole
+  if layout:
+    t = t.shard(device, axis=layout[0], splits=layout[1]).realize()
   t.requires_grad = requires_grad
   return t
 

@@ -142,6 +142,25 @@ def test_resharding_between_axes(refgrad_device):
     np.testing.assert_array_equal((cols * rows.shard(devices)).numpy(), a * a)
 
 
+@pytest.mark.parametrize("axis, splits", [(0, None), (1, (1, 0, 5)), (None, None)], ids=str)
+def test_pickle_keeps_the_split(refgrad_device, axis, splits):
+  """A pickled tensor over several devices comes back with its devices, split axis and parts (a lazy one too); an
+  empty part and uneven parts stay so."""
+  import pickle
+  a = data((4, 6))
+  devices = instances(refgrad_device, 3)
+  t = Tensor(a, device=refgrad_device).shard(devices, axis=axis, splits=splits)
+  lazy = t * 2
+  with np.errstate(over="ignore"):  # the edge values' largest doubled
+    twice = a * 2
+  for original, want in ((t, a), (lazy, twice)):
+    back = pickle.loads(pickle.dumps(original))
+    assert back.device == devices and back.shape == want.shape
+    assert back.realize().uop.op is Ops.MULTI and back.uop.arg == original.realize().uop.arg
+    np.testing.assert_array_equal(back.numpy(), want)
+    np.testing.assert_array_equal(back.to(devices[-1]).numpy(), want)
+
+
 def test_to_and_shard_of_a_sharded_tensor():
   a = data((4, 2))
   t = Tensor(a, device="PYTHON").shard(instances("PYTHON", 2), axis=0)
