@@ -642,6 +642,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     """Hold `node` from now on, as a tensor of its own: a view stops following the tensor it viewed."""
     self._view = None
     self.uop = node
+    views.pin_views(self)
     return self
 
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

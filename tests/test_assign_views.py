@@ -419,6 +419,29 @@ def test_a_realized_view_does_not_keep_a_dropped_graph_alive():
   check(view, np.arange(4, dtype=np.float32).reshape(2, 2) * 2 + 1, dtypes.float32)
 
 
+def _views_outliving_their_base(make, write):
+  """Views of a tensor (one realized, one lazy, one of a sibling that writes) that `write` then writes, and that
+  outlive it: the base is dropped before any view is read."""
+  base = make(np.arange(12, dtype=np.float32).reshape(3, 4))
+  row, col, done = base[1], base.reshape(12)[1::4], base[:, 1:]
+  done.realize() if isinstance(done, Tensor) else None
+  write(base, done)
+  return row, col, done
+
+
+@pytest.mark.parametrize("how", ["setitem", "through_a_view", "assign", "iadd"])
+def test_views_read_after_their_written_base_is_dropped(how):
+  writes = {"setitem": lambda b, v: b.__setitem__((1, 1), 55.0),
+            "through_a_view": lambda b, v: v.__setitem__((slice(None), 0), -1.0),
+            "assign": lambda b, v: b.assign(b * 2) if isinstance(b, Tensor) else b.copy_(b * 2),
+            "iadd": lambda b, v: b.__iadd__(1.0)}
+  ours = _views_outliving_their_base(lambda a: Tensor(a).realize(), writes[how])
+  gc.collect()
+  theirs = _views_outliving_their_base(torch.tensor, writes[how])
+  for got, want in zip(ours, theirs):
+    check(got, want, dtypes.float32)
+
+
 def test_writes_through_symbolic_slices():  # tinygrad's KV cache: cache[:, start:start+n] with a bound Variable
   start = Variable("start", 0, 6)
   cache, want = Tensor.zeros(2, 8).contiguous().realize(), np.zeros((2, 8), np.float32)

@@ -15,8 +15,10 @@ tensor at the start of its chain of views, which views nothing) and the steps th
   advanced indexing, every computation) are bases. A write through an expand that repeats elements raises, as
   torch's in-place ops on overlapping memory do.
 - A view holds its base weakly: once nothing else holds the base, nothing can observe it, and the view is a base
-  of its own (so a realized view, like `loss = h.sum()`, does not keep the graph of a dropped tensor alive). An
-  expanded view holds its base: it stays one, and unwritable, as long as it lives.
+  of its own (so a realized view, like `loss = h.sum()`, does not keep the graph of a dropped tensor alive). A write
+  to the base makes each of its views hold it until the view has seen the write (a view read after its base is
+  dropped shows the base's last value, as torch's shared storage does). An expanded view holds its base: it stays
+  one, and unwritable, as long as it lives.
 
 Realizing a view that was written through also realizes its base, so the write lands in the base's buffer (a KV
 cache filled by `cache[:, i:i+1].assign(kv).realize()` stays one buffer, not a growing chain of `where`s).
@@ -92,6 +94,23 @@ class _Held:
     return self.obj
 
 
+class BaseRef(weakref.ref):
+  """A view's weak reference to its base, with room to hold the base (`pin`) while the view has not seen a write to
+  it: were the base dropped first, the view would keep the value from before the write."""
+  __slots__ = ("pin",)
+
+  def __init__(self, base: Any):
+    super().__init__(base)
+    self.pin = None
+
+
+def pin_views(base: Any) -> None:
+  """base's value changed: each view of it holds it until the view's node is made from the new value."""
+  for ref in weakref.getweakrefs(base):
+    if type(ref) is BaseRef:
+      ref.pin = base
+
+
 class Clock:
   """Counts the times any tensor's node was set. A view that was in sync at the current count is in sync without
   looking at its base: reading a view's node costs about what reading a base's does."""
@@ -111,7 +130,7 @@ class ViewLink:
   __slots__ = ("base", "steps", "made_from", "seen", "base_shape")
 
   def __init__(self, base: Any, steps: tuple[tuple, ...], made_from: weakref.ref, overlaps: bool):
-    self.base = _Held(base) if overlaps else weakref.ref(base)
+    self.base = _Held(base) if overlaps else BaseRef(base)
     self.steps, self.made_from, self.seen, self.base_shape = steps, made_from, CLOCK.ticks, base._uop.shape
 
   def sync(self, view: Any) -> UOp:
@@ -122,13 +141,15 @@ class ViewLink:
       view._view = None
     elif base._uop is not self.made_from():
       view._uop = self.values(base)[-1].uop
-      self.made_from = weakref.ref(base._uop)
+      self.synced(base)
     self.seen = CLOCK.ticks
     return view._uop
 
   def synced(self, base: Any) -> None:
     """The view now holds a node of the base's current value."""
     self.made_from, self.seen = weakref.ref(base._uop), CLOCK.ticks
+    if type(self.base) is BaseRef:
+      self.base.pin = None
 
   def values(self, base: Any) -> list[Any]:
     """The base's value and the value after each step."""
@@ -158,11 +179,13 @@ def write(t: Any, node: UOp) -> None:
   if base is None:
     t._view = None
     t.uop = node
+    pin_views(t)
     return
   values, new = link.values(base), t._from(node)
   for step, x in zip(reversed(link.steps), reversed(values[:-1])):
     new = put_back(step, x, new)
   base.uop = new.uop
+  pin_views(base)
   _WRITTEN[id(base)] = base
   t._uop = node
   link.synced(base)
