@@ -271,6 +271,16 @@ def test_activations_half_and_shapes(name):
   check(ours(Tensor(h)), theirs(torch.from_numpy(h.copy()).double()).half(), D.float16, ulp=2, atol=1e-3)
 
 
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_half_activations_at_large_magnitudes(name):
+  """Where an intermediate overflows half's range (exp(12), x * 6 at 20000) the result must not: softplus(12),
+  logsigmoid(-12) and hardswish(20000) were inf in float16."""
+  ours, theirs = ACTIVATIONS[name]
+  h = np.array([-20000, -300, -12, -11.5, -10, 10, 11.5, 12, 15, 300, 20000], np.float16)
+  want = theirs(torch.from_numpy(h).double()).half()
+  check(ours(Tensor(h)), want, D.float16, ulp=2, signed_zeros=False)
+
+
 def test_gelu_exact_and_softmax_dtype():
   x = np.linspace(-5, 5, 21).astype(np.float32)
   check(Tensor(x).gelu("none"), F.gelu(torch.from_numpy(x).double()).float(), D.float32, ulp=4, atol=4 * EPS32)

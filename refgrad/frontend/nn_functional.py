@@ -461,6 +461,7 @@ class NNFunctionalMixin(TensorBase):
     """
     return self.silu()
 
+  @half_in_float32  # x * relu6(x + 3) in half is inf from 10923 on
   def hardswish(self) -> Self:
     """x * relu6(x + 3) / 6.
 
@@ -484,6 +485,7 @@ class NNFunctionalMixin(TensorBase):
       raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     return x * 0.5 * (1.0 + ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)).tanh())
 
+  @half_in_float32  # one rounding: a half sigmoid(-17) is a subnormal, 50% off before the product
   def quick_gelu(self) -> Self:
     """x * sigmoid(1.702 x).
 
@@ -500,6 +502,7 @@ class NNFunctionalMixin(TensorBase):
     """
     return self * self.softplus().tanh()
 
+  @half_in_float32  # exp(beta x) in half is inf from 11.1 on (softplus(12) was inf)
   def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Self:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (as torch).
 
@@ -511,6 +514,7 @@ class NNFunctionalMixin(TensorBase):
     return custom_gradient(scaled.gt(threshold).where(x, special.log1p(scaled.exp()) / beta),
                            ("softplus", beta, threshold), x)
 
+  @half_in_float32  # softplus(-x) runs in float32 too
   def logsigmoid(self) -> Self:
     """log(sigmoid(x)) = -softplus(-x), stable for large |x|.
 
