@@ -97,6 +97,13 @@ def test_movement_dtypes(case, dtype):
     check(ours(Tensor(a)), theirs(to_torch(a)), dtype)
 
 
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.int32], ids=lambda d: d.name)
+def test_pad_with_negative_zero(dtype):
+  a = np.array([[1.5, -0.0], [0.0, -2.0]]).astype(NP_DTYPE[dtype])
+  want = np.pad(a, ((1, 0), (0, 2)), constant_values=-0.0)  # the pads of a float are -0.0 (torch's F.pad too)
+  check(Tensor(a).pad((0, 2, 1, 0), value=-0.0), want, dtype)
+
+
 def test_pad_int_value_keeps_dtype():
   a = np.arange(6, dtype=np.int16).reshape(2, 3)
   check(Tensor(a).pad((1, 0, 0, 1), value=7), F.pad(torch.from_numpy(a), (1, 0, 0, 1), value=7), dtypes.int16)

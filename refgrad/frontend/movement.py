@@ -462,7 +462,7 @@ def _pad_constant(x: Any, pairs: tuple[tuple[int, int], ...], value: Any) -> Any
   if all(_is_int(g) and g == 0 for p in grow for g in p):
     return cropped
   padded = cropped._movement(Ops.PAD, grow)
-  if value == 0:
+  if value == 0 and not (isinstance(value, float) and math.copysign(1.0, value) < 0):  # -0.0 pads as -0.0
     return padded
   inside = x._const(True, dtypes.bool).expand(cropped.shape)._movement(Ops.PAD, grow)
   return inside.where(padded, x._const(value))
