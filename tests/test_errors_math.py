@@ -53,7 +53,12 @@ ERRORS = {
   "cast_dtype_name": (lambda: f23().cast("f32"), None, TypeError, ["'f32'", "float32"]),  # torch's type
   # reductions and scans (every dim op's out-of-range dim: test_errors_shapes.py)
   "argmax_bad_dim": (lambda: f23().argmax(5), lambda: tf23().argmax(5), IndexError, ["5"]),
-  "argmax_empty_dim": (lambda: Tensor.zeros(2, 0).argmax(1), None, RuntimeError, ["(2, 0)"]),  # torch: IndexError
+  "argmax_empty_dim": (lambda: Tensor.zeros(2, 0).argmax(1), lambda: torch.zeros(2, 0).argmax(1), IndexError,
+                       ["argmax", "(2, 0)"]),
+  "argmin_empty_dim": (lambda: Tensor.zeros(0, 2).argmin(0), lambda: torch.zeros(0, 2).argmin(0), IndexError,
+                       ["argmin", "(0, 2)"]),
+  "argmin_empty_flat": (lambda: Tensor.zeros(2, 0).argmin(), lambda: torch.zeros(2, 0).argmin(), IndexError,
+                        ["argmin", "(2, 0)"]),
   "sum_repeated_dim": (lambda: f23().sum((1, -1)), lambda: tf23().sum((1, -1)), RuntimeError, ["1"]),
   "any_repeated_dim": (lambda: f23().any((0, -2)), None, RuntimeError, ["(0, -2)"]),
   "std_bad_negative_dim": (lambda: f23().std(-3), None, IndexError, ["-3"]),

@@ -54,7 +54,11 @@ def _pad_pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
 
 class ConvPaddingError(ValueError, RuntimeError):
   """A padding string a convolution does not take, or 'same' with a stride: torch's nn layers raise ValueError, its
-  functional conv RuntimeError."""
+  functional conv RuntimeError. An output_padding not below stride or dilation too (torch's RuntimeError)."""
+
+
+class LabelSmoothingError(ValueError, RuntimeError, AssertionError):
+  """label_smoothing outside [0, 1]: torch's RuntimeError, tinygrad's AssertionError (a ValueError here before)."""
 
 
 def conv_padding_pairs(padding: int | Sequence[int] | str, kernel: Sequence[int], stride: Sequence[int],
@@ -682,7 +686,7 @@ def _check_same_shape(x: Any, y: Any, what: str) -> None:
 
 def _check_smoothing(label_smoothing: float) -> None:
   if not 0.0 <= label_smoothing <= 1.0:
-    raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    raise LabelSmoothingError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
 
 
 def _check_conv(x: Any, weight: Any, groups: int, bias: Any) -> None:
@@ -705,7 +709,8 @@ def _check_conv_transpose(x: Any, weight: Any, groups: int, stride: tuple, dilat
                        f"(C_in, C_out/groups, *kernel) with groups={groups}")
   for e, s, d in zip(extra, stride, dilation):
     if e >= max(s, d):
-      raise ValueError(f"output_padding {extra} must be smaller than either stride {stride} or dilation {dilation}")
+      raise ConvPaddingError(f"output_padding {extra} must be smaller than either stride {stride} or dilation "
+                             f"{dilation}")
 
 
 def _spread(x: Any, stride: tuple[int, ...]) -> Any:

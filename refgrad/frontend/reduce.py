@@ -23,6 +23,10 @@ SUM_ACC_DTYPE: dict[DType, DType] = {
 RETURNS_INPUT_DTYPE = frozenset(dt for dt in dtypes.floats if compute_dtype(dt) != dt)
 
 
+class EmptyReductionError(IndexError, RuntimeError):
+  """argmax/argmin over no element: torch's IndexError (a RuntimeError here before)."""
+
+
 def reduce_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
   if axis is None:
     return tuple(range(ndim))
@@ -89,7 +93,8 @@ class ReduceMixin(TensorBase):
   def _check_nonempty(self, axis: Any, what: str) -> None:
     axes = reduce_axes(axis, self.ndim)
     if self.ndim and prod(self.shape[a] for a in axes) == 0:
-      raise RuntimeError(f"{what}(): cannot reduce over a zero-size dimension of a tensor of shape {self.shape}")
+      raise EmptyReductionError(f"{what}(): cannot reduce over a zero-size dimension of a tensor of shape "
+                                f"{self.shape}")
 
   @half_in_float32
   def mean(self, axis: Any = None, keepdim: bool = False) -> Self:
@@ -111,12 +116,12 @@ class ReduceMixin(TensorBase):
     return self._from(size_const(canonical(count), dtype, self.device))
 
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Self:
-    """Index of the first maximum (NaN counts as the maximum, as in torch); int32."""
+    """Index of the first maximum (NaN counts as the maximum, as in torch); int32. Over no element, IndexError."""
+    self._check_nonempty(axis, "argmax")
     if axis is None:  # index into the flattened tensor; keepdim keeps every dim as size 1, as torch does
       flat = self.flatten().argmax(0)
       return flat.reshape((1,) * self.ndim) if keepdim else flat
     ax = normalize_dim(axis, self.ndim)
-    self._check_nonempty(ax, "argmax")
     if self.ndim == 0:
       return self._const(0, dtypes.int32)
     n = self.shape[ax]
@@ -128,6 +133,7 @@ class ReduceMixin(TensorBase):
     return (n - first).cast(dtypes.int32)
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Self:
+    self._check_nonempty(axis, "argmin")
     flipped = self.neg() if dtypes.is_float(self.dtype) else self.bitwise_not()
     return flipped.argmax(axis, keepdim)
 
