@@ -277,6 +277,12 @@ def test_masked_fill(dtype):
   check(t.masked_fill(Tensor(row), Tensor(3)), tt.masked_fill(torch.from_numpy(row), torch.tensor(3)), dtype)
 
 
+def test_masked_fill_broadcasts_self_with_a_larger_mask():
+  a, mask = np.array([1.5, -0.0], np.float32), np.array([[[True, False]], [[False, False]]])
+  check(Tensor(a).masked_fill(Tensor(mask), 7.0), torch.from_numpy(a).masked_fill(torch.from_numpy(mask), 7.0),
+        dtypes.float32)
+
+
 def test_masked_fill_truncates_into_ints_and_0d():
   check(Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 2.7),
         torch.tensor([1, 2, 3], dtype=torch.int32).masked_fill(torch.tensor([True, False, True]), 2.7), dtypes.int32)

@@ -523,7 +523,7 @@ class IndexingMixin(TensorBase):
     return valid.where(out, out._const(0))
 
   def masked_fill(self, mask: Any, value: Any) -> Self:
-    """value where mask (bool, broadcastable to self's shape) is True, self elsewhere.
+    """value where mask (bool) is True, self elsewhere; self and mask broadcast together, as in torch and tinygrad.
 
     >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
     [0, 2, 0]
@@ -532,11 +532,10 @@ class IndexingMixin(TensorBase):
       got = mask.dtype.name if isinstance(mask, TensorBase) else type(mask).__name__
       raise IndexDTypeError(f"masked_fill: mask must be a bool tensor, got {got}")
     try:
-      fits = broadcast_shape(self.shape, mask.shape) == self.shape
+      broadcast_shape(self.shape, mask.shape)
     except ShapeError:
-      fits = False
-    if not fits:
-      raise ShapeError(f"masked_fill: mask of shape {mask.shape} does not broadcast to self's shape {self.shape}")
+      raise ShapeError(f"masked_fill: mask of shape {mask.shape} does not broadcast with self's shape "
+                       f"{self.shape}") from None
     if isinstance(value, TensorBase):
       if value.ndim:
         raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
