@@ -31,6 +31,9 @@ from refgrad.uop import Ops, UOp
 LOG2_E = math.log2(math.e)
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}  # an in-place result may not be of a higher kind than its target
 LN_2 = math.log(2)
+# pi/2 as hi + lo in each float dtype cos computes in: hi the dtype's nearest value, lo the rest (rounded)
+HALF_PI = {dtypes.float32: (1.5707963705062866, -4.371139000186243e-08),
+           dtypes.float64: (1.5707963267948966, 6.123233995736766e-17)}
 
 
 class BitwiseDTypeError(TypeError, NotImplementedError):
@@ -335,8 +338,20 @@ class ElementwiseMixin(TensorBase):
 
   @half_in_float32
   def cos(self) -> Self:
+    """sin(pi/2 - x), with pi/2 - x carried exactly as s + t (pi/2 as hi + lo, TwoSum for hi - x): sin(s + t) is
+    sin(s) + t cos(s), and cos(s) = sin(x + t) ~ sin(x). The rounding of pi/2 - x alone made cos(1e4) 1.5e-4 off and
+    gave cos and tan the wrong sign near pi/2 + k pi (tan(float32(pi/2)) was inf, torch's -2.3e7).
+
+    >>> Tensor([0.0]).cos().tolist()
+    [1.0]
+    """
     x = self._float()
-    return custom_gradient((math.pi / 2 - x).sin(), ("cos",), x)
+    hi, lo = HALF_PI[x.dtype]
+    s = hi - x
+    back = s - hi  # TwoSum: hi + (-x) == s + err exactly
+    err = (hi - (s - back)) + (-x - back)
+    out = (s.sin() + (err + lo) * x.sin()).clip(-1.0, 1.0)  # past 1e4 the correction is not small: keep the range
+    return custom_gradient(out, ("cos",), x)
 
   @half_in_float32
   def tan(self) -> Self:
