@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import sys
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -204,7 +205,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     >>> Tensor.zeros(2, 3).size(-1)
     3
     """
-    return self.shape if dim is None else self.shape[normalize_dim(dim, self.ndim)]
+    if dim is None:
+      return self.shape
+    d = normalize_dim(dim, self.ndim)
+    if self.ndim == 0:  # normalize_dim lets a 0-d tensor name dim 0 or -1, but it has no size to give
+      raise IndexError(f"size: dim {dim} of a 0-d tensor, which has no dims")
+    return self.shape[d]
 
   def is_floating_point(self) -> bool:
     """True for float dtypes.
@@ -218,6 +224,13 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     if self.ndim == 0:
       raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
+
+  def __iter__(self) -> Iterator[Tensor]:
+    """The tensor's rows (self[0], self[1], ...); a 0-d tensor raises TypeError, as in torch and numpy (Python's
+    fallback through __getitem__ would yield nothing)."""
+    if self.ndim == 0:
+      raise TypeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(len(self)))
 
   def __bool__(self) -> bool:
     raise TypeError("the truth value of a Tensor is ambiguous; use .item(), .any() or .all()")

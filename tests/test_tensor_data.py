@@ -153,3 +153,21 @@ def test_pickle_keeps_every_bit_shape_dtype_and_device(dtype):
     check(back, np.asarray(want), dtype)
   if dtype.kind == "f":
     assert pickle.loads(pickle.dumps(Tensor([1.0, 2.0], dtype=dtype, requires_grad=True))).requires_grad is True
+
+
+def test_iteration_yields_rows_and_refuses_0d():
+  a = np.arange(6, dtype=np.float32).reshape(3, 2)
+  for got, want in zip(Tensor(a).T, torch.from_numpy(a).T, strict=True):
+    check(got, want, dtypes.float32)
+  assert list(Tensor.zeros(0, 2)) == [] == list(torch.zeros(0, 2))
+  for t in (Tensor(1.5), torch.tensor(1.5)):  # Python's fallback through t[0] gave [] for ours
+    with pytest.raises(TypeError, match="0-d"):
+      list(t)
+
+
+def test_size_of_a_dim_of_0d_raises_index_error():
+  with pytest.raises(IndexError):
+    torch.tensor(1.0).size(0)
+  for dim in (0, -1):
+    with pytest.raises(IndexError, match=rf"dim {dim} of a 0-d tensor"):
+      Tensor(1.0).size(dim)
