@@ -31,7 +31,7 @@ from refgrad.execute import run_schedule
 from refgrad.frontend import autograd, views
 from refgrad.frontend.autograd import AutogradMixin
 from refgrad.frontend.elementwise import ElementwiseMixin
-from refgrad.frontend.movement import MovementMixin
+from refgrad.frontend.movement import InvalidArgumentError, MovementMixin
 from refgrad.frontend.nn_functional import NNFunctionalMixin
 from refgrad.frontend.random import RandomMixin
 from refgrad.frontend.reduce import ReduceMixin
@@ -299,11 +299,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     if stop is None:
       start, stop = 0, start
     if step == 0:
-      raise ValueError("arange: step must be nonzero")
+      raise InvalidArgumentError("arange: step must be nonzero")
     if is_size_expression(start) or is_size_expression(stop):
       return _symbolic_arange(start, stop, step, dtype, device, **kwargs)
-    count = max(0, math.ceil((stop - start) / step))
-    if any(isinstance(v, float) for v in (start, stop, step)) or (dtype is not None and to_dtype(dtype).kind == "f"):
+    floats = any(isinstance(v, (float, np.floating)) for v in (start, stop, step))  # np.float32(2.5) too
+    if floats and not math.isfinite((stop - start) / step):
+      raise InvalidArgumentError(f"arange: unsupported range {start} -> {stop} with step {step}")
+    # ints: exact ceil division (a float quotient rounds (2**60 + 1) / 2**58 down to 4.0, losing the last element)
+    count = max(0, math.ceil((stop - start) / step) if floats else -((start - stop) // step))
+    if floats or (dtype is not None and to_dtype(dtype).kind == "f"):
       dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
       return Tensor((start + step * np.arange(count, dtype=np.float64)).astype(dt.np), device=device, **kwargs)
     last = start + step * (count - 1) if count else start  # ints: exact in Python, then held or wrapped

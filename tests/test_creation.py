@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import torch
-from helpers import DTYPE_LIST, NP_DTYPE, check, edge_values, ids, to_numpy
+from helpers import DTYPE_LIST, NP_DTYPE, check, edge_values, ids, raises_like, to_numpy
 
 from refgrad import Tensor, dtypes
 
@@ -115,6 +115,21 @@ def test_arange_int(args):
 @pytest.mark.parametrize("args", [(0, 1, 0.1), (2.5,), (-1.0, 1.0, 0.25), (5, 0, -0.5), (0.5, 3)])
 def test_arange_float(args):
   check(Tensor.arange(*args), torch.arange(*args, dtype=torch.float32), dtypes.float32)
+
+
+@pytest.mark.parametrize("args", [(0, 2**60 + 1, 2**58), (2**60 + 1, 0, -2**58), (1, 3 * 2**55 + 2, 2**55)], ids=str)
+def test_arange_large_ints_count_exactly(args):  # a float quotient rounded the count down: one element short
+  check(Tensor.arange(*args), torch.arange(*args), dtypes.int64)
+
+
+def test_arange_of_numpy_floats_is_float():
+  check(Tensor.arange(np.float32(2.5)), torch.arange(np.float32(2.5)), dtypes.float32)
+  check(Tensor.arange(0, np.float16(1.5), 0.5), torch.arange(0, np.float16(1.5), 0.5), dtypes.float32)
+
+
+@pytest.mark.parametrize("args", [(0, 5, 0), (0, float("inf")), (0, float("nan")), (0.0, 1.0, 0.0)], ids=str)
+def test_arange_bad_range_raises_like_torch(args):
+  raises_like(lambda: Tensor.arange(*args), lambda: torch.arange(*args), (RuntimeError, ValueError), ["arange"])
 
 
 @pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint16, dtypes.float16, dtypes.bfloat16, dtypes.float64],
