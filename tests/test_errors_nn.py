@@ -60,6 +60,8 @@ ERRORS = {
   "sparse_ce_smoothing": (lambda: f23().sparse_categorical_crossentropy(Tensor([0, 1]), label_smoothing=1.5), None,
                           (RuntimeError, AssertionError), ["1.5"]),
   "nll_loss_shapes": (lambda: f23().nll_loss(Tensor([[0, 1]])), None, RuntimeError, ["(1, 2)", "(2, 3)"]),
+  "nll_loss_float_targets": (lambda: f23().nll_loss(Tensor([0.0, 1.0])),
+                             lambda: F.nll_loss(tf23(), torch.tensor([0.0, 1.0])), RuntimeError, ["float32"]),
   "dropout_p": (lambda: f23().dropout(1.5), None, ValueError, ["1.5"]),
   "gelu_approximate": (lambda: f23().gelu("erf"), None, ValueError, ["'erf'"]),
 }

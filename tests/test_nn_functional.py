@@ -346,7 +346,19 @@ def test_nll_loss(reduction, weighted):
   check(got, want, D.float32, atol=2e-6)
 
 
-# ---- dropout, sequential
+def test_unreduced_losses_have_torchs_zero_signs():
+  """An ignored target's loss is +0.0 and bce(p=0, y=0) too, as in torch (they were -0.0); the other lanes as above."""
+  x = torch.from_numpy(sample((4, 3), 28, -3, 3)).log_softmax(1)
+  y = torch.tensor([2, -100, 0, -100])
+  losses = [(Tensor(x.numpy()).nll_loss(Tensor(y.numpy()), ignore_index=-100, reduction="none"),
+             F.nll_loss(x, y, reduction="none")),
+            (Tensor(x.numpy()).sparse_categorical_crossentropy(Tensor(y.numpy()), -100, 0.1, "none"),
+             F.cross_entropy(x, y, reduction="none", label_smoothing=0.1)),
+            (Tensor([0.0, 1.0, 0.5]).binary_crossentropy(Tensor([0.0, 1.0, 0.0]), "none"),
+             F.binary_cross_entropy(torch.tensor([0.0, 1.0, 0.5]), torch.tensor([0.0, 1.0, 0.0]), reduction="none"))]
+  for got, want in losses:
+    check(got, want, D.float32, atol=2e-6)
+    np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(want.numpy()))  # atol holds -0.0 == +0.0
 def test_dropout_training_statistics():
   x = np.ones((200, 100), np.float32)
   assert Tensor(x).dropout(0.3).numpy().tolist() == x.tolist()  # not training: identity

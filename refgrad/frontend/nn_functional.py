@@ -57,6 +57,10 @@ class ConvPaddingError(ValueError, RuntimeError):
   functional conv RuntimeError. An output_padding not below stride or dilation too (torch's RuntimeError)."""
 
 
+class TargetDTypeError(RuntimeError, TypeError):
+  """nll_loss with float or bool targets: torch's RuntimeError (they would be compared with the class numbers)."""
+
+
 class LabelSmoothingError(ValueError, RuntimeError, AssertionError):
   """label_smoothing outside [0, 1]: torch's RuntimeError, tinygrad's AssertionError (a ValueError here before)."""
 
@@ -559,7 +563,8 @@ class NNFunctionalMixin(TensorBase):
     """
     _check_same_shape(self, Y, "binary_crossentropy")
     p = self._float()
-    loss = -(Y * p.log().maximum(-100.0) + (1 - Y) * (1 - p).log().maximum(-100.0))
+    # torch's order of terms, so that its zeros are +0.0 where torch's are (p = 0 with Y = 0 was -0.0)
+    loss = (Y - 1) * (1 - p).log().maximum(-100.0) - Y * p.log().maximum(-100.0)
     return custom_gradient(loss, ("binary_crossentropy",), p, Y.cast(p.dtype))._do_reduction(reduction)
 
   def binary_crossentropy_logits(self, Y: Any, reduction: str = "mean", pos_weight: Any = None) -> Self:  # noqa: N803
@@ -597,7 +602,7 @@ class NNFunctionalMixin(TensorBase):
     log_probs = self.log_softmax(-1)
     keep = Y.ne(ignore_index)
     picked = _one_hot_against(Y, classes, -1).where(log_probs, 0.0).sum(-1)
-    loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1)) * keep
+    loss = keep.where(-((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1)), 0.0)  # torch's +0.0
     return _weighted_mean(loss, keep) if reduction == "mean" else loss._do_reduction(reduction)
 
   def cross_entropy(self, Y: Any, reduction: str = "mean", label_smoothing: float = 0.0) -> Self:  # noqa: N803
@@ -633,6 +638,8 @@ class NNFunctionalMixin(TensorBase):
     2.0
     """
     axis = 1 if self.ndim > 1 else 0
+    if not dtypes.is_int(Y.dtype):
+      raise TargetDTypeError(f"nll_loss: targets must be class indices of an integer dtype, got {Y.dtype.name}")
     if Y.shape != self.shape[:axis] + self.shape[axis + 1:]:
       raise ShapeError(f"nll_loss: targets of shape {Y.shape} do not match input of shape {self.shape}")
     hot = _one_hot_on(Y, self.shape[axis], axis)
@@ -641,9 +648,10 @@ class NNFunctionalMixin(TensorBase):
       w = picked.ones_like()
     else:
       w = hot.where(weight.reshape(-1, *[1] * (self.ndim - axis - 1)), 0.0).sum(axis)
+    loss = -picked * w
     if ignore_index is not None:
       w = w * Y.ne(ignore_index)
-    loss = -picked * w
+      loss = Y.ne(ignore_index).where(loss, 0.0)  # +0.0, as torch's (-picked * 0 was -0.0)
     return _weighted_mean(loss, w) if reduction == "mean" else loss._do_reduction(reduction)
 
   # ---- training helpers
