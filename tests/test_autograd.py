@@ -152,6 +152,22 @@ def test_backward_sets_grad_on_a_non_leaf_that_requires_grad():
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
 
 
+def test_backward_of_a_leaf_gives_it_the_seed_as_torch():
+  """x.backward(g) on a leaf (a 0-d loss parameter, dropout's identity outside training) sets x.grad = g and
+  accumulates (torch and tinygrad); it left x.grad None. A computed output still gets no .grad of its own."""
+  x, tx = Tensor([1.0, -2.0], requires_grad=True), torch.tensor([1.0, -2.0], requires_grad=True)
+  for seed in ([3.0, 4.0], [0.5, -1.0]):
+    x.dropout(0.5).backward(Tensor(seed))
+    tx.backward(torch.tensor(seed))
+  np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+  s = Tensor(2.0, requires_grad=True)
+  s.backward()
+  assert s.grad.shape == () and s.grad.item() == 1.0
+  loss = (x * x).sum()
+  loss.backward()
+  assert loss.grad is None
+
+
 def test_tensors_computed_from_ones_that_require_grad_get_their_gradient_too():
   """tinygrad's rule (torch keeps only the leaves' unless retain_grad): every live tensor in the graph that requires
   grad gets .grad, also when the leaf it was computed from is gone; torch with retain_grad is the oracle."""

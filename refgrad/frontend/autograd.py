@@ -237,7 +237,8 @@ class AutogradMixin(TensorBase):
 
   def backward(self, gradient: Any = None) -> Self:
     """Accumulate d(self)/d(t) into t.grad for every live float tensor t in the graph with requires_grad=True:
-    leaves and, as in tinygrad, tensors computed from them (not self; not an int one such as max_pool2d's indices).
+    leaves and, as in tinygrad, tensors computed from them (not self, unless self is set to require grad, as a leaf
+    whose backward() gives it the seed in torch and tinygrad; not an int one such as max_pool2d's indices).
     As in torch, the stored gradients carry no graph of their own (they are detached). Under Tensor.no_grad (inside
     `Tensor.test()` or `Tensor.inference_mode()`) nothing is stored, as in tinygrad; a wrong `gradient` still
     raises."""
@@ -247,7 +248,8 @@ class AutogradMixin(TensorBase):
     candidates = list(dict.fromkeys([*WANT_GRAD, *COMPUTED]))
     in_graph = set(self.uop.toposort)
     leaves = [t for t, ns in zip(candidates, self._target_nodes(tuple(candidates)))
-              if t is not self and any(n in in_graph for n in ns) and t.requires_grad and dtypes.is_float(t.dtype)]
+              if (t is not self or t._requires_grad) and any(n in in_graph for n in ns) and t.requires_grad
+              and dtypes.is_float(t.dtype)]
     if not leaves:
       return self
     grads = self.gradient(*leaves, gradient=gradient, materialize_grads=True)
