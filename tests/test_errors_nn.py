@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual name
 from helpers import f23, raises_like, tf23
 
-from refgrad import Tensor
+from refgrad import Tensor, nn
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
 
@@ -64,6 +64,13 @@ ERRORS = {
                              lambda: F.nll_loss(tf23(), torch.tensor([0.0, 1.0])), RuntimeError, ["float32"]),
   "dropout_p": (lambda: f23().dropout(1.5), None, ValueError, ["1.5"]),
   "gelu_approximate": (lambda: f23().gelu("erf"), None, ValueError, ["'erf'"]),
+  # layers
+  "layernorm_layer_shape": (lambda: nn.LayerNorm(6)(Tensor.ones(3, 5)), lambda: torch.nn.LayerNorm(6)(torch.ones(3, 5)),
+                            RuntimeError, ["(6,)", "(3, 5)"]),
+  "groupnorm_groups": (lambda: nn.GroupNorm(3, 4), lambda: torch.nn.GroupNorm(3, 4), ValueError, ["(4)", "(3)"]),
+  "embedding_float_indices": (lambda: nn.Embedding(5, 3)(Tensor([1.0])),
+                              lambda: torch.nn.Embedding(5, 3)(torch.tensor([1.0])), (RuntimeError, TypeError),
+                              ["float32"]),
 }
 
 

@@ -6,7 +6,9 @@ import math
 from typing import Any
 
 from refgrad.dtype import compute_dtype
+from refgrad.frontend.indexing import IndexDTypeError
 from refgrad.frontend.nn_functional import conv_padding_pairs
+from refgrad.frontend.shapes import ShapeError
 from refgrad.tensor import Tensor
 
 
@@ -126,7 +128,7 @@ class LayerNorm:
 
   def __call__(self, x: Tensor) -> Tensor:
     if tuple(x.shape[-len(self.normalized_shape):]) != self.normalized_shape:
-      raise ValueError(f"LayerNorm over {self.normalized_shape} cannot normalise an input of shape {x.shape}")
+      raise ShapeError(f"LayerNorm over {self.normalized_shape} cannot normalise an input of shape {x.shape}")
     out = x.layernorm(axis=self.axis, eps=self.eps)
     return out if self.weight is None else out * self.weight + self.bias
 
@@ -148,6 +150,8 @@ def _channel_affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Te
 
 class GroupNorm:
   def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+    if num_groups < 1 or num_channels % num_groups:  # else the groups would straddle channels silently
+      raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
     self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
     self.weight = Tensor.ones(num_channels) if affine else None
     self.bias = Tensor.zeros(num_channels) if affine else None
@@ -188,7 +192,7 @@ class Embedding:
 
   def __call__(self, idx: Tensor) -> Tensor:
     if idx.dtype.kind not in "iu":
-      raise TypeError(f"Embedding needs integer indices, got {idx.dtype.name}")
+      raise IndexDTypeError(f"Embedding needs integer indices, got {idx.dtype.name}")
     hits = idx.unsqueeze(-1).eq(Tensor.arange(self.vocab_sz, device=idx.device)).cast(self.weight.dtype)
     return hits @ self.weight
 
