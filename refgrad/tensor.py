@@ -662,6 +662,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     views.pin_views(self)
     return self
 
+  # numpy's operators defer to ours (np.float32(0.5) + t is t.__radd__, a Tensor), as torch's do; np.asarray(t) still
+  # reads the data through __array__
+  __array_priority__ = 1000
+
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     return self.numpy() if dtype is None else self.numpy().astype(dtype)
 

@@ -2,6 +2,8 @@
 an integer dtype where the value is stored or combined by +, -, *, &, |, ^, exact comparisons, and a clear error
 everywhere else. The oracle is Python's own integer arithmetic taken modulo 2**bits, written out here; torch checks
 the float cases and the error types."""
+import operator
+
 import numpy as np
 import pytest
 import torch
@@ -156,3 +158,14 @@ def test_a_float_tensor_from_ints_gets_its_gradient():
   t = Tensor([1, 2], requires_grad=False).float().requires_grad_()
   (t * 3).sum().backward()
   assert t.grad.tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "truediv", "floordiv", "lt", "eq"])
+def test_a_numpy_scalar_on_the_left_gives_a_tensor(op):
+  """numpy's operators defer to the tensor's reflected ones, as they do to torch's: the result was an ndarray."""
+  def apply(x):
+    return getattr(operator, op)(np.float32(1.5), x)
+  a = np.array([1.0, -2.0, 4.0], np.float32)
+  got, want = apply(Tensor(a)), apply(torch.from_numpy(a))
+  assert isinstance(got, Tensor), type(got)
+  np.testing.assert_array_equal(got.numpy(), want.numpy(), strict=True)
