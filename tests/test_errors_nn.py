@@ -67,6 +67,9 @@ ERRORS = {
   # layers
   "layernorm_layer_shape": (lambda: nn.LayerNorm(6)(Tensor.ones(3, 5)), lambda: torch.nn.LayerNorm(6)(torch.ones(3, 5)),
                             RuntimeError, ["(6,)", "(3, 5)"]),
+  "batchnorm_one_value_per_channel": (lambda: Tensor.train()(lambda: nn.BatchNorm(3)(Tensor.ones(1, 3, 1, 1)))(),
+                                      lambda: torch.nn.BatchNorm2d(3)(torch.ones(1, 3, 1, 1)), ValueError,
+                                      ["(1, 3, 1, 1)"]),
   "groupnorm_groups": (lambda: nn.GroupNorm(3, 4), lambda: torch.nn.GroupNorm(3, 4), ValueError, ["(4)", "(3)"]),
   "embedding_float_indices": (lambda: nn.Embedding(5, 3)(Tensor([1.0])),
                               lambda: torch.nn.Embedding(5, 3)(torch.tensor([1.0])), (RuntimeError, TypeError),

@@ -102,9 +102,12 @@ class BatchNorm:
   def __call__(self, x: Tensor) -> Tensor:
     axes = tuple(a for a in range(x.ndim) if a != 1)
     if Tensor.training or not self.track_running_stats:
+      n = x.numel() // x.shape[1] if x.shape[1] else 0
+      if n == 1:  # one value per channel: every output would be 0 (its bias), and the unbiased variance 0/0
+        raise ValueError(f"BatchNorm: expected more than 1 value per channel when using batch statistics, got input "
+                         f"of shape {x.shape}")
       mean, var = x.mean(axis=axes), x.var(axis=axes, correction=0)  # each in float32 for half x, rounded once
       if Tensor.training and self.track_running_stats:
-        n = x.numel() // x.shape[1]
         unbiased = var.detach() * (n / max(n - 1, 1))
         self.running_mean.replace((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
         self.running_var.replace((1 - self.momentum) * self.running_var + self.momentum * unbiased)
