@@ -104,6 +104,32 @@ def test_pad_with_negative_zero(dtype):
   check(Tensor(a).pad((0, 2, 1, 0), value=-0.0), want, dtype)
 
 
+I64 = np.int64  # sizes computed with numpy (np.prod(shape), array.shape arithmetic) are numpy ints
+NUMPY_INT_ARGS = {
+  "reshape": (lambda t: t.reshape(I64(6), I64(-1)), lambda t: t.reshape(6, -1)),
+  "view": (lambda t: t.view(np.prod(t.shape)), lambda t: t.reshape(24)),
+  "pad": (lambda t: t.pad((I64(1), np.int32(2))), lambda t: F.pad(t, (1, 2))),
+  "pad_pairs": (lambda t: t.pad(((np.uint8(1), I64(0)), None, None)), lambda t: F.pad(t, (0, 0, 0, 0, 1, 0))),
+  "squeeze": (lambda t: t[:1].squeeze(I64(0)), lambda t: t[:1].squeeze(0)),
+  "unflatten": (lambda t: t.unflatten(I64(2), (I64(2), I64(2))), lambda t: t.unflatten(2, (2, 2))),
+  "repeat": (lambda t: t.repeat(I64(1), I64(2), I64(1)), lambda t: t.repeat(1, 2, 1)),
+  "repeat_interleave": (lambda t: t.repeat_interleave(I64(2), 1), lambda t: t.repeat_interleave(2, 1)),
+  "roll": (lambda t: t.roll(I64(1), I64(0)), lambda t: t.roll(1, 0)),
+  "split": (lambda t: t.split(I64(3), 2)[1], lambda t: t.split(3, 2)[1]),
+  "split_list": (lambda t: t.split([I64(1), I64(3)], 2)[1], lambda t: t.split([1, 3], 2)[1]),
+  "chunk": (lambda t: t.chunk(I64(2), 2)[1], lambda t: t.chunk(2, 2)[1]),
+}
+
+
+@pytest.mark.parametrize("name", list(NUMPY_INT_ARGS))
+def test_numpy_int_arguments(name):
+  ours, theirs = NUMPY_INT_ARGS[name]
+  t, tt = view_pair("permuted")
+  got = ours(t)
+  assert all(type(s) is int for s in got.shape), got.shape
+  check(got, theirs(tt), dtypes.float32)
+
+
 def test_pad_int_value_keeps_dtype():
   a = np.arange(6, dtype=np.int16).reshape(2, 3)
   check(Tensor(a).pad((1, 0, 0, 1), value=7), F.pad(torch.from_numpy(a), (1, 0, 0, 1), value=7), dtypes.int16)

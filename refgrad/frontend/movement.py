@@ -31,7 +31,8 @@ class ZeroDimJoinError(ShapeError, IndexError):
 
 
 def _is_int(x: Any) -> bool:
-  return isinstance(x, int) and not isinstance(x, bool)
+  """A Python or numpy int (np.prod of a shape is a numpy int), not a bool."""
+  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _copy(t: Any) -> Any:
@@ -41,11 +42,11 @@ def _copy(t: Any) -> Any:
 
 
 def _ints(values: Any, what: str) -> tuple[int, ...]:
-  """An int or a sequence of ints as a tuple; TypeError for anything else."""
+  """An int or a sequence of ints as a tuple of Python ints; TypeError for anything else."""
   values = (values,) if not isinstance(values, (tuple, list)) else tuple(values)
   if not all(_is_int(v) for v in values):
     raise TypeError(f"{what} must be ints, got {values}")
-  return values
+  return tuple(int(v) for v in values)
 
 
 def _on_dim(ndim: int, dim: int, value: Any, other: Any = None) -> tuple:
@@ -76,6 +77,7 @@ class MovementMixin(IndexingMixin):
     for s in new:
       if not _is_int(s):
         raise TypeError(f"reshape: sizes must be ints, got {shape}")
+    new = [int(s) for s in new]
     if new.count(-1) > 1:
       raise ShapeError(f"reshape: only one dimension can be inferred (-1), got {tuple(shape)}")
     if any(s < -1 for s in new):
@@ -306,6 +308,7 @@ class MovementMixin(IndexingMixin):
     if x.ndim == 0:
       x, d = x.reshape(1), 0
     if _is_int(repeats):
+      repeats = int(repeats)
       if repeats < 0:
         raise ShapeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
       return _copy(x.unsqueeze(d + 1).expand(_on_dim(x.ndim + 1, d + 1, repeats, -1)).flatten(d, d + 1))
@@ -368,6 +371,7 @@ class MovementMixin(IndexingMixin):
     """
     if not _is_int(chunks):
       raise TypeError(f"chunk: chunks must be an int, got {type(chunks).__name__}")
+    chunks = int(chunks)
     if chunks <= 0:
       raise ShapeError(f"chunk: chunks must be greater than 0, got {chunks}")
     n = self.shape[normalize_dim(dim, self.ndim)] if self.ndim else 0
@@ -605,6 +609,7 @@ def _tensor_list(first: Any, rest: tuple, what: str) -> list[Any]:
 
 def _split_sizes(sizes: Any, n: int, d: int) -> list[int]:
   if _is_int(sizes):
+    sizes = int(sizes)
     if sizes < 0 or (sizes == 0 and n):
       raise ShapeError(f"split: split size must be positive (0 only for an empty dim), got {sizes} for size {n}")
     return [min(sizes, n - i) for i in range(0, n, sizes)] if n else [0]
