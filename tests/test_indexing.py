@@ -283,6 +283,13 @@ def test_masked_fill_broadcasts_self_with_a_larger_mask():
         dtypes.float32)
 
 
+@pytest.mark.parametrize("value", [np.float32(2.5), np.int64(-3), np.bool_(True), np.float16(-0.0)], ids=repr)
+def test_masked_fill_takes_numpy_scalars(value):
+  a, mask = np.array([1.5, 4.0], np.float32), np.array([True, False])
+  check(Tensor(a).masked_fill(Tensor(mask), value), torch.from_numpy(a).masked_fill(torch.from_numpy(mask), value),
+        dtypes.float32)
+
+
 def test_masked_fill_truncates_into_ints_and_0d():
   check(Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 2.7),
         torch.tensor([1, 2, 3], dtype=torch.int32).masked_fill(torch.tensor([True, False, True]), 2.7), dtypes.int32)

@@ -540,8 +540,8 @@ class IndexingMixin(TensorBase):
       if value.ndim:
         raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
       fill = value.cast(self.dtype)
-    elif isinstance(value, (bool, int, float)):
-      fill = self._const(value)
+    elif isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+      fill = self._const(value.item() if isinstance(value, np.generic) else value)
     else:
       raise TypeError(f"masked_fill: value must be a number or a 0-d tensor, got {type(value).__name__}")
     return mask.to(self.device).where(fill, self)

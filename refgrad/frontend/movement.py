@@ -212,7 +212,7 @@ class MovementMixin(IndexingMixin):
     if mode not in PAD_MODES:
       raise NotImplementedError(f"pad mode {mode!r} is not supported; use one of {', '.join(PAD_MODES)}")
     if mode != "constant" and value != 0:
-      raise ValueError(f"pad mode {mode!r} does not take a value (got {value})")
+      raise InvalidArgumentError(f"pad mode {mode!r} does not take a value (got {value})")
     if _symbolic_padding(padding) or is_symbolic_shape(self.shape):
       return _copy(_pad_symbolic(self, padding, mode, value))
     pairs = _pad_pairs(padding, self.shape)
