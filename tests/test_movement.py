@@ -159,6 +159,15 @@ def test_zero_d():
   check(t.T, tt, dtypes.float32)
 
 
+def test_zero_d_transpose_and_unflatten_as_torch():
+  t, tt = Tensor(3.5), torch.tensor(3.5)
+  check(t.transpose(0, -1), tt.transpose(0, -1), dtypes.float32)  # IndexError before (list index out of range)
+  with pytest.raises(RuntimeError, match="no dims"):  # an IndexError too, as tinygrad; was 'tuple index out of range'
+    t.unflatten(0, (1,))
+  with pytest.raises(RuntimeError):
+    tt.unflatten(0, (1,))
+
+
 def test_movement_after_realize():
   t, tt = view_pair("sliced")
   v, tv = t.permute(2, 0, 1)[::2], tt.permute(2, 0, 1)[::2]

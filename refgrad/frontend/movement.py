@@ -27,7 +27,8 @@ class InvalidArgumentError(RuntimeError, ValueError):
 
 
 class ZeroDimJoinError(ShapeError, IndexError):
-  """cat of a 0-d tensor: torch raises RuntimeError, tinygrad IndexError (it has no dim to join along)."""
+  """cat (or unflatten) of a 0-d tensor: torch raises RuntimeError, tinygrad IndexError (it has no dim to join along,
+  or to split)."""
 
 
 def _is_int(x: Any) -> bool:
@@ -155,8 +156,10 @@ class MovementMixin(IndexingMixin):
     >>> Tensor([[1, 2], [3, 4]]).transpose(0, 1).tolist()
     [[1, 3], [2, 4]]
     """
-    order = list(range(self.ndim))
     a, b = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
+    if self.ndim == 0:  # dims 0 and -1 of a 0-d tensor: nothing to swap (torch returns it)
+      return self
+    order = list(range(self.ndim))
     order[a], order[b] = order[b], order[a]
     return self.permute(order)
 
@@ -265,6 +268,8 @@ class MovementMixin(IndexingMixin):
     [[1, 2, 3], [4, 5, 6]]
     """
     d = normalize_dim(dim, self.ndim)
+    if self.ndim == 0:
+      raise ZeroDimJoinError(f"unflatten: dim {dim} of a 0-d tensor, which has no dims to split")
     sizes = list(_ints(sizes, "unflatten: sizes"))
     known, size = prod(s for s in sizes if s != -1), self.shape[d]
     fits = sizes.count(-1) <= 1 and all(s >= -1 for s in sizes) and (known * (size // known) == size if known
