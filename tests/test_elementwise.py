@@ -41,18 +41,18 @@ def outer(dtype, values=None):
 
 
 def undefined_division(a, b):
-  """Lanes where integer // and % are undefined by our spec: divisor 0, and MIN // -1 of signed ints."""
+  """Lanes where integer // and % are undefined by our spec: divisor 0."""
   a, b = np.broadcast_arrays(a, b)
-  bad = b == 0
-  if a.dtype.kind == "i":
-    bad |= (a == np.iinfo(a.dtype).min) & (b == -1)
-  return bad
+  return b == 0
 
 
 def safe_divisor(a, b):
-  """b with the undefined lanes replaced by 1, so the oracle does not trap (those lanes are not compared)."""
+  """b with the undefined lanes replaced by 1, so the oracle does not trap (those lanes are not compared); and MIN // -1
+  of signed ints, which torch's int32 and int64 kernels trap on: MIN // 1 and MIN % 1 are its wrapped answers, MIN and
+  0 (torch's int8 ones; IDIV and MOD leave the lane undefined, the frontend defines it)."""
   a, b = np.broadcast_arrays(a, b)
-  return np.where(undefined_division(a, b), np.ones_like(b), b)
+  min_by_minus_one = (a == np.iinfo(a.dtype).min) & (b == -1) if a.dtype.kind == "i" else False
+  return np.where(undefined_division(a, b) | min_by_minus_one, np.ones_like(b), b)
 
 
 # ---- arithmetic on one dtype

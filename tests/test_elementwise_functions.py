@@ -275,6 +275,18 @@ def test_idiv_truncates_and_mod_takes_divisor_sign():
   check(Tensor(a).div(Tensor(b), rounding_mode="floor"), torch.div(ta, tb, rounding_mode="floor"), D.int64)
 
 
+@pytest.mark.parametrize("dtype", [D.int8, D.int16, D.int32, D.int64], ids=["int8", "int16", "int32", "int64"])
+def test_min_divided_by_minus_one_wraps_on_every_device(dtype):
+  """MIN // -1, MIN idiv -1 and MIN % -1 are the wrapped quotient MIN and 0 (torch's int8 and int16 answers; its int32
+  and int64 kernels trap): IDIV and MOD leave these lanes undefined, and CLANG's // gave 0 where PYTHON gave MIN."""
+  lo = np.iinfo(NP_DTYPE[dtype]).min
+  a, b = np.array([lo, lo, 7, -7], NP_DTYPE[dtype]), np.array([-1, 1, -1, -1], NP_DTYPE[dtype])
+  quotient, zero = np.array([lo, lo, -7, 7], NP_DTYPE[dtype]), np.zeros(4, NP_DTYPE[dtype])
+  for got in (Tensor(a) // Tensor(b), Tensor(a).idiv(Tensor(b)), Tensor(a) // -1):
+    check(got, quotient, dtype)
+  check(Tensor(a) % Tensor(b), zero, dtype)
+
+
 def test_float_floordiv_mod_exact_quotient_like_torch():
   a = np.array([1.0, -1.0, 0.3, 5.0, -5.0, 1e30, 7.0], np.float32).reshape(-1, 1)
   b = np.array([0.1, -0.1, 0.1, 3.0, np.inf, -np.inf, 1e-30], np.float32).reshape(1, -1)

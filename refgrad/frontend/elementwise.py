@@ -158,7 +158,7 @@ class ElementwiseMixin(TensorBase):
     if dtypes.is_float(x.dtype):
       return x.div(y).trunc()
     x._require("iu", "idiv")
-    return x._alu(Ops.IDIV, y)
+    return _int_quotient(x, y)
 
   def floordiv(self, y: Any, reverse: bool = False) -> Self:
     """Floor division, like Python's // and torch.floor_divide."""
@@ -166,10 +166,10 @@ class ElementwiseMixin(TensorBase):
     if dtypes.is_float(x.dtype):
       return _float_floordiv(x, y)
     x._require("iu", "floor division")
-    q = x._alu(Ops.IDIV, y)
+    q = _int_quotient(x, y)
     if dtypes.is_unsigned(x.dtype):
       return q
-    inexact = x._alu(Ops.MOD, y)._alu(Ops.CMPNE, x._const(0))
+    inexact = _int_remainder(x, y)._alu(Ops.CMPNE, x._const(0))
     signs_differ = x.lt(0)._alu(Ops.CMPNE, y.lt(0))
     return (inexact & signs_differ).where(q - 1, q)
 
@@ -180,7 +180,7 @@ class ElementwiseMixin(TensorBase):
       r = x._alu(Ops.MOD, y)
       return _remainder_needs_fix(r, y).where(r + y, r)
     x._require("iu", "mod")
-    r = x._alu(Ops.MOD, y)
+    r = _int_remainder(x, y)
     if dtypes.is_unsigned(x.dtype):
       return r
     fix = r._alu(Ops.CMPNE, x._const(0)) & r.lt(0)._alu(Ops.CMPNE, y.lt(0))
@@ -760,6 +760,19 @@ class ElementwiseMixin(TensorBase):
 def _half_exp(a: Any) -> Any:
   """e^a / 2 as exp2(a*log2(e) - 1): finite wherever the result is, unlike exp(a) / 2."""
   return (a * LOG2_E - 1.0)._alu(Ops.EXP2)
+
+
+def _int_quotient(x: Any, y: Any) -> Any:
+  """x IDIV y, and -x (wrapped: MIN) where a signed y is -1: IDIV's MIN / -1 lane is UNDEFINED (docs/SPEC.md), so
+  int8 -128 // -1 was -128 on PYTHON and 0 on CLANG (torch: -128)."""
+  q = x._alu(Ops.IDIV, y)
+  return q if dtypes.is_unsigned(x.dtype) else y.eq(-1).where(x.neg(), q)
+
+
+def _int_remainder(x: Any, y: Any) -> Any:
+  """x MOD y, and 0 where a signed y is -1 (MOD's UNDEFINED MIN % -1 lane; torch: 0)."""
+  r = x._alu(Ops.MOD, y)
+  return r if dtypes.is_unsigned(x.dtype) else y.eq(-1).where(0, r)
 
 
 def _remainder_needs_fix(r: Any, y: Any) -> Any:
