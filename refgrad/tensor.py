@@ -101,6 +101,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
                requires_grad: bool | None = None):
     self._requires_grad, self.grad = None, None
     self._view: views.ViewLink | None = None
+    if isinstance(data, Tensor) and device is not None:  # a tensor keeps its device unless one is given
+      data = data.to(device)
     self.uop = _node_of(data, Device.canonicalize(device), to_dtype(dtype) if dtype is not None else None)
     if requires_grad is not None:  # after the node: only float tensors may want gradients
       self.requires_grad = requires_grad

@@ -171,3 +171,11 @@ def test_size_of_a_dim_of_0d_raises_index_error():
   for dim in (0, -1):
     with pytest.raises(IndexError, match=rf"dim {dim} of a 0-d tensor"):
       Tensor(1.0).size(dim)
+
+
+def test_a_tensor_made_from_a_tensor_goes_to_the_given_device():
+  t = Tensor([1.5, -0.0]).realize()
+  u = Tensor(t, device="PYTHON:1")  # the device was ignored
+  assert u.device == "PYTHON:1"
+  check(u, np.array([1.5, -0.0], np.float32), dtypes.float32)
+  assert Tensor(t).device == t.device
