@@ -221,9 +221,11 @@ def _log_softmax_rule(ctx: Any, out: Any, xs: list, axis: int) -> tuple:
 
 
 def _logsumexp_rule(ctx: Any, out: Any, xs: list) -> tuple:
-  """out keeps the reduced dims (size 1): the gradient is softmax(x), as exp(x - out)."""
-  x = xs[0]
-  return (ctx.expand(x.shape) * (x - out.expand(x.shape)).exp(),)
+  """out keeps the reduced dims (size 1): the gradient is softmax(x), as exp(x - out). A zero ctx stays zero where a
+  window is all -inf (exp(-inf - -inf) is NaN): logcumsumexp's block scans hand their -inf prefixes a zero ctx, and
+  gave NaN gradients where torch gives 0 (a run of -inf starting a block of 32)."""
+  x, g = xs[0], ctx.expand(xs[0].shape)
+  return (_through(g, g * (x - out.expand(x.shape)).exp()),)
 
 
 # Unary rules are written on x = inputs[0] and out; comparisons are written as torch writes them, so that NaN

@@ -144,6 +144,20 @@ def test_scans_nan_inf_and_non_contiguous():
   check(Tensor(b).T[:, ::2].cumsum(-1), tb.T[:, ::2].cumsum(-1), D.float32, atol=1e-6)
 
 
+def test_logcumsumexp_gradient_over_masked_runs_like_torch():
+  """A run of -inf (masked log-probabilities) at the start of a block of SCAN_BLOCK, or at the end past the last
+  finite value: its gradient is 0, as torch's; the block's own scan of the run is -inf there and its zero gradient
+  became NaN through logsumexp's exp(-inf - -inf)."""
+  a = sample((2, 2 * SCAN_BLOCK + 6), 7) * 3
+  a[0, SCAN_BLOCK:SCAN_BLOCK + 8] = -np.inf
+  a[1, 2 * SCAN_BLOCK - 2:] = -np.inf
+  seed = sample(a.shape, 8)
+  x, tx = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  x.logcumsumexp(1).backward(Tensor(seed))
+  tx.logcumsumexp(1).backward(torch.tensor(seed))
+  check(x.grad, tx.grad, D.float32, atol=1e-5)
+
+
 def test_half_cumsum_accumulates_in_float32():
   a = np.full(3000, 1.0, np.float16)
   check(Tensor(a).cumsum(), torch.from_numpy(a).float().cumsum(0).half(), D.float16)
