@@ -342,6 +342,22 @@ def test_keys_the_model_lacks_are_skipped_with_a_warning_as_tinygrad_does():
     load_state_dict(model, {"bias": Tensor(b), "extra": Tensor(1.0)})
 
 
+def test_a_torch_batchnorm_state_dict_loads():
+  """torch's num_batches_tracked is 0-d int64, ours (1,) int32: () and (1,) load into each other (tinygrad's rule);
+  the load raised 'Shape mismatch'. Evaluated on the loaded statistics, the layer gives torch's output."""
+  theirs = torch.nn.BatchNorm2d(3)
+  with torch.no_grad():
+    theirs(torch.tensor(RNG.standard_normal((4, 3, 2, 2)).astype(np.float32)) * 3 + 1)  # running stats move
+  theirs.eval()
+  ours = nn.BatchNorm(3)
+  load_state_dict(ours, {k: Tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+  assert ours.num_batches_tracked.shape == (1,) and ours.num_batches_tracked.item() == 1
+  x = RNG.standard_normal((2, 3, 2, 2)).astype(np.float32)
+  close(ours(Tensor(x)), theirs(torch.tensor(x)))
+  with pytest.raises(ValueError, match="Shape mismatch"):  # other shapes still refused
+    load_state_dict(ours, {**get_state_dict(ours), "num_batches_tracked": Tensor([1, 2])})
+
+
 def test_load_state_dict_returns_the_loaded_tensors_and_consumes():
   """tinygrad's arguments: the loaded tensors come back (in the model's order), consume empties what was loaded,
   strict=False skips what the dict lacks; verbose and realize change nothing."""

@@ -70,13 +70,15 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     warnings.warn(f"load_state_dict: {len(unexpected)} keys the model does not have were not loaded: {unexpected[:8]}",
                   stacklevel=2)
   for name in own.keys() & state_dict.keys():
-    if own[name].shape != state_dict[name].shape:
+    # () and (1,) load into each other, as in tinygrad: torch's BatchNorm num_batches_tracked is 0-d, ours (1,)
+    if own[name].shape != state_dict[name].shape and {own[name].shape, state_dict[name].shape} != {(), (1,)}:
       raise ValueError(f"load_state_dict: Shape mismatch in layer `{name}`: Expected shape {own[name].shape}, but "
                        f"found {state_dict[name].shape} in state dict.")
   loaded = []
   for name, target in own.items():
     if name in state_dict:
-      target.replace(state_dict[name].to(target.device).cast(target.dtype).contiguous().realize())
+      value = state_dict[name].reshape(target.shape).to(target.device).cast(target.dtype)
+      target.replace(value.contiguous().realize())
       if consume:
         del state_dict[name]
       loaded.append(target)
