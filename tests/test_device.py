@@ -85,7 +85,8 @@ def test_numbered_devices_are_distinct_instances():
 
 def test_mixing_devices_raises_like_torch():
   a, b = Tensor([1.0, 2.0]), Tensor([3.0, 4.0], device="PYTHON:1")
-  for combine in (lambda: a + b, lambda: b * a, lambda: a.maximum(b), lambda: a.reshape(1, 2) @ b.reshape(2, 1)):
+  for combine in (lambda: a + b, lambda: b * a, lambda: a.maximum(b), lambda: a.reshape(1, 2) @ b.reshape(2, 1),
+                  lambda: (a > 1).where(b, 0.0), lambda: (a > 1).where(b, b)):  # where's condition was not checked
     with pytest.raises(RuntimeError, match="same device.*PYTHON and PYTHON:1|same device.*PYTHON:1 and PYTHON"):
       combine()
 

@@ -60,6 +60,12 @@ def _side_outside(value: Any, dt: DType) -> str | None:
   return "below" if value < dtypes.min(dt) else "above" if value > dtypes.max(dt) else None
 
 
+def _same_device(x: Any, y: Any) -> None:
+  if x.device != y.device:  # as torch: no implicit copies between devices
+    raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                       f"{x.device} and {y.device} (move one with .to(device))")
+
+
 class ElementwiseMixin(TensorBase):
   __slots__ = ()
 
@@ -89,9 +95,7 @@ class ElementwiseMixin(TensorBase):
     x, y = self, self._to_tensor(y, wraps=wraps)
     if reverse:
       x, y = y, x
-    if x.device != y.device:  # as torch: no implicit copies between devices
-      raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                         f"{x.device} and {y.device} (move one with .to(device))")
+    _same_device(x, y)
     if match_dtype and x.dtype != y.dtype:
       out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
@@ -558,6 +562,7 @@ class ElementwiseMixin(TensorBase):
     if not isinstance(x, type(self)):  # a Python scalar takes the other branch's dtype when it fits its kind
       x = y._to_tensor(x, wraps=True) if isinstance(y, type(self)) else self._const(x, dtypes.from_py(x))
     x, y = x._broadcasted(y, wraps=True)  # a branch value is stored, as by masked_fill: an int wraps into the dtype
+    _same_device(cond, x)
     shape = broadcast_shape(cond.shape, x.shape)
     cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
     return cond._alu(Ops.WHERE, x, y)
