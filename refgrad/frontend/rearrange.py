@@ -1,6 +1,7 @@
 """rearrange's formulas (einops style, "b (h w) c -> b h w c") parsed into a reshape, a permute and a reshape."""
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 from refgrad.frontend.shapes import ShapeError
@@ -8,7 +9,8 @@ from refgrad.uop import prod
 
 
 def _is_int(x: object) -> bool:
-  return isinstance(x, int) and not isinstance(x, bool)
+  """A Python or numpy int, not a bool (numbers.Integral holds numpy's ints)."""
+  return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 class RearrangeError(ValueError, AssertionError, RuntimeError):
