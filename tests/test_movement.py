@@ -118,7 +118,8 @@ NUMPY_INT_ARGS = {
   "split": (lambda t: t.split(I64(3), 2)[1], lambda t: t.split(3, 2)[1]),
   "split_list": (lambda t: t.split([I64(1), I64(3)], 2)[1], lambda t: t.split([1, 3], 2)[1]),
   "chunk": (lambda t: t.chunk(I64(2), 2)[1], lambda t: t.chunk(2, 2)[1]),
-  "rearrange": (lambda t: t.rearrange("a b (c d) -> a c b d", c=I64(2)), lambda t: t.reshape(2, 3, 2, 2).transpose(1, 2)),
+  "rearrange": (lambda t: t.rearrange("a b (c d) -> a c b d", c=I64(2)),
+                lambda t: t.reshape(2, 3, 2, 2).transpose(1, 2)),
 }
 
 
