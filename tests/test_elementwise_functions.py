@@ -206,6 +206,20 @@ def test_lerp_tensor_weight_broadcast():
   check(Tensor(a).lerp(Tensor(b), Tensor(w)), want, D.float32, ulp=1)
 
 
+@pytest.mark.parametrize("dtype", [D.float16, D.bfloat16], ids=["float16", "bfloat16"])
+def test_half_lerp_computes_in_float32_like_torch(dtype):
+  """end - x of half values far apart overflowed: float16 lerp(-65504, 20, 0.3) was inf (torch: -45856); bfloat16
+  results were off by several ULP from the rounded difference. torch computes in float32 and rounds once."""
+  a = np.array([-65504, -60000, -100, -11.5, -5, 1000], np.float32)
+  b = np.array([20, 60000, 300, 20, 11.5, -65504], np.float32)
+  w = np.array([0.3, 0.7, 0.5, 0.9, 0.1, 0.3], np.float32)
+  ta, tb, tw = (to_torch(v.astype(NP_DTYPE[dtype])) for v in (a, b, w))
+  want = torch.lerp(ta.double(), tb.double(), tw.double()).to(ta.dtype)
+  t = [Tensor(v).cast(dtype) for v in (a, b, w)]
+  check(t[0].lerp(t[1], t[2]), want, dtype, ulp=1)
+  check(t[0].lerp(t[1], 0.3), torch.lerp(ta.double(), tb.double(), 0.3).to(ta.dtype), dtype, ulp=1)
+
+
 # ---- predicates
 @pytest.mark.parametrize("pos, neg", [(True, True), (True, False), (False, True), (False, False)])
 def test_isinf_isnan_isfinite(pos, neg):

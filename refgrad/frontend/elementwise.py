@@ -312,6 +312,9 @@ class ElementwiseMixin(TensorBase):
     x, end = self._broadcasted(end)
     if not dtypes.is_float(x.dtype):
       raise TypeError(f"lerp needs float tensors, got {x.dtype.name}")
+    if (wide := compute_dtype(x.dtype)) != x.dtype:  # as torch: in half, end - x overflowed (lerp(-65504, 20, .3): inf)
+      w = weight.cast(wide) if isinstance(weight, TensorBase) and weight.dtype == x.dtype else weight
+      return x.cast(wide).lerp(end.cast(wide), w).cast(x.dtype)
     w = x._to_tensor(weight)
     diff = end - x
     return w.abs().lt(0.5).where(x + w * diff, end - diff * (1 - w))
