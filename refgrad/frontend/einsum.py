@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from refgrad.dtype import DType, least_upper_dtype, to_dtype
+from refgrad.dtype import DType, compute_dtype, least_upper_dtype, to_dtype
 
 
 class EinsumError(RuntimeError, ValueError, AssertionError):
@@ -38,7 +38,7 @@ def evaluate_einsum(formula: str, xs: tuple, acc_dtype: DType | str | None) -> A
   dt = least_upper_dtype(*(x.dtype for x in xs))
   diagonals = [_einsum_diagonals(x.cast(dt), t) for x, t in zip(xs, terms)]
   _check_sizes(diagonals, formula)
-  aligned = [_einsum_align(x, t, order) for x, t in diagonals]
+  aligned = [_einsum_align(x, t, order).cast(compute_dtype(dt)) for x, t in diagonals]  # half products: float32
   product = functools.reduce(lambda a, b: a * b, aligned)
   if summed:
     product = product.sum(tuple(range(len(out), len(order))), acc_dtype=acc_dtype)

@@ -200,8 +200,8 @@ class NNFunctionalMixin(TensorBase):
     windows = windows.permute(0, 1, 2, *range(4, 4 + n), 3, *range(4 + n, 4 + 2 * n))  # (N, g, 1, *out, cin, *k)
     w = w.reshape(1, groups, per_group, *[1] * n, cin, *kernel)
     reduce_axes = tuple(range(3 + n, 4 + 2 * n))
-    acc = accumulation_dtype(acc_dtype, dtype)
-    out = (windows * w).sum(reduce_axes, dtype=acc).cast(acc or x.dtype)
+    acc, wide = accumulation_dtype(acc_dtype, dtype), compute_dtype(x.dtype)  # half products in float32, as dot's
+    out = (windows.cast(wide) * w.cast(wide)).sum(reduce_axes, dtype=acc).cast(acc or x.dtype)
     out = out.reshape(batch, weight.shape[0], *outs)
     return out if bias is None else out + bias.reshape(1, -1, *[1] * n)
 

@@ -299,9 +299,10 @@ class ReduceMixin(TensorBase):
     w2 = w.cast(out_dtype) if w.ndim > 1 else w.cast(out_dtype).reshape(k_w, 1)  # (..., K, N)
     x_mat = x2.reshape(*x2.shape[:-1], 1, k_x)  # (..., M, 1, K)
     w_mat = w2.transpose(-1, -2).unsqueeze(-3)  # (..., 1, N, K)
-    # (..., M, N); small ints sum wider, then wrap, as tinygrad
-    acc = accumulation_dtype(acc_dtype, dtype)
-    product = (x_mat * w_mat).sum(-1, dtype=acc).cast(acc or out_dtype)
+    # (..., M, N); small ints sum wider, then wrap, as tinygrad. Half products are exact in float32, as torch's: in
+    # half, 300 * 300 overflowed and [300, 300] @ [300, -299] was NaN (torch: 300)
+    acc, wide = accumulation_dtype(acc_dtype, dtype), compute_dtype(out_dtype)
+    product = (x_mat.cast(wide) * w_mat.cast(wide)).sum(-1, dtype=acc).cast(acc or out_dtype)
     if x.ndim == 1:
       product = product.squeeze(-2)
     return product.squeeze(-1) if w.ndim == 1 else product
