@@ -97,11 +97,7 @@ class _Held:
 class BaseRef(weakref.ref):
   """A view's weak reference to its base, with room to hold the base (`pin`) while the view has not seen a write to
   it: were the base dropped first, the view would keep the value from before the write."""
-  __slots__ = ("pin",)
-
-  def __init__(self, base: Any):
-    super().__init__(base)
-    self.pin = None
+  __slots__ = ("pin",)  # only ever written (no __init__: a view's link is made per movement op)
 
 
 def pin_views(base: Any) -> None:
