@@ -40,6 +40,14 @@ def _tuple(value: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
   return values
 
 
+def _positive(values: tuple[int, ...], what: str) -> tuple[int, ...]:
+  """values, each at least 1: a stride, dilation or kernel size of 0 raised ZeroDivisionError deep inside, or (a
+  dilation, a transposed conv's stride) computed something silently. InvalidArgumentError, torch's RuntimeError."""
+  if any(v < 1 for v in values):
+    raise InvalidArgumentError(f"{what} must be positive, got {values}")
+  return values
+
+
 def _pad_pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
   """(before, after) per spatial dim from an int, one int per dim, or a flat torch-style list (last dim first)."""
   if isinstance(padding, int):
@@ -191,7 +199,8 @@ class NNFunctionalMixin(TensorBase):
     n = len(kernel)
     _check_conv(self, weight, groups, bias)
     x, w = self._conv_operands(weight)
-    stride_, dilation_ = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+    stride_, dilation_ = _positive(_tuple(stride, n, "stride"), "stride"), _positive(_tuple(dilation, n, "dilation"),
+                                                                                  "dilation")
     pairs = conv_padding_pairs(padding, kernel, stride_, dilation_)
     windows = _spatial_pad(x, pairs)._pool(kernel, stride_, dilation_)  # (N, C_in, *out, *k)
     batch, cin, outs = x.shape[0], weight.shape[1], windows.shape[2:2 + n]
@@ -221,7 +230,8 @@ class NNFunctionalMixin(TensorBase):
     """
     kernel = weight.shape[2:]
     n = len(kernel)
-    stride_, dilation_ = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+    stride_, dilation_ = _positive(_tuple(stride, n, "stride"), "stride"), _positive(_tuple(dilation, n, "dilation"),
+                                                                                  "dilation")
     padding_, extra = _tuple(padding, n, "padding"), _tuple(output_padding, n, "output_padding")
     _check_conv_transpose(self, weight, groups, stride_, dilation_, extra)
     x = _spread(self, stride_)
@@ -303,7 +313,8 @@ class NNFunctionalMixin(TensorBase):
     if align_corners and mode != "linear":
       raise ValueError(f"align_corners can only be set with mode 'linear', got mode {mode!r}")
     if len(size) > self.ndim or not all(isinstance(s, int) and s > 0 for s in size):
-      raise ValueError(f"interpolate: size {size} must be positive ints, at most one per dim of shape {self.shape}")
+      raise InvalidArgumentError(f"interpolate: size {size} must be positive ints, at most one per dim of shape "
+                                 f"{self.shape}")
     x, passes = self, list(zip(range(self.ndim - len(size), self.ndim), size))
     integer = mode == "linear" and dtypes.is_int(self.dtype)  # torch's uint8 rule: last dim first, each pass rounded
     for axis, out in (reversed(passes) if integer else passes):
@@ -589,6 +600,7 @@ class NNFunctionalMixin(TensorBase):
     >>> round(Tensor([[0.0, 0.0]]).sparse_categorical_crossentropy(Tensor([1])).item(), 6)
     0.693147
     """
+    _check_has_classes(self, "sparse_categorical_crossentropy")
     if Y.shape != self.shape[:-1]:
       raise ShapeError(f"sparse_categorical_crossentropy: labels of shape {Y.shape} do not match logits of shape "
                          f"{self.shape} (expected {self.shape[:-1]})")
@@ -614,6 +626,7 @@ class NNFunctionalMixin(TensorBase):
     0.693147
     """
     _check_smoothing(label_smoothing)
+    _check_has_classes(self, "cross_entropy")
     axis = 1 if self.ndim > 1 else 0
     target = Y
     if dtypes.is_int(target.dtype):
@@ -638,6 +651,7 @@ class NNFunctionalMixin(TensorBase):
     >>> Tensor([[-1.0, -2.0]]).nll_loss(Tensor([1])).item()
     2.0
     """
+    _check_has_classes(self, "nll_loss")
     axis = 1 if self.ndim > 1 else 0
     if not dtypes.is_int(Y.dtype):
       raise TargetDTypeError(f"nll_loss: targets must be class indices of an integer dtype, got {Y.dtype.name}")
@@ -691,6 +705,11 @@ def _weighted_mean(loss: Any, weight: Any) -> Any:
 def _check_same_shape(x: Any, y: Any, what: str) -> None:
   if x.shape != y.shape:
     raise ShapeError(f"{what}: target shape {y.shape} must match input shape {x.shape}")
+
+
+def _check_has_classes(x: Any, what: str) -> None:
+  if x.ndim == 0:  # no class dim: it failed with 'tuple index out of range'
+    raise ShapeError(f"{what}: the input needs a class dim, got a 0-d tensor")
 
 
 def _check_smoothing(label_smoothing: float) -> None:
@@ -762,11 +781,11 @@ class PoolPlan:
   @staticmethod
   def make(x: Any, kernel_size: Any, stride: Any, dilation: Any, padding: Any, ceil_mode: bool) -> PoolPlan:
     kernel = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size)
-    n = len(kernel)
+    n = len(_positive(kernel, "kernel_size"))
     if n > x.ndim:
       raise ShapeError(f"pool: kernel {kernel} has more dims than the input of shape {x.shape}")
-    stride_ = kernel if stride is None or stride == () else _tuple(stride, n, "stride")
-    dilation_ = _tuple(dilation, n, "dilation")
+    stride_ = kernel if stride is None or stride == () else _positive(_tuple(stride, n, "stride"), "stride")
+    dilation_ = _positive(_tuple(dilation, n, "dilation"), "dilation")
     pads = _pad_pairs(padding, n)
     extra = []
     for size, k, s, d, (b, a) in zip(x.shape[-n:], kernel, stride_, dilation_, pads):
