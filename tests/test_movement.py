@@ -24,7 +24,7 @@ CASES = {
   "permute_tuple_negative": SAME(lambda t: t.permute((-1, 1, 0))),
   "transpose": SAME(lambda t: t.transpose(0, 2)),
   "transpose_negative": SAME(lambda t: t.transpose(-1, -2)),
-  "T": (lambda t: t.T, lambda t: t.permute(2, 1, 0)),
+  "T": (lambda t: t.T, lambda t: t.permute(1, 0, 2)),  # tinygrad's transpose(); torch's reverses every dim
   "expand": SAME(lambda t: t.reshape(2, 3, 1, 4).expand(2, 3, 5, 4)),
   "expand_minus_one_new_dims": SAME(lambda t: t.reshape(2, 3, 1, 4).expand(3, -1, -1, 2, -1)),
   "expand_tuple": SAME(lambda t: t[:, :1].expand((2, 3, 4))),
@@ -161,6 +161,14 @@ def test_zero_d():
   check(t.T, tt, dtypes.float32)
 
 
+def test_T_swaps_the_first_two_dims_as_tinygrad_and_keeps_one_dim():  # noqa: N802 -- the property's name
+  """tinygrad's `.T` is transpose(): dims 0 and 1 (numpy's swapaxes is the oracle); a 1-d tensor's is itself, as
+  torch's (tinygrad raises IndexError)."""
+  a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+  check(Tensor(a).T, np.swapaxes(a, 0, 1), dtypes.float32)
+  check(Tensor(a[0, 0]).T, torch.from_numpy(a[0, 0]), dtypes.float32)
+
+
 def test_zero_d_transpose_and_unflatten_as_torch():
   t, tt = Tensor(3.5), torch.tensor(3.5)
   check(t.transpose(0, -1), tt.transpose(0, -1), dtypes.float32)  # IndexError before (list index out of range)
@@ -183,7 +191,7 @@ def test_elementwise_on_views():
   t, tt = view_pair("permuted")
   u, tu = view_pair("flipped")
   check(t[:, ::-1] * u + 1, torch.from_numpy(to_numpy(tt)[:, ::-1].copy()) * tu + 1, dtypes.float32)
-  check(t.T.reshape(4, 6) - u.reshape(4, 6), tt.permute(2, 1, 0).reshape(4, 6) - tu.reshape(4, 6), dtypes.float32)
+  check(t.T.reshape(4, 6) - u.reshape(4, 6), tt.permute(1, 0, 2).reshape(4, 6) - tu.reshape(4, 6), dtypes.float32)
 
 
 # Flat torch-style paddings of every length, per mode; amounts stay where torch's result is defined (reflect: below

@@ -165,12 +165,15 @@ class MovementMixin(IndexingMixin):
 
   @property
   def T(self) -> Self:  # noqa: N802
-    """All dims reversed.
+    """`transpose()`: dims 0 and 1 swapped, as tinygrad's (torch reverses every dim, and deprecates that for other
+    than 2 dims); a 0-d or 1-d tensor is returned as it is (torch's; tinygrad raises).
 
     >>> Tensor([[1, 2, 3]]).T.tolist()
     [[1], [2], [3]]
+    >>> Tensor.ones(2, 3, 4).T.shape
+    (3, 2, 4)
     """
-    return self.permute(tuple(reversed(range(self.ndim))))
+    return self.transpose() if self.ndim >= 2 else self
 
   def flip(self, *axis: Any) -> Self:
     """Reverse the order of the elements along the given dims.
