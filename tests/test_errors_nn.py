@@ -40,6 +40,12 @@ ERRORS = {
                               ["(1, 2, 5, 5)", "(3, 1, 3, 3)"]),
   "max_pool_kernel_too_big": (lambda: img().max_pool2d(6), None, RuntimeError, ["(6, 6)", "(5, 5)"]),
   "avg_pool_padding": (lambda: img().avg_pool2d(2, padding=(1, 2, 3)), None, ValueError, ["(1, 2, 3)"]),
+  # a window in the padding alone: -inf (max) or 0/0 (avg without the padding) before
+  "max_pool_padding_over_half": (lambda: img().max_pool2d(2, padding=2), lambda: F.max_pool2d(torch.ones(1, 2, 5, 5), 2,
+                                 padding=2), RuntimeError, ["padding 2", "(1, 1)"]),
+  "avg_pool_padding_over_half": (lambda: img().avg_pool2d(3, padding=(1, 2), dilation=1),
+                                 lambda: F.avg_pool2d(torch.ones(1, 2, 5, 5), 3, padding=(1, 2)), RuntimeError,
+                                 ["(1, 2)", "(1, 1)"]),
   "interpolate_mode": (lambda: img().interpolate((3, 3), mode="cubic"), None, ValueError, ["'cubic'"]),
   "interpolate_align_corners": (lambda: img().interpolate((3, 3), mode="nearest", align_corners=True), None,
                                 ValueError, ["align_corners", "'nearest'"]),

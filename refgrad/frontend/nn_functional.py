@@ -787,6 +787,11 @@ class PoolPlan:
     stride_ = kernel if stride is None or stride == () else _positive(_tuple(stride, n, "stride"), "stride")
     dilation_ = _positive(_tuple(dilation, n, "dilation"), "dilation")
     pads = _pad_pairs(padding, n)
+    if isinstance(padding, int) or len(padding) == n:  # torch's rule, for its (symmetric) forms of padding
+      halves = tuple((d * (k - 1) + 1) // 2 for k, d in zip(kernel, dilation_))
+      if any(b > h for (b, _), h in zip(pads, halves)):  # else a window could lie in the padding alone: -inf, or 0/0
+        raise InvalidArgumentError(f"pool: padding {padding} should be at most half of the effective kernel size, "
+                                   f"{halves} (kernel {kernel}, dilation {dilation_})")
     extra = []
     for size, k, s, d, (b, a) in zip(x.shape[-n:], kernel, stride_, dilation_, pads):
       span = size + b + a - d * (k - 1) - 1
