@@ -433,3 +433,27 @@ def test_sum_of_negative_zeros_is_positive_zero_like_torch(shape, axis, dtype):
   assert got.shape == want.shape
   np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
   assert not np.signbit(got).any()
+
+
+I64 = np.int64  # a dim read from an array's shape or computed with numpy
+NUMPY_INT_AXES = {
+  "sum": (lambda t: t.sum(I64(1)), lambda t: t.sum(1)),
+  "max_keepdim": (lambda t: t.max(np.int32(0), keepdim=True), lambda t: t.amax(0, keepdim=True)),
+  "mean_tuple": (lambda t: t.mean((I64(0), I64(-1))), lambda t: t.mean((0, -1))),
+  "argmax": (lambda t: t.argmax(I64(1)), lambda t: t.argmax(1)),
+  "cumsum": (lambda t: t.cumsum(I64(1)), lambda t: t.cumsum(1)),
+  "softmax": (lambda t: t.softmax(I64(-1)), lambda t: t.softmax(-1)),
+  "std": (lambda t: t.std(I64(0)), lambda t: t.std(0)),
+  "logsumexp": (lambda t: t.logsumexp(I64(1)), lambda t: t.logsumexp(1)),
+  "layernorm": (lambda t: t.layernorm(I64(-1)), lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=1e-5)),
+}
+
+
+@pytest.mark.parametrize("name", list(NUMPY_INT_AXES))
+def test_numpy_int_axes(name):
+  """A numpy int axis is an axis, as in torch (sum(np.int64(1)) raised "'numpy.int64' object is not iterable")."""
+  ours, theirs = NUMPY_INT_AXES[name]
+  a = np.array([[1.5, -2.0, 0.25], [3.0, 0.5, -1.0]], np.float32)
+  want = theirs(torch.from_numpy(a))
+  index_dtype = dtypes.int32  # tinygrad's argmax dtype (torch's int64)
+  check(ours(Tensor(a)), want, index_dtype if want.dtype == torch.int64 else dtypes.float32, ulp=4)

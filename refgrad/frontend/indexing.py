@@ -16,7 +16,7 @@ import numpy as np
 from refgrad.dtype import dtypes
 from refgrad.frontend import views
 from refgrad.frontend.base import Self, TensorBase
-from refgrad.frontend.shapes import ShapeError, broadcast_shape, normalize_dim
+from refgrad.frontend.shapes import ShapeError, broadcast_shape, is_int, normalize_dim
 from refgrad.uop import Ops, UOp, prod
 
 Shape = tuple[int, ...]
@@ -24,10 +24,6 @@ Shape = tuple[int, ...]
 
 class IndexDTypeError(TypeError, RuntimeError):
   """An index or mask tensor of the wrong dtype. Catchable as TypeError, or as RuntimeError like torch's."""
-
-
-def _is_int(x: Any) -> bool:
-  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _inverse(order: list[int]) -> list[int]:
@@ -81,7 +77,7 @@ def _symbolic_slices(index: Any, shape: tuple) -> tuple | None:
 
 def _slice_bounds(s: slice, size: int) -> tuple[int, int, int]:
   for part in (s.start, s.stop, s.step):
-    if part is not None and not _is_int(part):
+    if part is not None and not is_int(part):
       raise TypeError(f"slice indices must be integers or None, got {part!r}")
   if s.step == 0:
     raise ValueError("slice step cannot be zero")
@@ -160,7 +156,7 @@ def _normalize_item(item: Any) -> Any:
   """None, Ellipsis, slices and ints stay; lists, bools and arrays become numpy arrays; tensors stay tensors."""
   if item is None or item is Ellipsis or isinstance(item, slice):
     return item
-  if _is_int(item):
+  if is_int(item):
     return int(item)
   if isinstance(item, TensorBase):
     if item.dtype == dtypes.bool:
@@ -555,7 +551,7 @@ class IndexingMixin(TensorBase):
     """
     if not dtypes.is_int(self.dtype):
       raise IndexDTypeError(f"one_hot: expected an int tensor, got dtype {self.dtype.name}")
-    if not _is_int(num_classes) or num_classes < -1:
+    if not is_int(num_classes) or num_classes < -1:
       raise ValueError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
     if num_classes == -1:
       if self.numel() == 0:

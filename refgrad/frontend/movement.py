@@ -16,7 +16,7 @@ from refgrad.frontend import views
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.indexing import IndexingMixin
 from refgrad.frontend.rearrange import plan_rearrange
-from refgrad.frontend.shapes import ShapeError, is_size, normalize_dim, shape_args
+from refgrad.frontend.shapes import ShapeError, is_int, is_size, normalize_dim, shape_args
 from refgrad.gradient import custom_gradient
 from refgrad.symbolic_shapes import canonical, is_symbolic, is_symbolic_shape, shape_value, size_check, sizes_equal
 from refgrad.uop import Ops, UOp, prod
@@ -31,11 +31,6 @@ class ZeroDimJoinError(ShapeError, IndexError):
   or to split)."""
 
 
-def _is_int(x: Any) -> bool:
-  """A Python or numpy int (np.prod of a shape is a numpy int), not a bool."""
-  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
 def _copy(t: Any) -> Any:
   """t's value as a tensor that views nothing, for the results torch copies (pad, repeat, roll, cat): writing them
   must not write t. Free: refgrad values are immutable graphs."""
@@ -45,7 +40,7 @@ def _copy(t: Any) -> Any:
 def _ints(values: Any, what: str) -> tuple[int, ...]:
   """An int or a sequence of ints as a tuple of Python ints; TypeError for anything else."""
   values = (values,) if not isinstance(values, (tuple, list)) else tuple(values)
-  if not all(_is_int(v) for v in values):
+  if not all(is_int(v) for v in values):
     raise TypeError(f"{what} must be ints, got {values}")
   return tuple(int(v) for v in values)
 
@@ -76,7 +71,7 @@ class MovementMixin(IndexingMixin):
     if is_symbolic_shape(tuple(new)) or is_symbolic_shape(self.shape):
       return self._symbolic_reshape(tuple(new))
     for s in new:
-      if not _is_int(s):
+      if not is_int(s):
         raise TypeError(f"reshape: sizes must be ints, got {shape}")
     new = [int(s) for s in new]
     if new.count(-1) > 1:
@@ -127,7 +122,7 @@ class MovementMixin(IndexingMixin):
     for s, old in zip(new, padded):
       if not is_size(s):
         raise TypeError(f"expand: sizes must be ints, got {tuple(shape)}")
-      if _is_int(s) and s < 0:
+      if is_int(s) and s < 0:
         raise ShapeError(f"expand: invalid size {s} in {tuple(shape)}")
       if old != s and old != 1:
         raise ShapeError(f"expand: the expanded size {s} must match the existing size {old} at a non-singleton "
@@ -315,7 +310,7 @@ class MovementMixin(IndexingMixin):
     d = 0 if dim is None else normalize_dim(dim, x.ndim)
     if x.ndim == 0:
       x, d = x.reshape(1), 0
-    if _is_int(repeats):
+    if is_int(repeats):
       repeats = int(repeats)
       if repeats < 0:
         raise ShapeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
@@ -377,7 +372,7 @@ class MovementMixin(IndexingMixin):
     >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).chunk(3)]
     [[1, 2], [3, 4], [5]]
     """
-    if not _is_int(chunks):
+    if not is_int(chunks):
       raise TypeError(f"chunk: chunks must be an int, got {type(chunks).__name__}")
     chunks = int(chunks)
     if chunks <= 0:
@@ -471,7 +466,7 @@ def _pad_constant(x: Any, pairs: tuple[tuple[int, int], ...], value: Any) -> Any
     cropped, grow = x, pairs
   else:
     cropped, grow = _crop_negative(x, pairs), tuple((max(b, 0), max(a, 0)) for b, a in pairs)
-  if all(_is_int(g) and g == 0 for p in grow for g in p):
+  if all(is_int(g) and g == 0 for p in grow for g in p):
     return cropped
   padded = cropped._movement(Ops.PAD, grow)
   if value == 0 and not (isinstance(value, float) and math.copysign(1.0, value) < 0):  # -0.0 pads as -0.0
@@ -616,7 +611,7 @@ def _tensor_list(first: Any, rest: tuple, what: str) -> list[Any]:
 
 
 def _split_sizes(sizes: Any, n: int, d: int) -> list[int]:
-  if _is_int(sizes):
+  if is_int(sizes):
     sizes = int(sizes)
     if sizes < 0 or (sizes == 0 and n):
       raise ShapeError(f"split: split size must be positive (0 only for an empty dim), got {sizes} for size {n}")

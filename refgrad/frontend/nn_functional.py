@@ -18,7 +18,7 @@ from refgrad.frontend.base import Self, TensorBase, half_in_float32
 from refgrad.frontend.einsum import evaluate_einsum
 from refgrad.frontend.movement import InvalidArgumentError
 from refgrad.frontend.reduce import accumulation_dtype, triangle_mask
-from refgrad.frontend.shapes import ShapeError, normalize_dim
+from refgrad.frontend.shapes import ShapeError, is_int, normalize_dim
 from refgrad.frontend.templates import graph_template
 from refgrad.gradient import custom_gradient
 from refgrad.uop import prod
@@ -338,7 +338,7 @@ class NNFunctionalMixin(TensorBase):
     >>> Tensor([[1.0, 2.0]]).batchnorm(None, None, Tensor([1.0, 1.0]), Tensor([2.0, 2.0])).tolist()
     [[0.0, 2.0]]
     """
-    axes = tuple(normalize_dim(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis))
+    axes = tuple(normalize_dim(a, self.ndim) for a in ((axis,) if is_int(axis) else axis))
     shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
     params = [t for t in (weight, bias, mean, invstd) if t is not None]
     out_dtype = least_upper_float(least_upper_dtype(self.dtype, *(t.dtype for t in params)))

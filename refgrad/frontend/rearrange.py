@@ -1,16 +1,10 @@
 """rearrange's formulas (einops style, "b (h w) c -> b h w c") parsed into a reshape, a permute and a reshape."""
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
-from refgrad.frontend.shapes import ShapeError
+from refgrad.frontend.shapes import ShapeError, is_int
 from refgrad.uop import prod
-
-
-def _is_int(x: object) -> bool:
-  """A Python or numpy int, not a bool (numbers.Integral holds numpy's ints)."""
-  return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 class RearrangeError(ValueError, AssertionError, RuntimeError):
@@ -111,7 +105,7 @@ def _group_sizes(group: list[str], dim_size: int, sizes: dict[str, int], formula
     raise RearrangeError(f"rearrange: cannot infer the sizes of {unknown} in {formula!r}; pass all but one as "
                          "keywords")
   for n in group:
-    if n in sizes and not _is_int(sizes[n]):
+    if n in sizes and not is_int(sizes[n]):
       raise TypeError(f"rearrange: size of {n!r} must be an int, got {sizes[n]!r}")
   known = prod(sizes[n] for n in group if n in sizes)
   inferred = dim_size // known if known and dim_size % known == 0 else None

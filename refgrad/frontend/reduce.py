@@ -8,7 +8,7 @@ from typing import Any
 from refgrad.dtype import DType, compute_dtype, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from refgrad.frontend import special
 from refgrad.frontend.base import Self, TensorBase, half_in_float32
-from refgrad.frontend.shapes import ShapeError, normalize_dim
+from refgrad.frontend.shapes import ShapeError, is_int, normalize_dim
 from refgrad.gradient import custom_gradient
 from refgrad.symbolic_shapes import canonical, is_symbolic, size_const
 from refgrad.uop import Ops, UOp, prod
@@ -30,7 +30,7 @@ class EmptyReductionError(IndexError, RuntimeError):
 def reduce_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
   if axis is None:
     return tuple(range(ndim))
-  axes = (axis,) if isinstance(axis, int) else tuple(axis)
+  axes = (axis,) if is_int(axis) else tuple(axis)
   normalized = tuple(normalize_dim(a, ndim) for a in axes)
   if len(set(normalized)) != len(normalized):
     raise RuntimeError(f"dim {axes} appears multiple times in the list of dims")

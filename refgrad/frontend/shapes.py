@@ -23,9 +23,14 @@ class SizeTypeError(TypeError, ValueError):
 
 
 # ---- argument helpers
+def is_int(x: Any) -> bool:
+  """A Python or numpy int (np.prod of a shape, a dim read from an array's shape), not a bool."""
+  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def normalize_dim(dim: int, ndim: int) -> int:
   """A dim in [-ndim, ndim) as a non-negative index; IndexError otherwise (0-d tensors accept -1 and 0)."""
-  if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+  if not is_int(dim):
     raise TypeError(f"dim must be an int, got {type(dim).__name__}")
   size = max(ndim, 1)
   if not -size <= dim < size:
