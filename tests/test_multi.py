@@ -315,3 +315,21 @@ def test_check_against_reference_takes_sharded_inputs(refgrad_device):
   x = Tensor(data((6, 4)), device="PYTHON").shard(instances("PYTHON", 2), axis=0)
   report = check_against_reference(lambda t: (t * 2).sum(0).to("PYTHON") + 1, x, device=refgrad_device)
   assert any(k.name.startswith("allreduce ADD") for k in report.kernels) and report.ok
+
+
+@pytest.mark.parametrize("axis, splits", [(0, None), (1, (1, 5))])
+def test_load_state_dict_into_a_sharded_weight_keeps_its_split(refgrad_device, axis, splits):
+  """tinygrad shards a loaded one-device value by the target's axis; refgrad's .to(devices) replicated it, so a
+  weight split in two for tensor parallelism became whole on every device (same values, twice the memory)."""
+  from refgrad.nn.state import load_state_dict
+  devices = instances(refgrad_device, 2)
+  layer = Linear(6, 4)
+  layer.weight.shard_(devices, axis=axis, splits=splits)
+  layer.bias.shard_(devices)
+  w, b = data((4, 6), seed=3), data((4,), seed=4)
+  load_state_dict(layer, {"weight": Tensor(w), "bias": Tensor(b)})
+  assert layer.weight.uop.op is Ops.MULTI and layer.weight.uop.arg[0] == axis
+  assert [hi - lo for lo, hi in layer.weight.uop.arg[1]] == list(splits or (2, 2))
+  np.testing.assert_array_equal(layer.weight.numpy(), w)
+  x = data((3, 6), seed=5)
+  np.testing.assert_allclose(layer(Tensor(x).shard(devices)).numpy(), x @ w.T + b, rtol=1e-5, atol=1e-5)

@@ -428,3 +428,23 @@ def test_corrupt_and_truncated_safetensors_raise_clear_errors(tmp_path):
   (tmp_path / "tiny.safetensors").write_bytes(b"abc")
   with pytest.raises(ValueError, match="not a safetensors file"):
     safe_load(tmp_path / "tiny.safetensors")
+
+
+def test_state_dict_names_a_namedtuple_by_its_fields_as_tinygrad():
+  """tinygrad names a namedtuple's tensors by field (its _asdict()); they were named by index, '0.weight', so a
+  checkpoint saved by tinygrad code did not load."""
+  import collections
+  pair = collections.namedtuple("Pair", "enc dec")(nn.Linear(2, 3), nn.Linear(3, 1))
+  state = get_state_dict(pair)
+  assert list(state) == ["enc.weight", "enc.bias", "dec.weight", "dec.bias"]
+  assert state["dec.weight"] is pair.dec.weight
+
+
+def test_load_state_dict_keeps_the_loaded_dtype_as_tinygrad():
+  """tinygrad's load_state_dict replaces each tensor by the loaded one (Tensor.replace: "only the shape must match"),
+  so float16 weights make a float16 layer; refgrad cast them to the layer's float32 (torch's copy_) silently."""
+  model = nn.Linear(3, 2)
+  w = (np.arange(6).reshape(2, 3) / 3 - 0.7).astype(np.float16)
+  load_state_dict(model, {"weight": Tensor(w), "bias": Tensor([1, -2], dtype=dtypes.int64)})
+  check(model.weight, w, dtypes.float16)
+  check(model.bias, np.array([1, -2], np.int64), dtypes.int64)

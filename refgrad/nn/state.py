@@ -17,6 +17,7 @@ import numpy as np
 
 from refgrad.dtype import DType, dtypes
 from refgrad.tensor import Tensor
+from refgrad.uop import Ops
 
 SAFETENSORS_DTYPES: dict[str, DType] = {
   "BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "I16": dtypes.int16, "U16": dtypes.uint16,
@@ -26,11 +27,14 @@ SAFETENSORS_DTYPES: dict[str, DType] = {
 CODE_OF = {dt: code for code, dt in SAFETENSORS_DTYPES.items()}
 
 
-def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
-  """Every Tensor reachable from obj's attributes, lists, tuples and dicts, named by its path ("l1.weight")."""
-  if isinstance(obj, Tensor):
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+  """Every Tensor reachable from obj's attributes, lists, tuples and dicts, named by its path ("l1.weight"); a
+  namedtuple's by its field names, as tinygrad does."""
+  if isinstance(obj, tensor_type):
     return {prefix.strip("."): obj}
-  if isinstance(obj, (list, tuple)):
+  if hasattr(obj, "_asdict"):
+    items = obj._asdict().items()
+  elif isinstance(obj, (list, tuple)):
     items = enumerate(obj)
   elif isinstance(obj, dict):
     items = obj.items()
@@ -40,7 +44,7 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
     return {}
   found: dict[str, Tensor] = {}
   for key, value in items:
-    found.update(get_state_dict(value, f"{prefix}{key}."))
+    found.update(get_state_dict(value, f"{prefix}{key}.", tensor_type))
   return found
 
 
@@ -54,12 +58,14 @@ def get_parameters(obj: Any) -> list[Tensor]:
 
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
-  """Copy values into the model's tensors and return those tensors. Every key is checked before anything changes: a
+  """Make the model's tensors hold the values and return those tensors. Every key is checked before anything changes: a
   failure leaves the model untouched. strict=True requires every key of the model (KeyError naming the missing
   ones); keys the model does not have are skipped with a warning, as tinygrad does (torch raises: a checkpoint with
   extra entries, a BatchNorm's num_batches_tracked say, loads in tinygrad code). consume deletes the loaded entries
   from state_dict (tinygrad's, to free memory early). verbose and realize are tinygrad's progress bar and scheduling
-  choice: refgrad prints nothing and always realizes the loaded values."""
+  choice: refgrad prints nothing and always realizes the loaded values. As in tinygrad (Tensor.replace), a tensor
+  takes the loaded value's dtype (torch casts to the model's), and a tensor over several devices keeps its devices
+  and split axis."""
   own = get_state_dict(model)
   missing = sorted(set(own) - set(state_dict))
   unexpected = sorted(set(state_dict) - set(own))
@@ -77,12 +83,24 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
   loaded = []
   for name, target in own.items():
     if name in state_dict:
-      value = state_dict[name].reshape(target.shape).to(target.device).cast(target.dtype)
+      value = _placed_like(state_dict[name].reshape(target.shape), target)
       target.replace(value.contiguous().realize())
       if consume:
         del state_dict[name]
       loaded.append(target)
   return loaded
+
+
+def _placed_like(value: Tensor, target: Tensor) -> Tensor:
+  """value on target's device; on target's devices with its split (axis and ranges) when target is sharded and
+  value is not (tinygrad shards by the target's axis; a plain .to() would replicate a weight split in two)."""
+  if not isinstance(target.device, tuple) or isinstance(value.device, tuple):
+    return value.to(target.device)
+  node = target.uop
+  if node.op is not Ops.MULTI or node.arg[0] is None:
+    return value.shard(target.device)
+  axis, bounds = node.arg
+  return value.shard(target.device, axis, splits=tuple(end - start for start, end in bounds))
 
 
 # The safetensors library's own limits: a header over 100 MB is refused before it is parsed, JSON nested 128
