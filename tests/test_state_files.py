@@ -2,6 +2,8 @@
 one refuses, the other refuses too (ValueError naming the file and the tensor), and valid files of every shared dtype
 cross between the two with their exact bytes."""
 import json
+import os
+import pickle
 import struct
 
 import ml_dtypes
@@ -247,3 +249,87 @@ def test_what_safetensors_accepts_at_the_edges_refgrad_accepts_with_the_same_val
   np.testing.assert_array_equal(want.view(np.uint8), np.frombuffer(EIGHT, np.uint8))
   got = safe_load(path)["w"].numpy()
   assert got.tobytes() == want.tobytes()
+
+
+def torch_saved_objects():
+  """A checkpoint as torch users write one: a state dict of every dtype torch.save stores (views of one storage,
+  transposes, expands, a permute, 0-d, empty, a Parameter) inside other containers."""
+  import torch
+  base = torch.arange(24, dtype=torch.float32).reshape(4, 6) - 11.5
+  g = torch.Generator().manual_seed(3)
+  state = {
+    "f32": torch.randn(3, 4, generator=g), "transposed": base.t(), "strided": base[1:3, ::2], "row": base[2],
+    "expanded": torch.ones(3, 1).expand(3, 4), "permuted": torch.randn(2, 3, 4, generator=g).permute(2, 0, 1),
+    "f16": torch.randn(5, generator=g).half(), "bf16": torch.randn(2, 3, generator=g).bfloat16(),
+    "f64": torch.tensor([1e300, -0.0]), "bool": torch.tensor([True, False, True]), "i8": torch.tensor([-128, 7]).char(),
+    "u8": torch.tensor([0, 255], dtype=torch.uint8), "i16": torch.tensor([-3], dtype=torch.int16),
+    "i32": torch.tensor([1, -1], dtype=torch.int32), "i64": torch.tensor([-2**62, 5]),
+    "u16": torch.tensor([65535], dtype=torch.uint16), "u32": torch.tensor([2**32 - 1], dtype=torch.uint32),
+    "u64": torch.tensor([2**63 + 3], dtype=torch.uint64), "zero_d": torch.tensor(3.5), "empty": torch.zeros(0, 3),
+    "param": torch.nn.Parameter(torch.full((2,), 0.25)),
+  }
+  return {"model": state, "epoch": 3, "history": [torch.ones(2), (torch.zeros(1), "note")]}
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_torch_load_reads_what_torch_save_wrote(tmp_path, refgrad_device, zip_format):
+  """torch_load was missing (tinygrad's nn.state has it): every tensor has torch's dtype, shape and bits, views of a
+  shared storage read their own elements, and the containers around them come back as they were saved."""
+  import torch
+
+  from refgrad.nn.state import torch_load
+  saved = torch_saved_objects()
+  path = tmp_path / "checkpoint.pt"
+  torch.save(saved, path, _use_new_zipfile_serialization=zip_format)
+  loaded = torch_load(path)
+  assert loaded["epoch"] == 3 and loaded["model"].keys() == saved["model"].keys()
+  for name, want in saved["model"].items():
+    got = loaded["model"][name]
+    assert isinstance(got, Tensor) and got.dtype.name == str(want.dtype).removeprefix("torch."), name
+    want = want.detach().contiguous()
+    want_np = want.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if want.dtype == torch.bfloat16 else want.numpy()
+    assert_same_bits(got.numpy(), want_np, name)
+  ones, (zero, note) = loaded["history"]
+  assert ones.tolist() == [1.0, 1.0] and zero.tolist() == [0.0] and note == "note"
+
+
+def test_a_torch_state_dict_loads_into_the_layer(tmp_path, refgrad_device):
+  import torch
+
+  from refgrad import nn
+  from refgrad.nn.state import load_state_dict, torch_load
+  theirs = torch.nn.Linear(3, 2)
+  torch.save(theirs.state_dict(), tmp_path / "linear.pt")
+  ours = nn.Linear(3, 2)
+  load_state_dict(ours, torch_load(tmp_path / "linear.pt"))
+  x = RNG.standard_normal((4, 3)).astype(np.float32)
+  np.testing.assert_allclose(ours(Tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("content", [b"", bytes(range(7, 107)), pickle.dumps({"a": 1})],
+                         ids=["empty", "noise", "pickle"])
+def test_torch_load_refuses_what_torch_load_refuses(tmp_path, content):
+  """A file torch.load cannot read is refused with torch's exception types (or ValueError naming the file)."""
+  from refgrad.nn.state import torch_load
+  path = tmp_path / "bad.pt"
+  path.write_bytes(content)
+  with pytest.raises((EOFError, pickle.UnpicklingError, ValueError)):
+    torch_load(path)
+
+
+class _Runs:
+  def __reduce__(self):
+    return (exec, ("import os; os.environ['REFGRAD_TORCH_LOAD_RAN'] = '1'",))
+
+
+def test_torch_load_calls_no_function_a_checkpoint_names(tmp_path, monkeypatch):
+  """Only torch's rebuilders, containers and plain builtins are looked up: a checkpoint naming exec gets a stand-in
+  object, and its tensors still load."""
+  import torch
+
+  from refgrad.nn.state import torch_load
+  monkeypatch.delenv("REFGRAD_TORCH_LOAD_RAN", raising=False)
+  torch.save({"w": torch.tensor([1.5]), "hook": _Runs(), "kept": {1, 2}}, tmp_path / "c.pt")
+  loaded = torch_load(tmp_path / "c.pt")
+  assert "REFGRAD_TORCH_LOAD_RAN" not in os.environ
+  assert loaded["w"].tolist() == [1.5] and loaded["kept"] == {1, 2} and not isinstance(loaded["hook"], dict)

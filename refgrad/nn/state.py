@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from refgrad.dtype import DType, dtypes
+from refgrad.nn.torch_file import torch_load  # noqa: F401  (tinygrad's nn.state.torch_load)
 from refgrad.tensor import Tensor
 from refgrad.uop import Ops
 
