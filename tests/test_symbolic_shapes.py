@@ -207,3 +207,21 @@ def test_while_a_variable_lives_a_graph_without_sizes_schedules_as_before_and_a_
   np.testing.assert_allclose((Tensor(a) * Tensor(b) + 1).sum(1).numpy(), (a * b + 1).sum(1), rtol=1e-6)
   got = rows(Tensor(a), n).sum(0).numpy()
   np.testing.assert_allclose(got, a[:4].sum(0), rtol=1e-6)
+
+
+def test_an_int_index_beside_a_symbolic_slice(refgrad_device):
+  """t[1, :n, 2] and t[-2, 1:n + 1] with n bound: a view of numpy's elements (TypeError 'slice indices must be
+  integers' before), and a write through one for several values of n; an int out of range is still an IndexError."""
+  a = data((2, ROWS, 3))
+  for value in (1, 3, ROWS - 1):
+    n = Variable("n", 1, ROWS - 1).bind(value)
+    t = Tensor(a, device=refgrad_device)
+    np.testing.assert_array_equal(t[1, :n, 2].numpy(), a[1, :value, 2])
+    np.testing.assert_array_equal(t[-2, 1:n + 1].numpy(), a[0, 1:value + 1])
+    target = Tensor(a, device=refgrad_device).contiguous().realize()
+    target[1, :n, -1] = 7.5
+    expected = a.copy()
+    expected[1, :value, -1] = 7.5
+    np.testing.assert_array_equal(target.numpy(), expected)
+    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 2"):
+      t[2, :n]

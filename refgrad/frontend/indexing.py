@@ -59,20 +59,28 @@ class BasicPlan:
     return out.pad(tuple((start, s - end) for (start, end), s in zip(self.bounds, in_shape)))
 
 
-def _symbolic_slices(index: Any, shape: tuple) -> tuple | None:
-  """t[:n] and t[a:n, ...] with a symbolic size n (refgrad/symbolic_shapes.py): the shrink they are, when every
-  item is a slice of step 1 with non-negative bounds, at least one of them symbolic; None otherwise (ordinary
-  indexing)."""
+def _symbolic_slices(index: Any, shape: tuple) -> tuple[tuple, tuple] | None:
+  """t[:n], t[a:n, ...] and t[:n, 0] with a symbolic size n (refgrad/symbolic_shapes.py): (the shrink they are, the
+  shape after it with the int-indexed dims dropped), when every item is a slice of step 1 with non-negative bounds,
+  at least one of them symbolic, or an int on a dim of concrete size; None otherwise (ordinary indexing)."""
   items = index if isinstance(index, tuple) else (index,)
-  if len(items) > len(shape) or not all(isinstance(i, slice) and i.step in (None, 1) for i in items):
+  if len(items) > len(shape) or not all((isinstance(i, slice) and i.step in (None, 1))
+                                        or (is_int(i) and isinstance(size, int)) for i, size in zip(items, shape)):
     return None
-  if not any(isinstance(part, UOp) for i in items for part in (i.start, i.stop)):
+  slices = [i for i in items if isinstance(i, slice)]
+  if not any(isinstance(part, UOp) for i in slices for part in (i.start, i.stop)):
     return None
-  if any(not isinstance(part, UOp) and part is not None and part < 0 for i in items for part in (i.start, i.stop)):
+  if any(not isinstance(part, UOp) and part is not None and part < 0 for i in slices for part in (i.start, i.stop)):
     raise IndexError(f"with a symbolic size, slice bounds must be non-negative, got {index}")
-  bounds = tuple((0 if i.start is None else i.start, size if i.stop is None else i.stop)
-                 for i, size in zip(items, shape))
-  return bounds + (None,) * (len(shape) - len(items))
+  bounds, out_shape = [], []
+  for dim, (i, size) in enumerate(zip(items, shape)):
+    if isinstance(i, slice):
+      bounds.append((0 if i.start is None else i.start, size if i.stop is None else i.stop))
+      out_shape.append(bounds[-1][1] - bounds[-1][0])
+    else:
+      at = _check_int(int(i), size, dim)
+      bounds.append((at, at + 1))
+  return tuple(bounds) + (None,) * (len(shape) - len(items)), tuple(out_shape) + tuple(shape[len(items):])
 
 
 def _slice_bounds(s: slice, size: int) -> tuple[int, int, int]:
@@ -408,8 +416,8 @@ def set_index(t: Any, index: Any, value: Any) -> None:
       raise NotImplementedError(f"setitem: {what} (shape {x.shape}) requires grad, and setitem is not "
                                 "differentiable (as in tinygrad); write a detached tensor, or build the new value "
                                 "with where/pad/cat")
-  if (bounds := _symbolic_slices(index, t.shape)) is not None:
-    y, adv = t.shrink(bounds), None
+  if (symbolic := _symbolic_slices(index, t.shape)) is not None:
+    y, adv = t.shrink(symbolic[0]).reshape(symbolic[1]), None
   else:
     parsed = parse_index(t, index)
     y = basic_view(t, parsed.plan)
@@ -480,8 +488,8 @@ class IndexingMixin(TensorBase):
     >>> Tensor.zeros(2, 3, 4)[0, :, [1, 2]].shape
     (3, 2)
     """
-    if (bounds := _symbolic_slices(index, self.shape)) is not None:
-      return self.shrink(bounds)
+    if (symbolic := _symbolic_slices(index, self.shape)) is not None:
+      return self.shrink(symbolic[0]).reshape(symbolic[1])
     return get_index(self, index)
 
   def __setitem__(self, index: Any, value: Any) -> None:
