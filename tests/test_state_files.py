@@ -333,3 +333,12 @@ def test_torch_load_calls_no_function_a_checkpoint_names(tmp_path, monkeypatch):
   loaded = torch_load(tmp_path / "c.pt")
   assert "REFGRAD_TORCH_LOAD_RAN" not in os.environ
   assert loaded["w"].tolist() == [1.5] and loaded["kept"] == {1, 2} and not isinstance(loaded["hook"], dict)
+
+
+def test_safe_save_refuses_a_symbolic_shape_naming_it(tmp_path):
+  """A tensor of symbolic shape raised json's 'Object of type UOp is not JSON serializable'."""
+  from refgrad import Variable
+  n = Variable("n", 1, 4).bind(2)
+  with pytest.raises(ValueError, match="tensor 'rows' has symbolic shape"):
+    safe_save({"rows": Tensor.ones(4, 3)[:n]}, tmp_path / "s.safetensors")
+  assert not (tmp_path / "s.safetensors").exists()

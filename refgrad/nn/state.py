@@ -17,6 +17,7 @@ import numpy as np
 
 from refgrad.dtype import DType, dtypes
 from refgrad.nn.torch_file import torch_load  # noqa: F401  (tinygrad's nn.state.torch_load)
+from refgrad.symbolic_shapes import is_symbolic_shape
 from refgrad.tensor import Tensor
 from refgrad.uop import Ops
 
@@ -147,6 +148,9 @@ def _checked_tensor(name: Any, t: Any, path: str | Path) -> Tensor:
     raise TypeError(f"safe_save {path}: {name!r} is a {type(t).__name__}, not a Tensor")
   if t.dtype not in CODE_OF:
     raise ValueError(f"safe_save {path}: tensor {name!r} has dtype {t.dtype.name}, which safetensors cannot store")
+  if is_symbolic_shape(t.shape):
+    raise ValueError(f"safe_save {path}: tensor {name!r} has symbolic shape {t.shape}; a file holds concrete shapes "
+                     "(save a copy of the bound size: t.numpy())")
   return t
 
 
