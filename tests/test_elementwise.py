@@ -494,6 +494,24 @@ def test_shift(op, dtype):
   check(op(Tensor(a), 3), oracle(op, a, np.array(3).astype(NP_DTYPE[dtype])), dtype)
 
 
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=ids(INT_DTYPES))
+def test_shift_out_of_range_is_torchs(dtype):
+  """A shift by the width or more, or by a negative amount: 0, and a signed right shift fills with the sign, as in
+  torch, on every device (it was UNDEFINED: 0 on PYTHON and CLANG, the amount masked to the width on LLVM)."""
+  a = edge_values(dtype).reshape(-1, 1)
+  amounts = [dtype.bits, dtype.bits + 1, 100] + ([-1, -100] if dtype.kind == "i" else [])
+  b = np.array(amounts).astype(NP_DTYPE[dtype]).reshape(1, -1)
+  want_left, want_right = np.zeros((a.size, b.size), a.dtype), np.broadcast_to(np.where(a < 0, -1, 0), (a.size, b.size))
+  if torch_ok(dtype):  # the rule is torch's
+    assert np.array_equal(oracle(operator.lshift, a, b), want_left)
+    assert np.array_equal(oracle(operator.rshift, a, b), want_right)
+  check(Tensor(a) << Tensor(b), want_left, dtype)
+  check(Tensor(a) >> Tensor(b), want_right, dtype)
+  for i, amount in enumerate(amounts):  # a Python int amount
+    check(Tensor(a) << amount, want_left[:, i:i + 1], dtype)
+    check(Tensor(a) >> amount, want_right[:, i:i + 1], dtype)
+
+
 def test_signed_rshift_is_arithmetic():
   v = np.array([-1, -2, -128, -7, 64], np.int8)
   check(Tensor(v) >> 1, torch.tensor(v) >> 1, D.int8)

@@ -652,10 +652,22 @@ class ElementwiseMixin(TensorBase):
     x, amount = self._broadcasted(y, reverse)
     if not dtypes.is_int(x.dtype):
       raise BitwiseDTypeError(f"shifts need integer tensors, got {x.dtype.name}")
-    return x._alu(op, amount)
+    bits = x.dtype.bits
+    if isinstance(y, int) and not reverse:  # a Python amount: decided now, no extra ops (threefry's rotations)
+      return x._alu(op, amount) if 0 <= y < bits else x._shifted_out(op)
+    # SHL and SHR leave an amount below 0 or from the width on UNDEFINED (x86 masks it, C may do anything): such
+    # lanes shift by 0 and take torch's answer instead, on every device
+    inside = amount.lt(bits) if dtypes.is_unsigned(amount.dtype) else amount.ge(0) & amount.lt(bits)
+    return inside.where(x._alu(op, inside.where(amount, 0)), x._shifted_out(op))
+
+  def _shifted_out(self, op: Ops) -> Self:
+    """torch's shift by a negative amount or by the width or more: 0, but a signed right shift fills with the sign."""
+    if op is Ops.SHR and not dtypes.is_unsigned(self.dtype):
+      return self._alu(op, self._const(self.dtype.bits - 1))
+    return self.zeros_like()
 
   def lshift(self, y: Any, reverse: bool = False) -> Self:
-    """Shift left; bits shifted out are lost. Shifting by less than 0 or at least the width is undefined.
+    """Shift left; bits shifted out are lost. A shift by less than 0 or by the width or more gives 0, as in torch.
 
     >>> (Tensor([1, 3], dtype="int8") << 2).tolist()
     [4, 12]
@@ -663,7 +675,8 @@ class ElementwiseMixin(TensorBase):
     return self._shift(Ops.SHL, y, reverse)
 
   def rshift(self, y: Any, reverse: bool = False) -> Self:
-    """Shift right: arithmetic (sign-filling) on signed dtypes, logical on unsigned.
+    """Shift right: arithmetic (sign-filling) on signed dtypes, logical on unsigned. A shift by less than 0 or by the
+    width or more gives 0, or -1 for a negative signed value, as in torch.
 
     >>> (Tensor([-8, 8]) >> Tensor([1, 2])).tolist()
     [-4, 2]
