@@ -39,6 +39,9 @@ PROGRAMS = [
                                                                               np.zeros((1, 4), np.float32), a.shape)),
   ("matmul_rows", lambda t, n: rows(t, n) @ t[:4].T, None),
   ("matmul_contract", lambda t, n: rows(t, n).T @ rows(t, n), None),
+  # over the symbolic axis (TypeError from arange(n, 0, -1) before)
+  ("argmax0", lambda t, n: rows(t, n).argmax(0), lambda a: a.argmax(0).astype(np.int32)),
+  ("argmin0_keepdim", lambda t, n: rows(t, n).argmin(0, keepdim=True), lambda a: a.argmin(0)[None].astype(np.int32)),
 ]
 
 
@@ -46,7 +49,7 @@ PROGRAMS = [
 def test_programs_match_numpy_for_every_value(refgrad_device, name, program, expected):
   a = data((ROWS, 4))
   t = Tensor(a, device=refgrad_device)
-  n = Variable("n", 0 if name not in ("mean",) else 1, ROWS)
+  n = Variable("n", 0 if name not in ("mean", "argmax0", "argmin0_keepdim") else 1, ROWS)
   for value in range(n.arg[1], ROWS + 1):
     out = program(t, n.bind(value)).numpy()
     part = a[:value]

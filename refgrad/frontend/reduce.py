@@ -127,7 +127,10 @@ class ReduceMixin(TensorBase):
     n = self.shape[ax]
     best = self.max(ax, keepdim=True)
     hit = self.eq(best) | (self.isnan() & best.isnan()) if dtypes.is_float(self.dtype) else self.eq(best)
-    countdown = self.arange(n, 0, -1, dtype=dtypes.int32, device=self.device)
+    if isinstance(n, int):
+      countdown = self.arange(n, 0, -1, dtype=dtypes.int32, device=self.device)
+    else:  # a symbolic arange counts up only
+      countdown = n - self.arange(0, n, dtype=dtypes.int32, device=self.device)
     countdown = countdown.reshape((n,) + (1,) * (self.ndim - ax - 1))
     first = hit.where(countdown, 0).max(ax, keepdim=keepdim)
     return (n - first).cast(dtypes.int32)
