@@ -375,6 +375,18 @@ def test_dropout_training_statistics():
     Tensor.training = False
 
 
+def test_dropout_of_everything_still_has_a_zero_gradient():
+  """dropout(1.0) is zeros that depend on x: backward gives x torch's zero gradient (x.grad stayed None)."""
+  Tensor.training = True
+  try:
+    x, tx = Tensor([1.0, -2.0], requires_grad=True), torch.tensor([1.0, -2.0], requires_grad=True)
+    x.dropout(1.0).sum().backward()
+    F.dropout(tx, 1.0).sum().backward()
+    check(x.grad, tx.grad, D.float32)
+  finally:
+    Tensor.training = False
+
+
 def test_sequential():
   x = sample((3, 4), 28)
   out = Tensor(x).sequential([Tensor.relu, lambda t: t * 2, lambda t: t.sum(1)])

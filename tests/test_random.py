@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats
 
 from refgrad import Device, Tensor, dtypes
@@ -233,3 +234,44 @@ def test_multinomial_misuse_is_also_an_assertion_error():
                  lambda: Tensor([1.0, 9.0]).multinomial(0, replacement=False)):
     with pytest.raises(AssertionError):
       misuse()
+
+
+@pytest.mark.parametrize("low, high, dtype", [(100.0, 101.0, D.float16), (0.0, 3.0, D.bfloat16),
+                                              (1.0, 1.0000001, D.float32), (-1.0000001, -1.0, D.float32)], ids=str)
+def test_uniform_never_gives_high(low, high, dtype):
+  """[low, high) as documented, and as torch's uniform_ keeps it: rand * (high - low) + low rounded up to high (1 in
+  32 float16 draws of uniform(100, 101), 40% of float32 uniform(1, 1.0000001))."""
+  Tensor.manual_seed(21)
+  got = Tensor.uniform(N, low=low, high=high, dtype=dtype).numpy().astype(np.float64)
+  want = torch.empty(N, dtype=getattr(torch, dtype.name)).uniform_(low, high).double().numpy()
+  top = float(np.array(high).astype(dtype.np))
+  assert want.max() < top and got.max() < top and got.min() >= float(np.array(low).astype(dtype.np))
+  if dtype == D.float16:  # the values below high still come: the top one as often as the others
+    assert np.mean(got == np.nextafter(np.float16(top), np.float16(0))) > 1 / 32
+
+
+def test_bad_random_arguments_raise_torchs_errors():
+  """randint's range must fit its dtype (the values wrapped: int8 [0, 200) gave -60); multinomial's weights must be a
+  distribution (they were sampled: all zeros drew the last category, a negative weight was drawn)."""
+  cases = [(lambda: Tensor.randint(5, low=0, high=200, dtype=D.int8),
+            lambda: torch.randint(0, 200, (5,), dtype=torch.int8)),
+           (lambda: Tensor.randint(5, low=-5, high=2, dtype=D.uint8),
+            lambda: torch.randint(-5, 2, (5,), dtype=torch.uint8)),
+           (lambda: Tensor.randint(5, low=3, high=3), lambda: torch.randint(3, 3, (5,))),
+           *((lambda w=w: Tensor(w).multinomial(2, replacement=True), lambda w=w: torch.tensor(w).multinomial(2, True))
+             for w in ([1.0, -1.0, 2.0], [0.0, 0.0], [[1.0, 1.0], [0.0, 0.0]], [1.0, float("inf")])),
+           (lambda: Tensor([0.0, 0.0]).multinomial(1), lambda: torch.tensor([0.0, 0.0]).multinomial(1))]
+  for ours, theirs in cases:
+    with pytest.raises(RuntimeError):
+      theirs()
+    with pytest.raises(RuntimeError):
+      ours()
+  assert set(Tensor.randint(1000, low=-128, high=128, dtype=D.int8).tolist()) <= set(range(-128, 128))
+  assert set(Tensor.randint(100, low=np.int64(2), high=np.int64(4)).tolist()) <= {2, 3}  # numpy ints, as torch
+
+
+def test_initializers_of_empty_shapes_are_empty():
+  """torch returns an empty tensor (fan 0); the bound divided by zero."""
+  for init, shape in ((Tensor.kaiming_uniform, (3, 0)), (Tensor.kaiming_normal, (3, 0)),
+                      (Tensor.glorot_uniform, (0, 0)), (Tensor.scaled_uniform, (0,))):
+    assert init(*shape).numpy().shape == shape

@@ -680,8 +680,8 @@ class NNFunctionalMixin(TensorBase):
       raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not type(self).training or p == 0:
       return self
-    if p == 1:
-      return self.zeros_like()
+    if p == 1:  # zeros, still a function of self: its gradient is zeros, as torch's (it had none)
+      return custom_gradient(self.zeros_like(), ("constant",), self)
     keep = type(self).rand(*self.shape, device=self.device).ge(p)
     return keep.where(self, 0) * (1 / (1 - p))
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from refgrad.alu import exec_cast
 from refgrad.dtype import DType, dtypes, to_dtype
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.reduce import triangle_mask
-from refgrad.frontend.shapes import check_shape, shape_args
+from refgrad.frontend.shapes import check_shape, is_int, shape_args
 from refgrad.registry import Device
 from refgrad.symbolic_shapes import is_symbolic_shape, max_shape
 from refgrad.uop import prod
@@ -114,6 +115,12 @@ def _shape(shape: tuple) -> tuple[int, ...]:
   return checked
 
 
+def _fan(n: int) -> int:
+  """An initializer's fan, 1 when it is 0: then the tensor has no element to scale (torch returns it, as here; the
+  division raised ZeroDivisionError)."""
+  return n or 1
+
+
 def _float_dtype(dtype: Any) -> DType:
   dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
   if not dtypes.is_float(dt):
@@ -123,6 +130,20 @@ def _float_dtype(dtype: Any) -> DType:
 
 def _finish(cls: type, flat: Any, shape: tuple[int, ...], kwargs: dict) -> Any:
   return cls(flat.reshape(shape).uop, **kwargs)
+
+
+def _below_high(drawn: Any, low: float, high: float) -> Any:
+  """drawn with the values that rounded up to high moved to the largest value of its dtype below high (low if none
+  is above low): rand is below 1, but rand * (high - low) + low rounds to high when the spread is small next to
+  high's ULP (1 in 32 of float16 uniform(100, 101) was 101; torch never gives high)."""
+  top = exec_cast(np.array(float(high)), drawn.dtype)
+  below = max(float(np.nextafter(top, top.dtype.type(-np.inf))), float(exec_cast(np.array(float(low)), drawn.dtype)))
+  return drawn.lt(float(top)).where(drawn, below)
+
+
+class RandomArgumentError(RuntimeError, ValueError):
+  """Bounds no draw can meet (randint's low >= high, or a range its dtype does not hold): torch's RuntimeError, and
+  the ValueError refgrad raised before."""
 
 
 class MultinomialError(RuntimeError, ValueError, AssertionError):
@@ -141,9 +162,9 @@ class RandomMixin(TensorBase):
     >>> Tensor.manual_seed(42); a == Tensor.rand(3).tolist()
     True
     """
-    if not isinstance(seed, int) or isinstance(seed, bool):
+    if not is_int(seed):
       raise TypeError(f"manual_seed expects an int, got {type(seed).__name__}")
-    STATE.seed, STATE.counter = seed & ((1 << 64) - 1), 0
+    STATE.seed, STATE.counter = int(seed) & ((1 << 64) - 1), 0
 
   @classmethod
   def rand(cls, *shape: Any, device: str | None = None, dtype: Any = None, contiguous: bool = True,
@@ -176,13 +197,16 @@ class RandomMixin(TensorBase):
     True
     """
     for name, v in (("low", low), ("high", high)):
-      if not isinstance(v, int) or isinstance(v, bool):
+      if not is_int(v):
         raise TypeError(f"randint: {name} must be an int, got {v!r}")
-    dt = to_dtype(dtype)
+    low, high, dt = int(low), int(high), to_dtype(dtype)
     if not dtypes.is_int(dt):
       raise TypeError(f"randint: dtype must be an integer dtype, got {dt.name}")
     if high <= low:
-      raise ValueError(f"randint: low must be less than high, got low={low} >= high={high}")
+      raise RandomArgumentError(f"randint: low must be less than high, got low={low} >= high={high}")
+    if low < dtypes.min(dt) or high - 1 > dtypes.max(dt):  # the values would wrap into the dtype: out of [low, high)
+      raise RandomArgumentError(f"randint: [{low}, {high}) is out of the range of {dt.name}, [{dtypes.min(dt)}, "
+                                f"{dtypes.max(dt)}]")
     shape_ = _shape(shape)
     x0, x1 = random_words(cls, prod(shape_), Device.canonicalize(device))
     bits = (x0.cast(dtypes.uint64) << 32) | x1.cast(dtypes.uint64)
@@ -225,7 +249,8 @@ class RandomMixin(TensorBase):
     dtype = kwargs.pop("dtype", None)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if dtypes.is_float(dt):
-      return cls.rand(*shape, dtype=dt, **kwargs) * (high - low) + low
+      drawn = cls.rand(*shape, dtype=dt, **kwargs) * (high - low) + low
+      return _below_high(drawn, low, high) if low < high else drawn
     requires_grad = kwargs.pop("requires_grad", None)  # an integer dtype: the spread is cast, then low added (tinygrad)
     return cls((cls.rand(*shape, **kwargs) * (high - low)).cast(dt) + low, requires_grad=requires_grad)
 
@@ -236,7 +261,7 @@ class RandomMixin(TensorBase):
     >>> Tensor.manual_seed(0); bool((Tensor.scaled_uniform(4, 4).abs() <= 0.25).all().item())
     True
     """
-    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (prod(_shape(shape)) ** -0.5)
+    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (_fan(prod(_shape(shape))) ** -0.5)
 
   @classmethod
   def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Self:
@@ -246,7 +271,7 @@ class RandomMixin(TensorBase):
     True
     """
     shape_ = _shape(shape)
-    bound = math.sqrt(6 / (shape_[0] + prod(shape_[1:])))
+    bound = math.sqrt(6 / _fan(shape_[0] + prod(shape_[1:])))
     return cls.uniform(*shape_, low=-1.0, high=1.0, **kwargs) * bound
 
   @classmethod
@@ -257,7 +282,7 @@ class RandomMixin(TensorBase):
     (4, 2)
     """
     shape_ = _shape(shape)
-    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape_[1:]))
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(_fan(prod(shape_[1:])))
     return cls.uniform(*shape_, low=-bound, high=bound, **kwargs)
 
   @classmethod
@@ -268,7 +293,7 @@ class RandomMixin(TensorBase):
     (4, 2)
     """
     shape_ = _shape(shape)
-    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape_[1:]))
+    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(_fan(prod(shape_[1:])))
     return cls.normal(*shape_, mean=0.0, std=std, **kwargs)
 
   def rand_like(self, **kwargs: Any) -> Self:
@@ -298,14 +323,31 @@ class RandomMixin(TensorBase):
     """
     if self.ndim not in (1, 2):
       raise MultinomialError(f"multinomial: weights must be 1-d or 2-d, got shape {self.shape}")
-    if not isinstance(num_samples, int) or num_samples < 1:
+    if not is_int(num_samples) or num_samples < 1:
       raise MultinomialError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+    if self.shape[-1] == 0:
+      raise MultinomialError(f"multinomial: weights of shape {self.shape} have no category to sample")
     if not replacement and num_samples > self.shape[-1]:
       raise MultinomialError(f"multinomial: cannot sample {num_samples} > {self.shape[-1]} categories without "
                              f"replacement")
-    weights = self.reshape(-1, self.shape[-1]).cast(dtypes.float32)
+    num_samples, weights = int(num_samples), self.reshape(-1, self.shape[-1]).cast(dtypes.float32)
+    _check_weights(weights, self.shape)
     samples = (_with_replacement if replacement else _without_replacement)(weights, num_samples)
     return samples if self.ndim == 2 else samples.reshape(num_samples)
+
+
+def _check_weights(weights: Any, shape: tuple[int, ...]) -> None:
+  """torch's RuntimeError for rows no distribution has, read back from the device (as torch does): a negative,
+  infinite or NaN weight, or a row summing to 0. Sampling them gave indices silently ([0, 0] drew category 1,
+  [1, -1, 2] drew 1 and 2)."""
+  finite = weights.isinf().logical_not() & weights.isnan().logical_not()
+  flags = [weights.lt(0).any(), finite.logical_not().any(), weights.where(finite, 0).sum(1).le(0).any()]
+  found = flags[0].stack(*flags[1:]).tolist()
+  for bad, what in zip(found, ("encountering probability entry < 0", "encountering probability entry = infinity or "
+                               "NaN", "sum of probabilities <= 0")):
+    if bad:
+      raise MultinomialError(f"multinomial: invalid multinomial distribution ({what}) in weights of shape "
+                             f"{shape}")
 
 
 def _with_replacement(weights: Any, k: int) -> Any:
