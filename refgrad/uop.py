@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from refgrad.alu import exec_alu, exec_cast, result_dtype
+from refgrad.alu import cast_python_int, exec_alu, exec_cast, result_dtype
 from refgrad.dtype import DType, as_python_scalar, dtypes
 from refgrad.ops import GroupOp, Ops, infix  # noqa: F401  (re-exported: the IR's users import them from here)
 from refgrad.value_ranges import value_range
@@ -266,11 +266,27 @@ class UOp:
     Variable in [1, 10]), as in tinygrad; any other node is an object, and true."""
     if self.dtype != dtypes.bool or self.op not in GroupOp.Comparison:
       return True
-    low, high = self.vrange
+    low, high = _truth_range(self)
     if low != high:
       raise ValueError(f"{render_size(self)} is true for some values of its Variables and false for others; compare "
                        f"the bound values (.val) instead")
     return bool(low)
+
+
+def _truth_range(c: UOp) -> tuple[Any, Any]:
+  """(lowest, highest) truth of a comparison. Two sizes compare by the range of their difference, whose common
+  terms cancel: n < n + 1 is true for every n although the ranges of its sides, taken apart, overlap."""
+  a, b = c.src
+  if c.op is Ops.CMPNE and b.op is Ops.CONST and b.dtype == dtypes.bool and a.op in GroupOp.Comparison:
+    inner_low, inner_high = _truth_range(a)  # a negation (n <= m is not m < n)
+    return (not inner_high, not inner_low) if b.arg else (inner_low, inner_high)
+  if c.op in (Ops.CMPLT, Ops.CMPNE) and all(x.dtype.kind == "i" and x.op in _SIZE_OPS | {Ops.CONST} for x in c.src):
+    difference = size_sum((a, 1), (b, -1))
+    low, high = (difference, difference) if isinstance(difference, int) else difference.vrange
+    if c.op is Ops.CMPLT:
+      return high < 0, low < 0
+    return low > 0 or high < 0, not low == high == 0
+  return c.vrange
 
 
 def _negated(comparison: Any) -> Any:
@@ -290,7 +306,9 @@ def canonical_const(dtype: DType, value: Any) -> Any:
   key = (dtype, kind, arg_key(value)) if kind is float or kind is int or kind is bool else None
   if key is not None and (found := _CANONICAL.get(key)) is not None:
     return found
-  if dtype.kind == "f" or (dtype.kind in "iu" and isinstance(value, float)):
+  if dtype.kind == "f" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    out = cast_python_int(int(value), dtype)
+  elif dtype.kind == "f" or (dtype.kind in "iu" and isinstance(value, float)):
     converted = exec_cast(np.array(float(value), np.float64), dtype)
     out = float(converted) if dtype.kind == "f" else int(converted)
   else:

@@ -118,6 +118,28 @@ def test_comparisons_that_depend_on_the_value_are_refused():
   assert (n * 2 + 3 != 2 * n + 3) is False and (n + 1 != n) is True
 
 
+@pytest.mark.parametrize("comparison, truth", [
+  (lambda n, m: n < n, False), (lambda n, m: n >= n, True), (lambda n, m: n <= n + 1, True),
+  (lambda n, m: n + 1 > n, True), (lambda n, m: 2 * n - n >= 1, True), (lambda n, m: n * 3 > n * 2 + 10, False),
+  (lambda n, m: (n + m) - m < n, False), (lambda n, m: n.ne(n), False)])
+def test_comparisons_of_sizes_with_common_terms_are_decided_by_their_difference(comparison, truth):
+  """n < n and n <= n + 1 hold or fail for every value of n; they raised 'true for some values and false for
+  others' (each side's range taken apart), so gather(index of shape (n, 1)) of a (n, 4) tensor raised."""
+  n, m = Variable("n", 1, 10).bind(3), Variable("m", 0, 10).bind(4)
+  assert bool(comparison(n, m)) is truth
+  with pytest.raises(ValueError, match="some values"):
+    bool(n < m)
+
+
+def test_gather_along_a_symbolic_axis(refgrad_device):
+  a = np.arange(32, dtype=np.float32).reshape(8, 4)
+  for value in (1, 3, 8):
+    n = Variable("n", 1, 8).bind(value)
+    index = np.arange(value * 2).reshape(value, 2) % 4
+    got = Tensor(a)[:n].gather(1, Tensor(index.astype(np.int32))[:n])
+    np.testing.assert_array_equal(got.numpy(), np.take_along_axis(a[:value], index, 1))
+
+
 def test_a_shrink_is_checked_at_the_bound_value_and_an_unbound_shape_is_lenient():
   v = Variable("v", 0, 6)
   with pytest.raises(RuntimeError, match="does not fit"):
