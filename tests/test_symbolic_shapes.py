@@ -228,3 +228,18 @@ def test_an_int_index_beside_a_symbolic_slice(refgrad_device):
     np.testing.assert_array_equal(target.numpy(), expected)
     with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 2"):
       t[2, :n]
+
+
+def test_concrete_indices_of_a_tensor_of_symbolic_shape(refgrad_device):
+  """t[:, :1], t[:, 1:3] and t[0:2] of a (n, 4) tensor, x[1] and x[1:3, :] of a (4, n) one: numpy's elements (each
+  raised TypeError "'UOp' object cannot be interpreted as an integer" before)."""
+  a = data((ROWS, 4))
+  for value in (2, 3, ROWS):
+    n = Variable("n", 1, ROWS).bind(value)
+    t, x = Tensor(a, device=refgrad_device)[:n], Tensor(a.T.copy(), device=refgrad_device)[:, :n]
+    np.testing.assert_array_equal(t[:, :1].squeeze(1).numpy(), a[:value, 0])
+    np.testing.assert_array_equal(t[:, 1:3].numpy(), a[:value, 1:3])
+    np.testing.assert_array_equal(t[0:2].numpy(), a[0:2])
+    np.testing.assert_array_equal(x[1].numpy(), a.T[1, :value])
+    np.testing.assert_array_equal(x[1:3, :].numpy(), a.T[1:3, :value])
+    assert t[:, 2].shape == (n,) and x[1].shape == (n,)

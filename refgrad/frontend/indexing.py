@@ -17,7 +17,7 @@ from refgrad.dtype import dtypes
 from refgrad.frontend import views
 from refgrad.frontend.base import Self, TensorBase
 from refgrad.frontend.shapes import ShapeError, broadcast_shape, is_int, normalize_dim
-from refgrad.uop import Ops, UOp, prod
+from refgrad.uop import Ops, UOp, prod, size_sum
 
 Shape = tuple[int, ...]
 
@@ -60,15 +60,17 @@ class BasicPlan:
 
 
 def _symbolic_slices(index: Any, shape: tuple) -> tuple[tuple, tuple] | None:
-  """t[:n], t[a:n, ...] and t[:n, 0] with a symbolic size n (refgrad/symbolic_shapes.py): (the shrink they are, the
-  shape after it with the int-indexed dims dropped), when every item is a slice of step 1 with non-negative bounds,
-  at least one of them symbolic, or an int on a dim of concrete size; None otherwise (ordinary indexing)."""
+  """t[:n], t[a:n, ...] and t[:n, 0] with a symbolic size n (refgrad/symbolic_shapes.py), and t[:, :1] or t[1] of a
+  tensor of symbolic shape: (the shrink they are, the shape after it with the int-indexed dims dropped), when every
+  item is a slice of step 1 with non-negative bounds or an int on a dim of concrete size, and a bound or a size is
+  symbolic; None otherwise (ordinary indexing)."""
   items = index if isinstance(index, tuple) else (index,)
   if len(items) > len(shape) or not all((isinstance(i, slice) and i.step in (None, 1))
                                         or (is_int(i) and isinstance(size, int)) for i, size in zip(items, shape)):
     return None
   slices = [i for i in items if isinstance(i, slice)]
-  if not any(isinstance(part, UOp) for i in slices for part in (i.start, i.stop)):
+  if not any(isinstance(part, UOp) for i in slices for part in (i.start, i.stop)) and \
+     not any(isinstance(size, UOp) for size in shape):
     return None
   if any(not isinstance(part, UOp) and part is not None and part < 0 for i in slices for part in (i.start, i.stop)):
     raise IndexError(f"with a symbolic size, slice bounds must be non-negative, got {index}")
@@ -76,7 +78,7 @@ def _symbolic_slices(index: Any, shape: tuple) -> tuple[tuple, tuple] | None:
   for dim, (i, size) in enumerate(zip(items, shape)):
     if isinstance(i, slice):
       bounds.append((0 if i.start is None else i.start, size if i.stop is None else i.stop))
-      out_shape.append(bounds[-1][1] - bounds[-1][0])
+      out_shape.append(size_sum((bounds[-1][1], 1), (bounds[-1][0], -1)))
     else:
       at = _check_int(int(i), size, dim)
       bounds.append((at, at + 1))
