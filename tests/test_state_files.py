@@ -342,3 +342,16 @@ def test_safe_save_refuses_a_symbolic_shape_naming_it(tmp_path):
   with pytest.raises(ValueError, match="tensor 'rows' has symbolic shape"):
     safe_save({"rows": Tensor.ones(4, 3)[:n]}, tmp_path / "s.safetensors")
   assert not (tmp_path / "s.safetensors").exists()
+
+
+def test_safe_load_metadata_reads_the_header_safetensors_wrote(tmp_path):
+  """tinygrad's safe_load_metadata (missing): the file's bytes, where the data starts, and the header holding the
+  metadata, as the safetensors package wrote them."""
+  from refgrad.nn.state import safe_load_metadata
+  path = tmp_path / "m.safetensors"
+  st_numpy.save_file({"w": np.arange(3, dtype=np.int16)}, str(path), metadata={"step": "7"})
+  data, start, header = safe_load_metadata(path)
+  raw = path.read_bytes()
+  assert data.dtype.name == "uint8" and data.numpy().tobytes() == raw
+  assert start == 8 + struct.unpack("<Q", raw[:8])[0] and raw[start:] == np.arange(3, dtype=np.int16).tobytes()
+  assert header["__metadata__"] == {"step": "7"} and header["w"]["shape"] == [3] and header["w"]["dtype"] == "I16"

@@ -260,6 +260,15 @@ def _check_layout(entries: dict[str, tuple[DType, tuple[int, ...], int, int]], d
                      "safetensors format refuses trailing data)")
 
 
+def safe_load_metadata(path: str | Path) -> tuple[Tensor, int, dict[str, Any]]:
+  """tinygrad's: (the file's bytes as a uint8 Tensor, where its data starts, its JSON header with the
+  '__metadata__' entry), the header checked as safe_load checks it."""
+  raw = Path(path).read_bytes()
+  header, start = _read_header(raw, path)
+  _check_metadata(header.get("__metadata__"), path)
+  return Tensor(np.frombuffer(raw, dtype=np.uint8).copy()), start, header
+
+
 def safe_load(path: str | Path, device: str | None = None) -> dict[str, Tensor]:
   """Read a safetensors file, refusing (ValueError naming the file and the tensor) every file the safetensors
   library refuses; stricter only in refusing a key given twice even when both entries agree."""
