@@ -8,6 +8,7 @@ warns for any input *values* (only for ill-typed calls), and returns arrays of t
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -261,6 +262,20 @@ def exec_cast(x: np.ndarray, to: DType) -> np.ndarray:
   with np.errstate(all="ignore"):
     out = _CAST_RULES[_cast_classes(x, to)](x, to)
   return np.array(out, to.np)
+
+
+def cast_python_int(value: int, to: DType) -> float:
+  """A Python int of any size CAST to the float dtype `to`: rounded once, as an int64 lane is. float(value) rounds
+  at 53 bits first, a false tie for float32 and bfloat16 (2**62 + 2**38 + 1 became 2**62, not 2**62 + 2**39)."""
+  mag = abs(value)
+  shift = max(0, mag.bit_length() - 62)
+  kept = (mag >> shift) | int(mag & ((1 << shift) - 1) != 0)  # the top 62 bits and a sticky bit: fits int64
+  rounded = float(exec_cast(np.array(kept, np.int64), to))
+  try:
+    scaled = math.ldexp(math.copysign(rounded, value), shift)  # exact: a power of two times a value of `to`
+  except OverflowError:
+    scaled = math.copysign(math.inf, value)
+  return float(exec_cast(np.array(scaled), to))  # only an overflow of `to`'s range changes it (to inf)
 
 
 def undefined_cast_lanes(x: np.ndarray, to: DType) -> np.ndarray | None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from refgrad import multi
+from refgrad.alu import cast_python_int, exec_cast
 from refgrad.buffer import Buffer
 from refgrad.dtype import (
   PYTHON_INT_RANGE,
@@ -305,17 +306,20 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     if is_size_expression(start) or is_size_expression(stop):
       return _symbolic_arange(start, stop, step, dtype, device, **kwargs)
     floats = any(isinstance(v, (float, np.floating)) for v in (start, stop, step))  # np.float32(2.5) too
+    if floats:  # the count in float64, as torch: np.float32 arithmetic rounded 0.3f / 0.1f to 3, one element short
+      start, stop, step = (float(v) if isinstance(v, np.floating) else v for v in (start, stop, step))
     if floats and not math.isfinite((stop - start) / step):
       raise InvalidArgumentError(f"arange: unsupported range {start} -> {stop} with step {step}")
     # ints: exact ceil division (a float quotient rounds (2**60 + 1) / 2**58 down to 4.0, losing the last element)
     count = max(0, math.ceil((stop - start) / step) if floats else -((start - stop) // step))
-    if floats or (dtype is not None and to_dtype(dtype).kind == "f"):
+    if floats:
       dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-      return Tensor((start + step * np.arange(count, dtype=np.float64)).astype(dt.np), device=device, **kwargs)
-    last = start + step * (count - 1) if count else start  # ints: exact in Python, then held or wrapped
+      return Tensor(start + step * np.arange(count, dtype=np.float64), dtype=dt, device=device, **kwargs)
+    # ints: exact in Python or int64, then held, wrapped or rounded once to a float dtype
+    last = start + step * (count - 1) if count else start
     dt = to_dtype(dtype) if dtype is not None else int_dtype_holding(min(start, last), max(start, last))
     if count and PYTHON_INT_RANGE[0] <= min(start, last) and max(start, last) < 2**63:
-      return Tensor((start + step * np.arange(count, dtype=np.int64)).astype(dt.np), device=device, **kwargs)
+      return Tensor(start + step * np.arange(count, dtype=np.int64), dtype=dt, device=device, **kwargs)
     return Tensor([start + step * i for i in range(count)], dtype=dt, device=device, **kwargs)
 
   @staticmethod
@@ -352,8 +356,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     i = np.arange(steps, dtype=np.float64)
     values = np.where(i < steps // 2, start + step * i, stop - step * (steps - 1 - i)) if steps > 1 else i + start
     values = np.trunc(values) if dt.kind in "iu" else values  # ints truncate toward zero, as in torch
-    return Tensor(values.astype(np.float64 if dt == dtypes.bfloat16 else dt.np).astype(dt.np), device=device,
-                  **kwargs)
+    return Tensor(values, dtype=dt, device=device, **kwargs)  # rounded once (bfloat16 too), by the CAST
 
   def full_like(self, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None,
                 **kwargs: Any) -> Tensor:
@@ -741,19 +744,27 @@ def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
     array = np.frombuffer(data, dtype=np.uint8)
     return array if dtype is None else array.view(dtype.np)
   if isinstance(data, np.ndarray):
-    if dtype is None:
+    if not data.dtype.isnative:  # big-endian data: the same values in the host's byte order
+      data = data.astype(data.dtype.newbyteorder("="))
+    try:
       from_numpy(data.dtype)  # TypeError for dtypes refgrad lacks
-      return data
-    return data.astype(dtype.np)
+    except TypeError:
+      if dtype is None:
+        raise
+      return data.astype(dtype.np)
+    # the CAST of docs/SPEC.md, rounding once (numpy's ml_dtypes rounds float64 and int64 to bfloat16 twice)
+    return data if dtype is None else exec_cast(data, dtype)
   if isinstance(data, (list, tuple)):
     data = _arrays_as_lists(data)
     shape, kind = _nested_shape_and_kind(data)
     if kind.kind in "iu" and (dtype is None or dtype.kind in "iu"):
       return _python_ints(data, dtype).reshape(shape)
+    if kind.kind in "iu" and dtype.kind == "f":  # rounded once from the exact ints, as Tensor(ints).cast(dtype)
+      return _python_ints_as_floats(data, dtype).reshape(shape)
     dt = dtype or kind
-    if dt.kind in "iu" and kind.kind == "f":
-      return np.array(data, dtype=np.float64).reshape(shape).astype(dt.np)
-    return np.array(data, dtype=np.float64 if dt == dtypes.bfloat16 else dt.np).reshape(shape).astype(dt.np)
+    if dt.kind in "iu" or dt == dtypes.bfloat16:  # through float64, then the CAST: bfloat16 rounded once
+      return exec_cast(np.array(data, dtype=np.float64).reshape(shape), dt)
+    return np.array(data, dtype=dt.np).reshape(shape)
   raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
 
 
@@ -764,6 +775,14 @@ def _arrays_as_lists(data: Any) -> Any:
   if isinstance(data, np.ndarray):
     return data.tolist()
   return [_arrays_as_lists(x) for x in data] if isinstance(data, (list, tuple)) else data
+
+
+def _python_ints_as_floats(data: Any, dtype: DType) -> np.ndarray:
+  """A nested list of Python ints as an array of the float dtype, each rounded once (past 64 bits, one by one)."""
+  try:
+    return exec_cast(_python_ints(data, None), dtype)
+  except OverflowError:
+    return np.array([cast_python_int(int(v), dtype) for v in np.array(data, dtype=object).reshape(-1)], dtype.np)
 
 
 def _python_ints(data: Any, dtype: DType | None) -> np.ndarray:

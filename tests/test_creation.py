@@ -241,3 +241,40 @@ def test_data_of_a_0d_int_tensor_and_of_a_view():
   assert Tensor([[1, 2], [3, 4]]).T.data().tolist() == [[1, 3], [2, 4]]
   with pytest.raises(TypeError, match="bfloat16"):
     Tensor([1.0], dtype=dtypes.bfloat16).data()
+
+
+def test_creation_rounds_once_as_cast_does():
+  """Every way a value enters a float32/bfloat16 tensor rounds it once, as CAST of the exact value does (docs/SPEC.md):
+  a Python int past 2**53 went through float64 first (2**62 + 2**38 + 1 became 2**62; torch.full gives 2**62 + 2**39),
+  and lists and arrays of float64 or int64 went to bfloat16 through float32 (ml_dtypes rounds twice)."""
+  assert torch.full((1,), 2**62 + 2**38 + 1, dtype=torch.float32).item() == 2.0**62 + 2.0**39
+  cases = [(2**62 + 2**38 + 1, dtypes.float32), (2**62 + 2**54 + 1, dtypes.bfloat16),
+           (2**63 + 2**39 + 1, dtypes.float32), (-(2**62 + 2**54 + 1), dtypes.bfloat16),
+           (2**100 + 2**76 + 1, dtypes.float32), (1 + 2**-8 + 2**-30, dtypes.bfloat16)]
+  for value, dt in cases:
+    if abs(value) >= 2**64:  # the nearest float32, 2**100 + 2**77 (float64 makes it a tie, which rounds down)
+      want = np.array([2.0**100 + 2.0**77], np.float32)
+    else:
+      src = dtypes.float64 if isinstance(value, float) else dtypes.uint64 if value >= 2**63 else dtypes.int64
+      want = Tensor([value], dtype=src).cast(dt).numpy()
+    made = [Tensor(value, dtype=dt), Tensor([value], dtype=dt), Tensor.full((1,), value, dtype=dt),
+            Tensor.zeros(1, dtype=dt) + value, Tensor([True]).where(value, Tensor.zeros(1, dtype=dt))]
+    if abs(value) < 2**63:
+      made.append(Tensor(np.array([value]), dtype=dt))
+    if isinstance(value, int):
+      made.append(Tensor.arange(value, value + 1, dtype=dt))
+    for t in made:
+      check(t.reshape(1), want, dt)
+
+
+def test_big_endian_arrays_give_their_values():
+  """A non-native byte order is converted (TypeError before; torch raises ValueError, tinygrad reads the raw bytes)."""
+  for npdt in (">i4", ">f8", ">u2"):
+    a = np.array([1, 2, 300], npdt)
+    check(Tensor(a), a.astype(np.dtype(npdt).newbyteorder("=")), dtypes.from_np(np.dtype(npdt).newbyteorder("=")))
+
+
+def test_arange_counts_numpy_floats_in_float64():
+  """torch's count, ceil((stop - start) / step) in float64: in np.float32 arithmetic 0.3f / 0.1f rounded to 3.0."""
+  args = (0, np.float32(0.3), np.float32(0.1))
+  check(Tensor.arange(*args), torch.arange(*args), dtypes.float32)
