@@ -343,7 +343,7 @@ def test_keys_the_model_lacks_are_skipped_with_a_warning_as_tinygrad_does():
 
 
 def test_a_torch_batchnorm_state_dict_loads():
-  """torch's num_batches_tracked is 0-d int64, ours (1,) int32: () and (1,) load into each other (tinygrad's rule);
+  """torch's num_batches_tracked is 0-d int64, ours (1,) int64: () and (1,) load into each other (tinygrad's rule);
   the load raised 'Shape mismatch'. Evaluated on the loaded statistics, the layer gives torch's output."""
   theirs = torch.nn.BatchNorm2d(3)
   with torch.no_grad():
@@ -448,3 +448,13 @@ def test_load_state_dict_keeps_the_loaded_dtype_as_tinygrad():
   load_state_dict(model, {"weight": Tensor(w), "bias": Tensor([1, -2], dtype=dtypes.int64)})
   check(model.weight, w, dtypes.float16)
   check(model.bias, np.array([1, -2], np.int64), dtypes.int64)
+
+
+def test_batchnorm_counts_batches_in_int64_as_tinygrad(tmp_path):
+  """tinygrad's num_batches_tracked is long (torch's too); it was int32, so a checkpoint refgrad saved held I32."""
+  bn = nn.BatchNorm(2)
+  with Tensor.train():
+    bn(Tensor(RNG.standard_normal((3, 2, 2, 2)).astype(np.float32)))
+  check(bn.num_batches_tracked, np.array([1], np.int64), dtypes.int64)
+  safe_save(get_state_dict(bn), tmp_path / "bn.safetensors")
+  assert safe_load(tmp_path / "bn.safetensors")["num_batches_tracked"].dtype == dtypes.int64

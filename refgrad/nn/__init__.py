@@ -94,7 +94,7 @@ class BatchNorm:
     self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
     self.weight: Tensor | None = Tensor.ones(sz) if affine else None
     self.bias: Tensor | None = Tensor.zeros(sz) if affine else None
-    self.num_batches_tracked = Tensor.zeros(1, dtype="int32", requires_grad=False)
+    self.num_batches_tracked = Tensor.zeros(1, dtype="int64", requires_grad=False)  # long, as tinygrad
     if track_running_stats:
       self.running_mean = Tensor.zeros(sz, requires_grad=False)
       self.running_var = Tensor.ones(sz, requires_grad=False)
