@@ -253,7 +253,8 @@ def test_what_safetensors_accepts_at_the_edges_refgrad_accepts_with_the_same_val
 
 def torch_saved_objects():
   """A checkpoint as torch users write one: a state dict of every dtype torch.save stores (views of one storage,
-  transposes, expands, a permute, 0-d, empty, a Parameter) inside other containers."""
+  transposes, expands, a permute, 0-d, empty, a Parameter, a tensor with a Python attribute) inside other
+  containers."""
   import torch
   base = torch.arange(24, dtype=torch.float32).reshape(4, 6) - 11.5
   g = torch.Generator().manual_seed(3)
@@ -268,6 +269,8 @@ def torch_saved_objects():
     "u64": torch.tensor([2**63 + 3], dtype=torch.uint64), "zero_d": torch.tensor(3.5), "empty": torch.zeros(0, 3),
     "param": torch.nn.Parameter(torch.full((2,), 0.25)),
   }
+  state["with_attribute"] = torch.arange(6.0).reshape(2, 3).t()
+  state["with_attribute"].note = "pickled through _rebuild_from_type_v2"
   return {"model": state, "epoch": 3, "history": [torch.ones(2), (torch.zeros(1), "note")]}
 
 

@@ -94,8 +94,13 @@ class _Later:
     self.make = make
 
 
+def _rebuild_from_type(rebuild: Callable[..., Any], new_type: Any, args: tuple, state: Any) -> Any:
+  return rebuild(*args)  # a tensor with Python attributes (t.note = 1): the tensor, without them
+
+
 TORCH_NAMES: dict[str, Any] = {"_rebuild_tensor_v2": _rebuild_v2, "_rebuild_tensor_v3": _rebuild_v3,
-                               "_rebuild_parameter": _rebuild_parameter, "Size": tuple, **STORAGE_DTYPES,
+                               "_rebuild_parameter": _rebuild_parameter, "_rebuild_from_type_v2": _rebuild_from_type,
+                               "Tensor": None, "Size": tuple, **STORAGE_DTYPES,
                                **TORCH_DTYPES, "UntypedStorage": None}
 
 
