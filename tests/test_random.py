@@ -267,6 +267,9 @@ def test_bad_random_arguments_raise_torchs_errors():
     with pytest.raises(RuntimeError):
       ours()
   assert set(Tensor.randint(1000, low=-128, high=128, dtype=D.int8).tolist()) <= set(range(-128, 128))
+  for low, high, dtype in ((-2**63, 2**63, D.int64), (0, 2**64, D.uint64)):  # the whole range (IntOverflowError)
+    v = Tensor.randint(N, low=low, high=high, dtype=dtype).numpy().astype(np.float64)
+    assert ks_pvalue((v - low) / (high - low), "uniform") > ALPHA
   assert set(Tensor.randint(100, low=np.int64(2), high=np.int64(4)).tolist()) <= {2, 3}  # numpy ints, as torch
 
 

@@ -210,7 +210,8 @@ class RandomMixin(TensorBase):
     shape_ = _shape(shape)
     x0, x1 = random_words(cls, prod(shape_), Device.canonicalize(device))
     bits = (x0.cast(dtypes.uint64) << 32) | x1.cast(dtypes.uint64)
-    value = (bits % (high - low)).cast(dtypes.int64) + low
+    spread = bits if high - low == 1 << 64 else bits % (high - low)  # the whole 64-bit range: every bit pattern
+    value = spread.cast(dtypes.int64) + low
     return _finish(cls, value.cast(dt), shape_, kwargs)
 
   @classmethod
