@@ -333,3 +333,7 @@ def test_load_state_dict_into_a_sharded_weight_keeps_its_split(refgrad_device, a
   np.testing.assert_array_equal(layer.weight.numpy(), w)
   x = data((3, 6), seed=5)
   np.testing.assert_allclose(layer(Tensor(x).shard(devices)).numpy(), x @ w.T + b, rtol=1e-5, atol=1e-5)
+  other_devices = tuple(f"{refgrad_device}:{i}" for i in (2, 3))  # a value sharded elsewhere takes the split too
+  load_state_dict(layer, {"weight": Tensor(w / 2).shard(other_devices, axis=1 - axis), "bias": Tensor(b)})
+  assert layer.weight.device == devices and layer.weight.uop.arg[0] == axis
+  np.testing.assert_array_equal(layer.weight.numpy(), w / 2)

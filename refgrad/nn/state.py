@@ -95,8 +95,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
 
 def _placed_like(value: Tensor, target: Tensor) -> Tensor:
   """value on target's device; on target's devices with its split (axis and ranges) when target is sharded and
-  value is not (tinygrad shards by the target's axis; a plain .to() would replicate a weight split in two)."""
-  if not isinstance(target.device, tuple) or isinstance(value.device, tuple):
+  value is not on those devices (tinygrad shards by the target's axis; a plain .to() would replicate a weight split
+  in two). A value sharded on the target's devices already keeps its split, as in tinygrad."""
+  if not isinstance(target.device, tuple) or value.device == target.device:
     return value.to(target.device)
   node = target.uop
   if node.op is not Ops.MULTI or node.arg[0] is None:
