@@ -1,5 +1,6 @@
 """Random numbers: Threefry-2x32 known answers, identical bits on every device for a seed, manual_seed resetting the
 stream, and distribution checks (mean, variance, Kolmogorov-Smirnov) for each sampler."""
+import gc
 import math
 
 import numpy as np
@@ -278,3 +279,16 @@ def test_initializers_of_empty_shapes_are_empty():
   for init, shape in ((Tensor.kaiming_uniform, (3, 0)), (Tensor.kaiming_normal, (3, 0)),
                       (Tensor.glorot_uniform, (0, 0)), (Tensor.scaled_uniform, (0,))):
     assert init(*shape).numpy().shape == shape
+
+
+def test_draws_asked_for_gradients_get_them():
+  """requires_grad=True makes the returned tensor the leaf, as tinygrad's requires_grad_ on its result: it was asked
+  of the inner draw, a temporary, so w = Tensor.normal(3, 4, requires_grad=True) never got a .grad."""
+  Tensor.manual_seed(22)
+  for init in (Tensor.normal, Tensor.uniform, Tensor.scaled_uniform, Tensor.glorot_uniform, Tensor.kaiming_uniform,
+               Tensor.kaiming_normal, Tensor.rand, Tensor.randn):
+    w = init(3, 4, requires_grad=True)
+    gc.collect()
+    (w * w).sum().backward()
+    assert w.requires_grad and w.grad is not None, init.__name__
+    np.testing.assert_allclose(w.grad.numpy(), 2 * w.numpy(), rtol=1e-6)

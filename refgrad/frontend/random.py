@@ -115,6 +115,13 @@ def _shape(shape: tuple) -> tuple[int, ...]:
   return checked
 
 
+def _leaf(cls: type, drawn: Any, requires_grad: bool | None) -> Any:
+  """The drawn values as a tensor of their own that requires grad if asked, as tinygrad's requires_grad_ on its
+  result: asked of the first draw, the gradient went to that temporary (w = Tensor.normal(3, requires_grad=True)
+  never got a .grad)."""
+  return drawn if requires_grad is None else cls(drawn.detach(), requires_grad=requires_grad)
+
+
 def _fan(n: int) -> int:
   """An initializer's fan, 1 when it is 0: then the tensor has no element to scale (torch returns it, as here; the
   division raised ZeroDivisionError)."""
@@ -238,7 +245,8 @@ class RandomMixin(TensorBase):
     >>> Tensor.manual_seed(0); Tensor.normal(3, mean=5.0, std=0.0).tolist()
     [5.0, 5.0, 5.0]
     """
-    return (cls.randn(*shape, **kwargs) * std) + mean
+    requires_grad = kwargs.pop("requires_grad", None)
+    return _leaf(cls, (cls.randn(*shape, **kwargs) * std) + mean, requires_grad)
 
   @classmethod
   def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Self:
@@ -247,13 +255,13 @@ class RandomMixin(TensorBase):
     >>> Tensor.manual_seed(0); t = Tensor.uniform(100, low=-2.0, high=-1.0); bool((t < -1).all().item())
     True
     """
-    dtype = kwargs.pop("dtype", None)
+    dtype, requires_grad = kwargs.pop("dtype", None), kwargs.pop("requires_grad", None)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if dtypes.is_float(dt):
       drawn = cls.rand(*shape, dtype=dt, **kwargs) * (high - low) + low
-      return _below_high(drawn, low, high) if low < high else drawn
-    requires_grad = kwargs.pop("requires_grad", None)  # an integer dtype: the spread is cast, then low added (tinygrad)
-    return cls((cls.rand(*shape, **kwargs) * (high - low)).cast(dt) + low, requires_grad=requires_grad)
+      return _leaf(cls, _below_high(drawn, low, high) if low < high else drawn, requires_grad)
+    # an integer dtype: the spread is cast, then low added (tinygrad)
+    return _leaf(cls, (cls.rand(*shape, **kwargs) * (high - low)).cast(dt) + low, requires_grad)
 
   @classmethod
   def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Self:
@@ -262,7 +270,9 @@ class RandomMixin(TensorBase):
     >>> Tensor.manual_seed(0); bool((Tensor.scaled_uniform(4, 4).abs() <= 0.25).all().item())
     True
     """
-    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (_fan(prod(_shape(shape))) ** -0.5)
+    requires_grad = kwargs.pop("requires_grad", None)
+    return _leaf(cls, cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (_fan(prod(_shape(shape))) ** -0.5),
+                 requires_grad)
 
   @classmethod
   def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Self:
@@ -273,7 +283,8 @@ class RandomMixin(TensorBase):
     """
     shape_ = _shape(shape)
     bound = math.sqrt(6 / _fan(shape_[0] + prod(shape_[1:])))
-    return cls.uniform(*shape_, low=-1.0, high=1.0, **kwargs) * bound
+    requires_grad = kwargs.pop("requires_grad", None)
+    return _leaf(cls, cls.uniform(*shape_, low=-1.0, high=1.0, **kwargs) * bound, requires_grad)
 
   @classmethod
   def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Self:
