@@ -29,7 +29,8 @@ on an earlier call; and at its end where a replay writes their buffers again, so
 call's values (a tensor of the captured call holding such a node holds the buffer instead, written again).
 
 Values the function reads from Python (a `Tensor(numpy_array)` made inside it, a float turned into a constant, a
-non-tensor argument) are those of the captured call. The tensors a replay returns are the captured call's: a later
+non-tensor argument) are those of the captured call; a number or string argument that differs from the captured
+call's gets a JitWarning. The tensors a replay returns are the captured call's: a later
 replay writes them again, as in tinygrad (`.clone()` or `.numpy()` keeps a result).
 
 A captured jit pickles without its function, as tinygrad's does: with its launches (loaded again when unpickled),
@@ -49,7 +50,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import numbers
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -111,6 +114,12 @@ def capturing() -> bool:
   return LAUNCHES.records is not None
 
 
+class JitWarning(UserWarning):
+  """A replay computes with a value of the captured call, not this call's: a Python number or string argument that
+  changed (`step(x, lr=0.5)` after capturing with lr=0.1). `warnings.simplefilter("error", JitWarning)` makes it an
+  error."""
+
+
 class JitError(ValueError, AssertionError):
   """A call a capture cannot replay (other input shapes, dtypes or devices, another number of input tensors, one
   tensor passed where the capture had two or the other way round), or a function with nothing to replay. Also an
@@ -137,6 +146,15 @@ def tensors_in(value: Any) -> list[Tensor]:
 def variables_passed(value: Any) -> list[UOp]:
   """The bound Variables among a call's arguments (`f(x, v)`): a replay runs with their values."""
   return found_in(value, lambda v: isinstance(v, UOp) and v.op is Ops.BIND)
+
+
+def python_values(value: Any) -> list[Any]:
+  """The Python numbers and strings among a call's arguments: the captured kernels hold their values as constants."""
+  return found_in(value, lambda v: isinstance(v, (numbers.Number, str, bytes)) and not isinstance(v, (Tensor, UOp)))
+
+
+def same_value(a: Any, b: Any) -> bool:
+  return type(a) is type(b) and (a == b or (a != a and b != b))  # NaN is the same NaN
 
 
 def parts_of(node: UOp) -> tuple[UOp, ...]:
@@ -410,6 +428,8 @@ class CapturedCall:
   """The launches of one call, ready to run again with other inputs."""
 
   kept: KeptLazy | None = None  # lazy tensors the call made and kept (set after the capture; not pickled)
+  python_values: list[Any] | None = None  # the call's number and string arguments (set after the capture)
+  warned = False  # once a replay found one changed: JitWarning once per capture
   instance: weakref.ref | None = None  # a decorated method's instance the capture ran on (not pickled)
 
   def __init__(self, launches: list[Launch], inputs: list[Buffer], signature: tuple, reads: list[Read],
@@ -685,14 +705,30 @@ class TinyJit(Generic[ReturnType]):
       uncaptured = self.captured is None
       with CAPTURE_LOCK if uncaptured else nullcontext(), self.lock:
         if self.captured is not None:
+          self._warn_of_changed_values(python_values(arguments))
           return self.captured.replay(tensors, inputs, signature, values)
         if uncaptured:
           self.calls += 1
           result = self._run(args, kwargs) if self.calls == 1 else self._capture(args, kwargs, tensors, inputs,
                                                                                  signature, values)
+          if self.captured is not None:
+            self.captured.python_values = python_values(arguments)
           refuse_symbolic_view_writes(before)
           return result
       # reset() ran in between: call again, holding CAPTURE_LOCK this time
+
+  def _warn_of_changed_values(self, now: list[Any]) -> None:
+    """tinygrad replays a changed Python argument's captured value silently; here a JitWarning says so (once)."""
+    then, captured = self.captured.python_values, self.captured
+    if then is None or captured.warned:
+      return
+    if len(now) != len(then) or not all(same_value(a, b) for a, b in zip(now, then)):
+      captured.warned = True
+      changed = [f"{b!r} -> {a!r}" for a, b in zip(now, then) if not same_value(a, b)] or [f"{then!r} -> {now!r}"]
+      warnings.warn(f"TinyJit: {getattr(self, '__name__', 'the jitted function')}'s Python arguments changed since "
+                    f"the capture ({', '.join(changed)}); replays compute with the captured values. Pass a Tensor "
+                    f"(or a Variable) for a value that changes, or call jit.reset() to capture again", JitWarning,
+                    stacklevel=3)
 
   def _run(self, args: tuple, kwargs: dict) -> ReturnType:
     result = self.fn(*args, **kwargs)

@@ -4,6 +4,7 @@ capture cannot replay are refused with the reason; a captured jit pickles withou
 (testing/jit_check.py) catches a replay that reads a stale input."""
 import pickle
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from helpers import training_step
 
 import refgrad.tensor
 from refgrad import Device, Tensor, TinyJit, dtypes
-from refgrad.jit import CapturedCall, JitError, tensors_in
+from refgrad.jit import CapturedCall, JitError, JitWarning, tensors_in
 from refgrad.nn.optim import SGD, Adam
 from refgrad.nn.state import get_parameters
 from refgrad.testing.oracle.jit_replay import ReplayMismatch, check_jit_replay
@@ -269,3 +270,28 @@ def test_a_jitted_method_follows_its_instance_or_refuses_another(refgrad_device)
     b(Tensor(x, device=refgrad_device))
   a.w.assign(Tensor(np.full(2, 5.0, np.float32), device=refgrad_device))
   np.testing.assert_array_equal(a(Tensor(x, device=refgrad_device)).numpy(), x * 5.0)
+
+
+def test_a_changed_python_argument_warns_that_replays_use_the_captured_value(refgrad_device):
+  """tinygrad replays a Python number argument's captured value silently; here the replay computes with it too (the
+  kernels hold it as a constant) and says so with a JitWarning, once. Unchanged values (NaN too) do not warn."""
+  @TinyJit
+  def scaled(x, scale, tag="a"):
+    return (x * scale).realize()
+
+  x = np.array([1.0, -2.0, 0.5], np.float32)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    for _ in range(4):
+      np.testing.assert_array_equal(scaled(Tensor(x, device=refgrad_device), 2.0, tag="a").numpy(), x * 2)
+  with pytest.warns(JitWarning, match=r"2\.0 -> 3\.0.*captured values"):
+    got = scaled(Tensor(x, device=refgrad_device), 3.0, tag="a").numpy()
+  np.testing.assert_array_equal(got, x * 2)  # the captured scale, as tinygrad's replay
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # once per capture
+    scaled(Tensor(x, device=refgrad_device), 4.0, tag="b")
+  scaled.reset()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    for _ in range(3):
+      np.testing.assert_array_equal(scaled(Tensor(x, device=refgrad_device), float("nan")).numpy(), x * np.nan)
