@@ -325,17 +325,33 @@ class _Runs:
     return (exec, ("import os; os.environ['REFGRAD_TORCH_LOAD_RAN'] = '1'",))
 
 
+class _LoadsALibrary:
+  def __reduce__(self):  # numpy's own module, but a function that loads any shared library
+    return (np.ctypeslib.load_library, ("libc.so.6", "/lib/x86_64-linux-gnu"))
+
+
+class _ReadsAFile:
+  def __reduce__(self):
+    return (np.fromfile, ("/proc/self/environ", np.uint8))
+
+
 def test_torch_load_calls_no_function_a_checkpoint_names(tmp_path, monkeypatch):
-  """Only torch's rebuilders, containers and plain builtins are looked up: a checkpoint naming exec gets a stand-in
-  object, and its tensors still load."""
+  """Only torch's rebuilders, containers, plain builtins and numpy's array and scalar rebuilders are looked up, by
+  exact name: a checkpoint naming exec, or another function of numpy's, gets a stand-in object, and its tensors and
+  numpy values still load."""
   import torch
 
   from refgrad.nn.state import torch_load
   monkeypatch.delenv("REFGRAD_TORCH_LOAD_RAN", raising=False)
-  torch.save({"w": torch.tensor([1.5]), "hook": _Runs(), "kept": {1, 2}}, tmp_path / "c.pt")
+  checkpoint = {"w": torch.tensor([1.5]), "hook": _Runs(), "kept": {1, 2}, "library": _LoadsALibrary(),
+                "file": _ReadsAFile(), "array": np.arange(3, dtype=np.int16), "scalar": np.float32(2.5)}
+  torch.save(checkpoint, tmp_path / "c.pt")
   loaded = torch_load(tmp_path / "c.pt")
   assert "REFGRAD_TORCH_LOAD_RAN" not in os.environ
   assert loaded["w"].tolist() == [1.5] and loaded["kept"] == {1, 2} and not isinstance(loaded["hook"], dict)
+  assert type(loaded["library"]).__module__ == type(loaded["file"]).__module__ == "refgrad.nn.torch_file"
+  np.testing.assert_array_equal(loaded["array"], checkpoint["array"])
+  assert loaded["array"].dtype == np.int16 and loaded["scalar"] == np.float32(2.5)
 
 
 def test_safe_save_refuses_a_symbolic_shape_naming_it(tmp_path):

@@ -32,11 +32,20 @@ TORCH_DTYPES: dict[str, DType] = {
   "uint32": dtypes.uint32, "int64": dtypes.int64, "uint64": dtypes.uint64,
 }
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
-# Modules whose classes an unpickled checkpoint may name besides torch's (tinygrad's list), and the builtins a
-# checkpoint's plain values need (never eval, getattr or the like): anything else unpickles as an empty stand-in
-# object, so a checkpoint holding, say, an argparse.Namespace still loads its tensors.
-PLAIN_MODULES = {"collections", "numpy", "_codecs"}
-PLAIN_BUILTINS = {"set", "frozenset", "slice", "range", "complex", "bytearray"}
+# What an unpickled checkpoint may name besides torch's rebuilders: the classes and functions that plain values,
+# numpy arrays and numpy scalars pickle with, by exact name. A whole module is never allowed (numpy.ctypeslib's
+# load_library would load any shared library, builtins' eval run any code); anything else unpickles as an empty
+# stand-in object, so a checkpoint holding, say, an argparse.Namespace still loads its tensors.
+PLAIN_NAMES = {
+  "collections": {"OrderedDict", "defaultdict", "Counter", "deque"},
+  "builtins": {"set", "frozenset", "slice", "range", "complex", "bytearray", "dict", "list", "tuple", "int", "float",
+               "bool", "str", "bytes"},
+  "_codecs": {"encode"},
+  "numpy": {"ndarray", "dtype"},
+  "numpy.core.multiarray": {"_reconstruct", "scalar"},
+  "numpy._core.multiarray": {"_reconstruct", "scalar"},
+}
+PLAIN_NAMES["__builtin__"] = PLAIN_NAMES["builtins"]  # a Python 2 pickle's name for it
 
 
 class _Storage:
@@ -46,7 +55,7 @@ class _Storage:
 
 
 class _Stub:
-  """What an object of a module outside PLAIN_MODULES unpickles as."""
+  """What an object of a class outside PLAIN_NAMES (and torch's) unpickles as."""
   def __init__(self, *args: Any, **kwargs: Any):
     self.args = args
 
@@ -116,8 +125,7 @@ class _Unpickler(pickle.Unpickler):
         raise NotImplementedError(f"torch_load: {module}.{name} is not supported (dense tensors, Parameters and "
                                   "the containers holding them are)")
       return TORCH_NAMES[name]
-    plain = root in PLAIN_MODULES or (module in ("builtins", "__builtin__") and name in PLAIN_BUILTINS)
-    return super().find_class(module, name) if plain else _Stub
+    return super().find_class(module, name) if name in PLAIN_NAMES.get(module, ()) else _Stub
 
   def persistent_load(self, pid: Any) -> _Storage:
     if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
