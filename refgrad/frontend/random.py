@@ -153,6 +153,10 @@ class RandomArgumentError(RuntimeError, ValueError):
   the ValueError refgrad raised before."""
 
 
+class FanError(ValueError, IndexError):
+  """An initializer's fan of a 0-d shape: torch's ValueError, and the IndexError tinygrad's shape[0] raises."""
+
+
 class MultinomialError(RuntimeError, ValueError, AssertionError):
   """Weights or a count multinomial cannot sample: torch's RuntimeError (ValueError for the count), and the
   AssertionError tinygrad raises."""
@@ -282,6 +286,8 @@ class RandomMixin(TensorBase):
     True
     """
     shape_ = _shape(shape)
+    if not shape_:
+      raise FanError("glorot_uniform: fan in and fan out cannot be computed for a 0-d shape ()")
     bound = math.sqrt(6 / _fan(shape_[0] + prod(shape_[1:])))
     requires_grad = kwargs.pop("requires_grad", None)
     return _leaf(cls, cls.uniform(*shape_, low=-1.0, high=1.0, **kwargs) * bound, requires_grad)
