@@ -115,7 +115,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     t = object.__new__(cls)
     t._uop, t._view, t._requires_grad, t.grad = uop, None, None, None
     _remember(weakref.ref(t, _forget))
-    if autograd.WANT_GRAD.data:  # the WeakSet's own set of references: its truth costs no Python call, as len() does
+    # the WeakSets' own sets of references: their truth costs no Python call, as len() does. GRAD_NODES too: in
+    # `x = Tensor(a, requires_grad=True) * 2 + 1` the leaf is gone before `+ 1` runs, and x wants gradients
+    if autograd.WANT_GRAD.data or autograd.GRAD_NODES.data:
       autograd.COMPUTED.add(t)
     return t
 

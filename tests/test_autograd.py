@@ -186,6 +186,12 @@ def test_tensors_computed_from_ones_that_require_grad_get_their_gradient_too():
   column = Tensor([1.0, 2.0], requires_grad=True).reshape(2, 1)  # the leaf is dropped at once
   column.square().sum().backward()
   np.testing.assert_array_equal(column.grad.numpy(), [[2.0], [4.0]])
+  chained = Tensor([1.0, -2.0], requires_grad=True) * 2 + 1  # the leaf is gone before `+ 1` runs
+  (chained * chained * 3).sum().backward()
+  tc = torch.tensor([1.0, -2.0], requires_grad=True) * 2 + 1
+  tc.retain_grad()
+  (tc * tc * 3).sum().backward()
+  np.testing.assert_array_equal(chained.grad.numpy(), tc.grad.numpy())  # was None
 
 
 def test_equal_constant_tensors_that_require_grad_are_distinct_leaves():
