@@ -11,6 +11,10 @@ from collections.abc import Callable
 from refgrad.device import DeviceImpl
 
 
+class UnknownDeviceError(ValueError, RuntimeError):
+  """A device name no plugin registers: torch's RuntimeError, and the ValueError refgrad raised before."""
+
+
 class DeviceSpec:
   """How a plugin describes a device: `make()` builds an instance; `probe()` says why it cannot run here (None: it
   can); `version` is a string, or a function giving one (a description may need the driver, e.g. the OpenCL
@@ -110,7 +114,7 @@ class DeviceRegistry:
     base, _, index = name.upper().partition(":")
     base = self._aliases.get(base, base)
     if base not in self._lookup():
-      raise ValueError(f"unknown device {name!r}; known devices: {', '.join(sorted(self._specs))}")
+      raise UnknownDeviceError(f"unknown device {name!r}; known devices: {', '.join(sorted(self._specs))}")
     if index and not index.isdigit():
       raise ValueError(f"bad device index in {name!r}: expected a number after ':'")
     return base if not index or index == "0" else f"{base}:{index}"

@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from refgrad import Device, Tensor
 from refgrad.buffer import Buffer
@@ -16,6 +17,10 @@ from refgrad.interp.kernel import PythonKernel
 def test_unknown_device_lists_known_ones():
   with pytest.raises(ValueError, match="unknown device 'NOPE'.*PYTHON"):
     Tensor([1, 2], device="NOPE")
+  with pytest.raises(RuntimeError, match="unknown device 'NOPE'"):  # torch's type
+    Tensor([1, 2]).to("NOPE")
+  with pytest.raises(RuntimeError):  # the oracle: torch refuses an unknown device type with a RuntimeError
+    torch.tensor([1, 2]).to("nope")
 
 
 def test_device_strings_are_canonical():
