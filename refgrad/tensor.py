@@ -541,7 +541,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
     [[1, 3], [2, 4]]
     """
-    return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+    return Tensor._from(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))  # _from: a computed tensor, given .grad
 
   def to(self, device: str | tuple[str, ...]) -> Tensor:
     """A copy on another device (self if it is already there). A tensor over several devices is gathered; a tuple
@@ -555,7 +555,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
       return self
     if isinstance(device, tuple):
       return self.shard(device)
-    return Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), device))
+    return Tensor._from(UOp(Ops.COPY, self.dtype, (self.uop,), device))
 
   def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None,
             splits: tuple[int, ...] | None = None) -> Tensor:

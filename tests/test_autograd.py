@@ -192,6 +192,16 @@ def test_tensors_computed_from_ones_that_require_grad_get_their_gradient_too():
   tc.retain_grad()
   (tc * tc * 3).sum().backward()
   np.testing.assert_array_equal(chained.grad.numpy(), tc.grad.numpy())  # was None
+  kept = Tensor([1.0, -2.0], requires_grad=True)
+  copies = [kept.contiguous(), (kept * 2).contiguous()]
+  sum((c * c).sum() for c in copies).backward()
+  tk = torch.tensor([1.0, -2.0], requires_grad=True)
+  tcopies = [tk.clone(), tk * 2]
+  for t in tcopies:
+    t.retain_grad()
+  sum((t * t).sum() for t in tcopies).backward()
+  for c, t in zip(copies, tcopies):  # contiguous() results were left out (None)
+    np.testing.assert_array_equal(c.grad.numpy(), t.grad.numpy())
 
 
 def test_equal_constant_tensors_that_require_grad_are_distinct_leaves():
