@@ -71,3 +71,41 @@ def test_a_finding_file_rebuilds_its_inputs_with_their_shapes_and_dtypes(x, tmp_
   assert rebuilt.shape == x.shape and rebuilt.dtype == x.dtype
   assert rebuilt.tobytes() == x.tobytes()  # bit for bit: -0.0 and NaN too
   runpy.run_path(str(path))["test_finding"]()  # replays on PYTHON, where the program is right (if the shape came back)
+
+
+def _raise_in_a_backend(depth: int) -> None:
+  if depth:
+    _raise_in_a_backend(depth - 1)
+  raise IndexError("index 16 is out of bounds for axis 0 with size 16")
+
+
+def test_a_finding_header_shows_an_errors_exception_and_says_what_it_left_out():
+  """An error's report is a traceback, its exception on the last line: the header quoted its first 12 lines, so a
+  finding of a backend's out-of-bounds load showed frames and no error."""
+  import traceback
+
+  from refgrad.testing.fuzz.findings import HEADER_LINES, finding_source
+  from refgrad.testing.programs import Step, TensorProgram
+  try:
+    _raise_in_a_backend(10)
+  except IndexError:
+    detail = traceback.format_exc()
+  lines = detail.splitlines()
+  assert len(lines) > HEADER_LINES
+  program = TensorProgram([np.zeros(3, np.float32)], [Step("neg", (0,), (True,))])
+  header = finding_source("error", detail, program, "PYTHON", []).split("\ndef program")[0]
+  assert "# IndexError: index 16 is out of bounds for axis 0 with size 16" in header
+  assert f"[{len(lines) - HEADER_LINES} more lines of the report left out" in header
+  assert "Traceback (most recent call last)" not in header  # the lines left out are the first ones
+
+
+def test_a_finding_header_says_when_it_cut_a_mismatchs_kernel_source():
+  from refgrad.testing.fuzz.findings import HEADER_LINES, finding_source
+  from refgrad.testing.programs import Step, TensorProgram
+  detail = "\n".join(["TOY differs from the reference in kernel 0", "kernel source on TOY:",
+                      *(f"  v{i} = v{i - 1} + 1" for i in range(1, 30))])
+  program = TensorProgram([np.zeros(3, np.float32)], [Step("neg", (0,), (True,))])
+  header = finding_source("mismatch", detail, program, "PYTHON", []).split("\ndef program")[0]
+  assert "# TOY differs from the reference in kernel 0" in header and f"v{HEADER_LINES - 2} =" in header
+  assert f"v{HEADER_LINES - 1} =" not in header
+  assert f"[{31 - HEADER_LINES} more lines of the report left out: run this file to see it whole]" in header

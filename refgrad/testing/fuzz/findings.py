@@ -18,6 +18,18 @@ from refgrad.testing.programs import array_source
 
 # findings whose kernel took the worker process down: their reproducer is written without running that kernel here
 FATAL_KINDS = ("crash", "hang")
+# lines of a finding's report quoted in its file's header (the test prints the whole report when it fails)
+HEADER_LINES = 12
+
+
+def _header_lines(kind: str, detail: str, keep: int = HEADER_LINES) -> list[str]:
+  """The part of a finding's report its file's header shows, and a line saying what was left out. A mismatch's
+  report starts with the lanes that differ; an error's is a traceback, whose exception is its last line."""
+  lines = detail.splitlines()
+  if len(lines) <= keep:
+    return lines
+  left_out = f"[{len(lines) - keep} more lines of the report left out: run this file to see it whole]"
+  return [*lines[:keep], left_out] if kind == "mismatch" else [left_out, *lines[-keep:]]
 
 
 def finding_source(kind: str, detail: str, program: Any, device: str, plugin_files: list[str],
@@ -25,7 +37,7 @@ def finding_source(kind: str, detail: str, program: Any, device: str, plugin_fil
   arrays = ",\n      ".join(array_source(x) for x in program.inputs)
   params = ", ".join(f"v{i}" for i in range(len(program.inputs)))
   plugins = "".join(f"load_plugin_file({p!r})\n" for p in plugin_files)
-  summary = textwrap.indent("\n".join([*detail.splitlines()[:12], *([standalone] if standalone else [])]), "# ")
+  summary = textwrap.indent("\n".join([*_header_lines(kind, detail), *([standalone] if standalone else [])]), "# ")
   body = textwrap.indent(program.to_python(), "  ")
   replay_opts = f", opts=random_opts_seeded_by({program.to_python()!r}, {device!r})" if opts else ""
   return f'''"""refgrad fuzz finding ({kind}) on {device}. Run: python -m pytest {{this file}}"""
