@@ -250,3 +250,34 @@ def test_refgrad_check_refuses_a_standalone_folder_it_could_not_write_before_any
   taken.write_text("")
   assert main(["check", "--device", "PYTHON", "--standalone", str(taken)]) == 2
   assert "is a file, not a directory" in capsys.readouterr().err
+
+
+class RaisingRenderer:
+  """PYLOOPS's renderer with a kernel that raises when it runs (an out-of-bounds load in a Python backend): it
+  compiles and loads, and fails only in the run."""
+
+  def __init__(self, renderer):
+    self.renderer, self.caps = renderer, renderer.caps
+
+  def render(self, program) -> str:
+    head, body = self.renderer.render(program).split("\n", 1)
+    return f"{head}\n  raise IndexError('index 32 is out of bounds for axis 0 with size 32')\n{body}"
+
+
+def test_a_kernel_that_raises_when_it_runs_gives_a_reproducer_that_fails_as_it_did(tmp_path):
+  """The finding's header said "its build fails as the device's compile did" for any error the device raised; a
+  TOY backend's out-of-bounds load compiled and loaded, and raised in its run."""
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "pyloops"))
+  import refgrad_pyloops
+  Device.register("PYLOOPS_RAISES", lambda: dataclasses.replace(
+    refgrad_pyloops.make_device(), name="PYLOOPS_RAISES", renderer=RaisingRenderer(refgrad_pyloops.PyLoopsRenderer())))
+  try:
+    case = failing_case(lambda t: t * 2, np.array([1.0, -2.0], np.float32), device="PYLOOPS_RAISES")
+    assert case is not None and case.device_error.startswith("IndexError: index 32 is out of bounds")
+    line = write_standalone(tmp_path, case)
+  finally:
+    Device.remove("PYLOOPS_RAISES")
+  assert "compile" not in line and f"fails as the device did, {ERROR_FILE}" in line, line
+  ran = subprocess.run(["sh", RUN_SCRIPT], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}, timeout=120)
+  assert ran.returncode != 0 and "IndexError: index 32 is out of bounds" in ran.stderr, ran.stdout + ran.stderr

@@ -69,5 +69,6 @@ def write_standalone(folder: Path, case: StandaloneCase | None) -> str:
   if case.device_error:
     files = {**files, ERROR_FILE: case.device_error + "\n"}
   write_reproducer(folder, files)
-  how = "its build fails as the device's compile did" if case.device_error else "it exits 1 on the wrong lanes"
+  # device_error is whatever the device raised: in its compile, its load or the kernel's run
+  how = f"it fails as the device did, {ERROR_FILE}" if case.device_error else "it exits 1 on the wrong lanes"
   return f"standalone reproducer of kernel {case.program.name} (no refgrad needed; sh {RUN_SCRIPT}: {how}): {folder}"
