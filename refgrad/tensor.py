@@ -470,7 +470,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
       elif node is not t.uop:  # lowered from several devices (a gather): the tensor's own node is computed too
         remember_realized({t.uop: realized_buffer(value)})
       if not keep:
+        # a tensor computed from a leaf that is gone still wants gradients, as tinygrad's: now as a leaf of its own
+        wants = t._requires_grad is None and t.requires_grad
         t.uop = value
+        if wants:
+          t.requires_grad = True
     views.forget_written(tensors)
     return self
 

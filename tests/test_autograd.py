@@ -202,6 +202,13 @@ def test_tensors_computed_from_ones_that_require_grad_get_their_gradient_too():
   sum((t * t).sum() for t in tcopies).backward()
   for c, t in zip(copies, tcopies):  # contiguous() results were left out (None)
     np.testing.assert_array_equal(c.grad.numpy(), t.grad.numpy())
+  halved = Tensor([1.0, -2.0], requires_grad=True).cast(dtypes.float16).contiguous().realize()  # the leaf is gone
+  (halved * halved * 3).sum().backward()
+  th = torch.tensor([1.0, -2.0], requires_grad=True).half()
+  th.retain_grad()
+  (th * th * 3).sum().backward()
+  assert halved.requires_grad  # was None: realize dropped the graph to the dead leaf and what it wanted
+  np.testing.assert_array_equal(halved.grad.numpy(), th.grad.numpy())
 
 
 def test_equal_constant_tensors_that_require_grad_are_distinct_leaves():
