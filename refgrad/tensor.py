@@ -463,17 +463,18 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
     run_schedule(items)  # if this raises, no tensor has been changed
     remember_realized(buffers)
     keep_history = self._keep_history(tensors)
-    for t, node, keep in zip(tensors, lowered, keep_history):
+    # a tensor computed from a leaf that is gone still wants gradients, as tinygrad's: it becomes a leaf of its own.
+    # Only such leaves' nodes are looked for: one that leads to a live tensor wanting gradients keeps its graph
+    from_gone_leaf = autograd.computed_from(autograd.orphaned_grad_nodes(), [t.uop for t in tensors])
+    for t, node, keep, wants in zip(tensors, lowered, keep_history, from_gone_leaf):
       value = realized_node(node, buffers)
       if node.op is Ops.MULTI:
         remember_realized({t.uop: value})
       elif node is not t.uop:  # lowered from several devices (a gather): the tensor's own node is computed too
         remember_realized({t.uop: realized_buffer(value)})
       if not keep:
-        # a tensor computed from a leaf that is gone still wants gradients, as tinygrad's: now as a leaf of its own
-        wants = t._requires_grad is None and t.requires_grad
         t.uop = value
-        if wants:
+        if wants and t._requires_grad is None:
           t.requires_grad = True
     views.forget_written(tensors)
     return self

@@ -70,6 +70,20 @@ def _leads_to(targets: set[UOp], starts: tuple[UOp, ...], dead_ends: set[UOp]) -
   return False
 
 
+def orphaned_grad_nodes() -> set[UOp]:
+  """The nodes tensors held when made to want gradients that no such tensor holds now (the leaf of
+  `Tensor(a, requires_grad=True) * 2` is gone at once): a tensor computed from one still wants gradients."""
+  if not GRAD_NODES:
+    return set()
+  return set(GRAD_NODES) - {t.uop for t in list(WANT_GRAD)}
+
+
+def computed_from(targets: set[UOp], nodes: Sequence[UOp]) -> list[bool]:
+  """For each node, whether its sources lead (not through a DETACH) to a target: one walk for all of them."""
+  dead_ends: set[UOp] = set()
+  return [bool(targets) and _leads_to(targets, node.src, dead_ends) for node in nodes]
+
+
 class _ClassSwitch(contextlib.ContextDecorator):
   """Set a class attribute of Tensor for the duration of a `with` block or a decorated function."""
 
