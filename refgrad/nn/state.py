@@ -17,6 +17,7 @@ import numpy as np
 
 from refgrad.dtype import DType, dtypes
 from refgrad.nn.torch_file import torch_load  # noqa: F401  (tinygrad's nn.state.torch_load)
+from refgrad.nn.untrusted import shape_fault
 from refgrad.symbolic_shapes import is_symbolic_shape
 from refgrad.tensor import Tensor
 from refgrad.uop import Ops
@@ -238,6 +239,8 @@ def _parse_entry(name: str, info: Any, path: str | Path) -> tuple[DType, tuple[i
     raise bad(f"data_offsets {offsets!r} end before they begin")
   if end - begin != math.prod(shape) * dtype.itemsize:
     raise bad(f"bytes [{begin}, {end}) do not hold shape {tuple(shape)} of {code} ({dtype.itemsize} bytes each)")
+  if (why := shape_fault(shape, dtype.itemsize)):  # an empty shape can still be one no array has: [0, 2**63]
+    raise bad(why)
   return dtype, tuple(shape), begin, end
 
 
@@ -272,7 +275,8 @@ def safe_load_metadata(path: str | Path) -> tuple[Tensor, int, dict[str, Any]]:
 
 def safe_load(path: str | Path, device: str | None = None) -> dict[str, Tensor]:
   """Read a safetensors file, refusing (ValueError naming the file and the tensor) every file the safetensors
-  library refuses; stricter only in refusing a key given twice even when both entries agree."""
+  library refuses; stricter only in refusing a key given twice even when both entries agree and a shape no array can
+  have (an empty [0, 2**63]). A bool byte other than 0 and 1 loads as True."""
   raw = Path(path).read_bytes()
   header, start = _read_header(raw, path)
   _check_metadata(header.pop("__metadata__", None), path)
@@ -281,5 +285,6 @@ def safe_load(path: str | Path, device: str | None = None) -> dict[str, Tensor]:
   out: dict[str, Tensor] = {}
   for name, (dtype, shape, begin, _) in entries.items():
     array = np.frombuffer(raw, dtype=dtype.np, count=math.prod(shape), offset=start + begin).reshape(shape)
-    out[name] = Tensor(array.copy(), device=device)
+    # a bool's byte is 0 or 1: a corrupt file's other bytes would be true to numpy, not to a kernel's bit operations
+    out[name] = Tensor(array != 0 if dtype == dtypes.bool else array.copy(), device=device)
   return out

@@ -2,22 +2,39 @@
 (`_use_new_zipfile_serialization=False`). Both pickle the saved object; a tensor is a persistent id naming a
 storage (its element type, key and size) plus a call to `torch._utils._rebuild_tensor_v2` (or `_v3`, which names
 the dtype, for dtypes without a typed storage class: uint16/32/64) with its offset, shape and strides in elements.
-The zip keeps each storage in `<archive>/data/<key>`; the legacy file keeps them after the pickles, in the order of
-a pickled list of keys, each as an int64 element count and the raw little-endian bytes.
+The zip keeps each storage in `<archive>/data/<key>`; the legacy file is five pickles (a magic number, the protocol
+version, system information, the object, its storages' keys) followed by each storage as an int64 element count and
+its raw little-endian bytes.
+
+A checkpoint may come from anyone. Every pickle of either format goes through refgrad.safe_pickle, which looks up
+only the exact names of ALLOWED; every other name becomes an inert stand-in. Every storage size, offset, shape and
+stride is checked with Python integers before numpy sees it (refgrad/nn/untrusted.py), and every fault is a
+ValueError naming the file (docs/architecture.md, "Untrusted files").
 """
 from __future__ import annotations
 
+import functools
 import io
-import pickle
+import math
 import struct
+import warnings
 import zipfile
+import zlib
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+try:
+  from numpy._core import multiarray  # numpy 2
+except ImportError:
+  from numpy.core import multiarray
+
 from refgrad.dtype import DType, dtypes
+from refgrad.nn.untrusted import is_count, shape_fault, view_fault
+from refgrad.safe_pickle import UnsafePickleError, safe_load
 from refgrad.tensor import Tensor
 
 STORAGE_DTYPES: dict[str, DType] = {
@@ -31,171 +48,311 @@ TORCH_DTYPES: dict[str, DType] = {
   "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16, "uint16": dtypes.uint16, "int32": dtypes.int32,
   "uint32": dtypes.uint32, "int64": dtypes.int64, "uint64": dtypes.uint64,
 }
+UNTYPED = dtypes.uint8  # an UntypedStorage counts bytes; its tensors name their dtype (_rebuild_tensor_v3)
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
-# What an unpickled checkpoint may name besides torch's rebuilders: the classes and functions that plain values,
-# numpy arrays and numpy scalars pickle with, by exact name. A whole module is never allowed (numpy.ctypeslib's
-# load_library would load any shared library, builtins' eval run any code); anything else unpickles as an empty
-# stand-in object, so a checkpoint holding, say, an argparse.Namespace still loads its tensors.
-PLAIN_NAMES = {
-  "collections": {"OrderedDict", "defaultdict", "Counter", "deque"},
-  "builtins": {"set", "frozenset", "slice", "range", "complex", "bytearray", "dict", "list", "tuple", "int", "float",
-               "bool", "str", "bytes"},
-  "_codecs": {"encode"},
-  "numpy": {"ndarray", "dtype"},
-  "numpy.core.multiarray": {"_reconstruct", "scalar"},
-  "numpy._core.multiarray": {"_reconstruct", "scalar"},
-}
-PLAIN_NAMES["__builtin__"] = PLAIN_NAMES["builtins"]  # a Python 2 pickle's name for it
+LEGACY_PROTOCOL = 1001  # the only version torch has written
+# deflate expands at most 1032:1; a member claiming more is corrupt (or a bomb), whatever it would decompress to
+MAX_DEFLATE_RATIO = 1032
 
 
-class _Storage:
-  """A storage of the file: its bytes once found (None while a legacy file's pickle is read) and element type."""
-  def __init__(self, dtype: DType | None, key: str, numel: int):
-    self.dtype, self.key, self.numel, self.data = dtype, key, numel, None
+class StandIn:
+  """What an object of a class (or the result of a function) outside ALLOWED unpickles as: nothing of the named code
+  runs; the arguments and state the pickle gave it are kept. `module` and `name` say what the pickle named."""
+  module = name = ""
 
-
-class _Stub:
-  """What an object of a class outside PLAIN_NAMES (and torch's) unpickles as."""
   def __init__(self, *args: Any, **kwargs: Any):
     self.args = args
 
   def __setstate__(self, state: Any) -> None:
     self.state = state
 
-
-def _tensor(storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...], dtype: DType) -> Tensor:
-  """The tensor a storage's bytes hold at an element offset with element strides; a copy, so tensors sharing a
-  storage are independent, as torch.load's are not but tinygrad's disk tensors are."""
-  flat = np.frombuffer(storage.data, dtype=dtype.np)
-  if size and min(size) > 0 and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= flat.size:
-    raise ValueError(f"torch_load: a tensor of shape {tuple(size)} at offset {offset} with strides {tuple(stride)} "
-                     f"reads past its storage {storage.key!r} of {flat.size} {dtype.name} elements")
-  view = np.lib.stride_tricks.as_strided(flat[offset:], shape=tuple(size),
-                                         strides=tuple(s * dtype.itemsize for s in stride), writeable=False)
-  return Tensor(np.array(view, copy=True))
+  def __repr__(self) -> str:
+    return f"StandIn({self.module}.{self.name})"
 
 
-def _rebuild_v2(storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...], *_: Any) -> Tensor:
-  return _pending(storage, offset, size, stride, storage.dtype)
+class _Storage:
+  """A storage of the file: its element type, key, declared size, and its bytes once found (None while the legacy
+  format's object pickle is first read: the bytes follow it)."""
+  def __init__(self, dtype: DType, key: str, numel: int, data: bytes | None):
+    self.dtype, self.key, self.numel, self.data = dtype, key, numel, data
 
 
-def _rebuild_v3(storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...], requires_grad: bool,
-                hooks: Any, dtype: DType, *_: Any) -> Tensor:
-  return _pending(storage, offset, size, stride, dtype)
+class _Reader:
+  """One torch.save file being read: its path for messages, the storages found, the names it stood in for. What a
+  pickle may build is bounded by `size`, the file's bytes."""
+
+  def __init__(self, path: str | Path, size: int, read_storage: Callable[[str, int], bytes | None]):
+    self.source, self.read_storage = f"torch_load {path}", read_storage
+    self.storages: dict[str, _Storage] = {}
+    self.stood_in: set[str] = set()
+    rebuilders = {name: _bind(self, rebuild) for name, rebuild in TORCH_REBUILDERS.items()}
+    self.allowed = {**_plain_names(size, self.source), **rebuilders, **TORCH_TYPES}
+
+  def fault(self, why: str) -> UnsafePickleError:
+    return UnsafePickleError(f"{self.source}: {why}")
+
+  def load(self, f: io.BytesIO) -> Any:
+    return safe_load(f, self.allowed, self.source, stand_in=self.stand_in, persistent=self.persistent)
+
+  def stand_in(self, module: str, name: str) -> type:
+    if module.split(".")[0] == "torch":  # torch's own names are known: one refgrad does not read is not data
+      raise NotImplementedError(f"{self.source}: {module}.{name} is not supported (dense tensors, Parameters and "
+                                "the containers holding them are)")
+    self.stood_in.add(f"{module}.{name}")
+    return type(name, (StandIn,), {"module": module, "name": name, "__module__": __name__})
+
+  def persistent(self, pid: Any) -> _Storage:
+    """A storage's id: ('storage', element type, key, location, element count[, legacy view metadata])."""
+    if not (isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage"):
+      raise self.fault(f"unknown persistent id {pid!r:.200}")
+    storage_type, key, numel = pid[1], pid[2], pid[4]
+    if len(pid) == 6 and pid[5] is not None:
+      raise NotImplementedError(f"{self.source}: storage views (written by torch before 1.0) are not supported")
+    if not isinstance(key, (str, int)) or isinstance(key, bool) or not is_count(numel):
+      raise self.fault(f"storage id {pid!r:.200} needs a key and a non-negative element count")
+    dtype = UNTYPED if storage_type is _UntypedStorage else storage_type
+    if not isinstance(dtype, DType):
+      raise self.fault(f"storage {key!r} has element type {storage_type!r:.100}, not one of torch's storages")
+    key = str(key)
+    if key not in self.storages:
+      self.storages[key] = _Storage(dtype, key, numel, self.read_storage(key, numel * dtype.itemsize))
+    elif (self.storages[key].dtype, self.storages[key].numel) != (dtype, numel):
+      raise self.fault(f"storage {key!r} is named with two element types or sizes")
+    return self.storages[key]
+
+  def tensor(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: Any) -> Any:
+    """The tensor a storage's bytes hold at an element offset with element strides, every number checked first;
+    a copy, so tensors sharing a storage are independent, as torch.load's are not but tinygrad's disk tensors are.
+    None while the storage's bytes are not read yet (the legacy format's first pass)."""
+    if not isinstance(storage, _Storage):
+      raise self.fault(f"a tensor's storage is {storage!r:.100}, not a storage id")
+    if not isinstance(dtype, DType):
+      raise self.fault(f"a tensor of storage {storage.key!r} has dtype {dtype!r:.100}, not one of torch's")
+    elements = storage.numel * storage.dtype.itemsize // dtype.itemsize  # of the tensor's dtype
+    if (why := shape_fault(size, dtype.itemsize)) or (why := view_fault(offset, tuple(size), stride, elements)):
+      raise self.fault(f"a tensor of storage {storage.key!r}: {why}")
+    if storage.data is None:
+      return None
+    if 0 in size:  # reads nothing, whatever its offset and strides say
+      return Tensor(np.zeros(tuple(size), dtype.np))
+    flat = np.frombuffer(storage.data, dtype=dtype.np, count=len(storage.data) // dtype.itemsize)
+    # the checks above bound each (n - 1) * stride by the storage, so no byte stride overflows; a size-1 axis never
+    # steps, whatever its stride
+    strides = tuple(s * dtype.itemsize if n > 1 else 0 for n, s in zip(size, stride))
+    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=tuple(size), strides=strides, writeable=False)
+    return Tensor(_normalized(view))
+
+  def warn_stand_ins(self) -> None:
+    if self.stood_in:
+      warnings.warn(f"{self.source}: the checkpoint names {', '.join(sorted(self.stood_in))}, which refgrad does not "
+                    "look up; each loaded as an inert refgrad.nn.torch_file.StandIn", stacklevel=4)
 
 
-def _rebuild_parameter(data: Any, *_: Any) -> Any:
+def _normalized(view: np.ndarray) -> np.ndarray:
+  """A copy of view; a bool's byte is 0 or 1 (a corrupt file's other bytes would be true to numpy and not to a
+  compiled kernel's bit operations)."""
+  return view != 0 if view.dtype == np.bool_ else np.array(view, copy=True)
+
+
+def _rebuild_v2(reader: _Reader, storage: Any, offset: Any, size: Any, stride: Any, *_: Any) -> Any:
+  return reader.tensor(storage, offset, size, stride, getattr(storage, "dtype", None))
+
+
+def _rebuild_v3(reader: _Reader, storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any,
+                hooks: Any, dtype: Any, *_: Any) -> Any:
+  return reader.tensor(storage, offset, size, stride, dtype)
+
+
+def _rebuild_parameter(reader: _Reader, data: Any, *_: Any) -> Any:
   return data  # a saved nn.Parameter is its tensor, as tinygrad's torch_load gives it
 
 
-def _pending(storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...],
-             dtype: DType | None) -> Any:
-  if dtype is None:
-    raise ValueError(f"torch_load: storage {storage.key!r} has no element type")
-  if storage.data is None:  # legacy: the bytes come after this pickle; build the tensor once they are read
-    return _Later(lambda: _tensor(storage, offset, tuple(size), tuple(stride), dtype))
-  return _tensor(storage, offset, tuple(size), tuple(stride), dtype)
+def _rebuild_from_type(reader: _Reader, rebuild: Any, new_type: Any, args: Any, state: Any) -> Any:
+  """A tensor with Python attributes (t.note = 1): the tensor, without them. `rebuild` came from this pickle, so it
+  is a name ALLOWED gave or a stand-in."""
+  if not isinstance(args, tuple):
+    raise reader.fault(f"_rebuild_from_type_v2's arguments are {args!r:.100}, not a tuple")
+  return rebuild(*args)
 
 
-class _Later:
-  """A legacy file's tensor, made once its storage's bytes are read (they follow the pickle that names it)."""
-  def __init__(self, make: Callable[[], Tensor]):
-    self.make = make
+def _bind(reader: _Reader, rebuild: Callable[..., Any]) -> Callable[..., Any]:
+  return lambda *args: rebuild(reader, *args)
 
 
-def _rebuild_from_type(rebuild: Callable[..., Any], new_type: Any, args: tuple, state: Any) -> Any:
-  return rebuild(*args)  # a tensor with Python attributes (t.note = 1): the tensor, without them
+class _UntypedStorage:
+  """torch.storage.UntypedStorage, as a storage id names it."""
 
 
-TORCH_NAMES: dict[str, Any] = {"_rebuild_tensor_v2": _rebuild_v2, "_rebuild_tensor_v3": _rebuild_v3,
-                               "_rebuild_parameter": _rebuild_parameter, "_rebuild_from_type_v2": _rebuild_from_type,
-                               "Tensor": None, "Size": tuple, **STORAGE_DTYPES,
-                               **TORCH_DTYPES, "UntypedStorage": None}
+TORCH_REBUILDERS = {("torch._utils", "_rebuild_tensor_v2"): _rebuild_v2, ("torch._utils", "_rebuild_tensor_v3"):
+                    _rebuild_v3, ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+                    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type}
+TORCH_TYPES: dict[tuple[str, str], Any] = {
+  ("torch", "Size"): tuple, ("torch._tensor", "Tensor"): None, ("torch", "Tensor"): None,
+  ("torch.storage", "UntypedStorage"): _UntypedStorage, ("torch", "UntypedStorage"): _UntypedStorage,
+  **{("torch", name): dtype for name, dtype in {**STORAGE_DTYPES, **TORCH_DTYPES}.items()},
+}
 
 
-class _Unpickler(pickle.Unpickler):
-  def __init__(self, file: io.BytesIO, storages: dict[str, _Storage], read: Callable[[str], bytes | None]):
-    super().__init__(file)
-    self.storages, self.read = storages, read
-
-  def find_class(self, module: str, name: str) -> Any:
-    root = module.split(".")[0]
-    if root == "torch":
-      if name not in TORCH_NAMES:
-        raise NotImplementedError(f"torch_load: {module}.{name} is not supported (dense tensors, Parameters and "
-                                  "the containers holding them are)")
-      return TORCH_NAMES[name]
-    return super().find_class(module, name) if name in PLAIN_NAMES.get(module, ()) else _Stub
-
-  def persistent_load(self, pid: Any) -> _Storage:
-    if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
-      raise pickle.UnpicklingError(f"torch_load: unknown persistent id {pid!r}")
-    _, dtype, key, _, numel = pid[:5]
-    key = str(key)
-    if key not in self.storages:
-      self.storages[key] = _Storage(dtype, key, numel)
-      self.storages[key].data = self.read(key)
-    return self.storages[key]
+def _plain_names(limit: int, source: str) -> dict[tuple[str, str], Any]:
+  """The classes and functions plain values, numpy arrays and numpy scalars pickle with, by exact name. A whole
+  module is never allowed (numpy.ctypeslib's load_library would load any shared library, builtins' eval run any
+  code). The containers and byte strings are bounded by the file's size: `bytearray(2**34)` or `list(range(2**31))`
+  in a small file would exhaust memory."""
+  bounded = {name: _bounded(kind, limit, source) for name, kind in
+             {"set": set, "frozenset": frozenset, "list": list, "tuple": tuple, "dict": dict, "bytes": bytes,
+              "bytearray": bytearray}.items()}
+  builtins = {**bounded, "slice": slice, "range": range, "complex": complex, "int": int, "float": float,
+              "bool": bool, "str": str}
+  names = {("builtins", name): value for name, value in builtins.items()}
+  names |= {("collections", name): _bounded(kind, limit, source) for name, kind in
+            {"OrderedDict": OrderedDict, "Counter": Counter, "deque": deque}.items()}
+  names |= {("collections", "defaultdict"): defaultdict,
+            ("_codecs", "encode"): _bounded(functools.partial(_latin1, source), limit, source),
+            ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): functools.partial(_numpy_dtype, source)}
+  for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+    names |= {(module, "_reconstruct"): _bounded_array(limit, source), (module, "scalar"): multiarray.scalar}
+  return names
 
 
-def _resolve(obj: Any) -> Any:
-  """obj with every legacy _Later made into its tensor, through the containers a state dict uses."""
-  if isinstance(obj, _Later):
-    return obj.make()
-  if isinstance(obj, dict):
-    for key, value in obj.items():
-      obj[key] = _resolve(value)
-    return obj
-  if isinstance(obj, list):
-    obj[:] = [_resolve(v) for v in obj]
-    return obj
-  if isinstance(obj, tuple):
-    return type(obj)(*map(_resolve, obj)) if hasattr(obj, "_fields") else tuple(map(_resolve, obj))
-  return obj
+def _numpy_dtype(source: str, *args: Any) -> np.dtype:
+  """numpy.dtype, refusing object dtypes: an object array fills every element when made, so a small file could
+  claim billions of them (and torch's weights_only loader refuses them too)."""
+  dtype = np.dtype(*args)
+  if dtype.hasobject:
+    raise UnsafePickleError(f"{source}: numpy dtype {dtype} holds Python objects, which a checkpoint may not")
+  return dtype
+
+
+def _bounded_array(limit: int, source: str) -> Callable[..., np.ndarray]:
+  """numpy's array rebuilder (it makes an array of a shape, then BUILD gives its bytes), for plain ndarrays of at
+  most `limit` bytes."""
+  def reconstruct(kind: Any, shape: Any, dtype: Any) -> np.ndarray:
+    sizes = shape if isinstance(shape, tuple) else (shape,)
+    if kind is not np.ndarray or not all(is_count(n) for n in sizes) or math.prod(sizes) > limit:
+      raise UnsafePickleError(f"{source}: numpy array of {kind!r:.50} and shape {shape!r:.100} in a file of {limit} "
+                              "bytes")
+    return multiarray._reconstruct(kind, shape, _numpy_dtype(source, dtype))
+  return reconstruct
+
+
+def _latin1(source: str, text: Any, encoding: Any = "latin1", *_: Any) -> bytes:
+  """_codecs.encode as a protocol-2 pickle uses it for bytes: a str and a text encoding (never a codec like zlib)."""
+  if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
+    raise UnsafePickleError(f"{source}: _codecs.encode({text!r:.50}, {encoding!r:.50}) is not how a pickle stores "
+                            "bytes")
+  return text.encode(encoding)
+
+
+def _bounded(make: Callable[..., Any], limit: int, source: str) -> Callable[..., Any]:
+  """`make`, refusing an argument that would build more items than the file has bytes (a range, or a count)."""
+  def checked(*args: Any, **kwargs: Any) -> Any:
+    for arg in args:
+      size = len(arg) if isinstance(arg, range) else arg if isinstance(arg, int) else 0
+      if size > limit:
+        raise UnsafePickleError(f"{source}: {getattr(make, '__name__', make)}() of {size} items in a file of {limit} "
+                                "bytes")
+    return make(*args, **kwargs)
+  return checked
+
+
+def _zip_member(archive: zipfile.ZipFile, name: str, path: str | Path) -> bytes:
+  """A member's bytes, its size checked before it is decompressed; every fault of the archive a ValueError (of the
+  kind an unpickler's callbacks raise, which safe_pickle passes on as it is)."""
+  info = archive.getinfo(name)
+  if info.file_size > max(info.compress_size, 1) * MAX_DEFLATE_RATIO:
+    raise UnsafePickleError(f"torch_load {path}: member {name!r} claims {info.file_size} bytes from "
+                            f"{info.compress_size}")
+  try:
+    return archive.read(info)
+  except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError, ValueError) as e:
+    raise UnsafePickleError(f"torch_load {path}: member {name!r} cannot be read: {e}") from None
 
 
 def _load_zip(raw: bytes, path: str | Path) -> Any:
-  with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+  try:
+    archive = zipfile.ZipFile(io.BytesIO(raw))
+  except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, struct.error) as e:
+    raise ValueError(f"torch_load {path}: a corrupt zip archive: {e}") from None
+  with archive:
     names = archive.namelist()
-    pickles = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
-    if not pickles:
-      raise ValueError(f"torch_load {path}: a zip file without <archive>/data.pkl is not a torch.save file")
+    if (twice := sorted(n for n, count in Counter(names).items() if count > 1)):
+      raise ValueError(f"torch_load {path}: the archive holds {twice[0]!r} twice")
+    pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+    if len(pickles) != 1:
+      raise ValueError(f"torch_load {path}: a zip file without one <archive>/data.pkl is not a torch.save file")
     base = pickles[0].split("/")[0]
-    byteorder = f"{base}/byteorder"
-    if byteorder in names and archive.read(byteorder).strip() != b"little":
-      raise NotImplementedError(f"torch_load {path}: a big-endian file is not supported")
+    if f"{base}/byteorder" in names:
+      order = _zip_member(archive, f"{base}/byteorder", path).strip()
+      if order == b"big":
+        raise NotImplementedError(f"torch_load {path}: a big-endian file is not supported")
+      if order != b"little":
+        raise ValueError(f"torch_load {path}: byteorder {order[:20]!r} is neither 'little' nor 'big'")
 
-    def read(key: str) -> bytes:
-      try:
-        return archive.read(f"{base}/data/{key}")
-      except KeyError:
-        raise ValueError(f"torch_load {path}: storage {key!r} is missing from the archive") from None
-    return _Unpickler(io.BytesIO(archive.read(pickles[0])), {}, read).load()
+    def read(key: str, size: int) -> bytes:
+      name = f"{base}/data/{key}"
+      if name not in names:
+        raise UnsafePickleError(f"torch_load {path}: storage {key!r} is missing from the archive")
+      data = _zip_member(archive, name, path)
+      if len(data) < size:
+        raise UnsafePickleError(f"torch_load {path}: storage {key!r} holds {len(data)} bytes, its id declares {size}")
+      return data[:size]
+    reader = _Reader(path, len(raw), read)
+    result = reader.load(io.BytesIO(_zip_member(archive, pickles[0], path)))
+  reader.warn_stand_ins()
+  return result
 
 
 def _load_legacy(raw: bytes, path: str | Path) -> Any:
+  """Five pickles, then the storages. The object's pickle names storages whose bytes come after it, so it is read
+  twice: once to learn the storages and where it ends, once more with their bytes, building the tensors."""
   f = io.BytesIO(raw)
-  if pickle.load(f) != LEGACY_MAGIC:
+  reader = _Reader(path, len(raw), lambda key, size: None)
+  try:
+    magic = reader.load(f)
+  except UnsafePickleError:
+    magic = None
+  if magic != LEGACY_MAGIC:
     raise ValueError(f"torch_load {path}: not a torch.save file (neither a zip archive nor the legacy format)")
-  pickle.load(f)  # the protocol version
-  sys_info = pickle.load(f)
-  if isinstance(sys_info, dict) and not sys_info.get("little_endian", True):
+  if (protocol := reader.load(f)) != LEGACY_PROTOCOL:
+    raise ValueError(f"torch_load {path}: legacy protocol version {protocol!r:.50}, not {LEGACY_PROTOCOL}")
+  sys_info = reader.load(f)
+  if isinstance(sys_info, dict) and sys_info.get("little_endian", True) is False:
     raise NotImplementedError(f"torch_load {path}: a big-endian file is not supported")
-  storages: dict[str, _Storage] = {}
-  result = _Unpickler(f, storages, lambda key: None).load()
-  for key in pickle.load(f):
-    storage = storages[str(key)]
-    (count,) = struct.unpack("<q", f.read(8))
-    itemsize = storage.dtype.itemsize if storage.dtype is not None else 1
-    storage.data = f.read(count * itemsize)
-    if len(storage.data) != count * itemsize:
-      raise ValueError(f"torch_load {path}: truncated file: storage {key!r} needs {count * itemsize} bytes")
-  return _resolve(result)
+  start = f.tell()
+  reader.load(f)
+  keys = reader.load(f)
+  data = _legacy_storages(f, keys, reader.storages, path)
+  again = _Reader(path, len(raw), lambda key, size: data[key])
+  result = again.load(io.BytesIO(raw[start:]))
+  again.warn_stand_ins()
+  return result
+
+
+def _legacy_storages(f: io.BytesIO, keys: Any, storages: dict[str, _Storage], path: str | Path) -> dict[str, bytes]:
+  """Each storage's bytes, in the order of `keys`: an int64 element count, which must be the one its id declared,
+  then the bytes. Every storage the object names must be there once."""
+  if not isinstance(keys, list) or sorted(map(str, keys)) != sorted(storages):
+    raise ValueError(f"torch_load {path}: the storage keys {keys!r:.200} are not the storages the object names, "
+                     "once each")
+  data = {}
+  for key in map(str, keys):
+    storage = storages[key]
+    count = f.read(8)
+    if len(count) < 8 or struct.unpack("<q", count)[0] != storage.numel:
+      raise ValueError(f"torch_load {path}: storage {key!r}'s element count is not the {storage.numel} its id "
+                       "declared (truncated or corrupt file)")
+    size = storage.numel * storage.dtype.itemsize
+    data[key] = f.read(size)
+    if len(data[key]) != size:
+      raise ValueError(f"torch_load {path}: truncated file: storage {key!r} needs {size} bytes")
+  return data
 
 
 def torch_load(path: str | Path) -> Any:
   """What torch.save wrote to path, its tensors as refgrad Tensors (on the default device; a saved Parameter is its
-  tensor): a state dict comes back as a dict of name -> Tensor, as tinygrad's torch_load gives it.
+  tensor): a state dict comes back as a dict of name -> Tensor, as tinygrad's torch_load gives it. The file may come
+  from anyone: no code it names runs (objects of classes refgrad does not read load as inert `StandIn`s, with a
+  warning), and a file that is not a valid checkpoint raises ValueError naming it.
 
   >>> import torch, tempfile, os
   >>> p = os.path.join(tempfile.mkdtemp(), "w.pt")

@@ -1,0 +1,291 @@
+"""Checkpoint files from strangers: torch_load and safe_load never run code a file names, never read outside its
+bytes, and refuse what is not a valid file with a ValueError naming it. Each hostile file is built here the way
+torch.save builds a valid one (a pickle with storage ids), with one number or name changed; where torch reads the
+same bytes, torch.load(weights_only=True) is the oracle for what a valid file holds."""
+import io
+import os
+import pickle
+import struct
+import warnings
+import zipfile
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import torch
+
+from refgrad.nn.state import safe_load, torch_load
+from refgrad.nn.torch_file import LEGACY_MAGIC, StandIn
+from tests.test_state_files import f32, st_file
+
+STORAGE = object()  # stands for the one storage of the files below; the pickler writes its id
+
+
+class Rebuild:
+  """Pickles as torch.save pickles a tensor: _rebuild_tensor_v2 of a storage, an offset, a shape and strides."""
+  def __init__(self, offset, size, stride):
+    self.args = (STORAGE, offset, tuple(size), tuple(stride), False, OrderedDict())
+
+  def __reduce__(self):
+    return (torch._utils._rebuild_tensor_v2, self.args)
+
+
+class Runs:
+  """Pickles as a call of os.system: if it ever runs, the canary file appears."""
+  def __init__(self, canary):
+    self.canary = canary
+
+  def __reduce__(self):
+    return (os.system, (f"touch {self.canary}",))
+
+
+def pickled(obj, storage_id=("storage", torch.FloatStorage, "0", "cpu", 4)) -> bytes:
+  class Pickler(pickle.Pickler):
+    def persistent_id(self, o):
+      return storage_id if o is STORAGE else None
+  out = io.BytesIO()
+  Pickler(out, protocol=2).dump(obj)
+  return out.getvalue()
+
+
+def zip_checkpoint(data_pkl: bytes, storage: bytes = struct.pack("<4f", 1, 2, 3, 4)) -> bytes:
+  out = io.BytesIO()
+  with zipfile.ZipFile(out, "w") as z:
+    z.writestr("archive/data.pkl", data_pkl)
+    z.writestr("archive/byteorder", "little")
+    z.writestr("archive/data/0", storage)
+    z.writestr("archive/version", "3\n")
+  return out.getvalue()
+
+
+def legacy_checkpoint(obj_pkl: bytes, first: tuple = (LEGACY_MAGIC, 1001, {"little_endian": True}),
+                      keys=("0",), storage: bytes = struct.pack("<q4f", 4, 1, 2, 3, 4)) -> bytes:
+  """The five pickles and the storage; `keys` as a list, or pickled as it is if not a tuple."""
+  keys = list(keys) if isinstance(keys, tuple) else keys
+  return b"".join(pickle.dumps(p, protocol=2) for p in first) + obj_pkl + pickle.dumps(keys, 2) + storage
+
+
+def checkpoint(fmt: str, obj) -> bytes:
+  """obj saved in a zip or legacy file whose storage "0" holds float32 1, 2, 3, 4 (the legacy id has a sixth entry,
+  the view metadata torch no longer writes)."""
+  if fmt == "zip":
+    return zip_checkpoint(pickled(obj))
+  return legacy_checkpoint(pickled(obj, ("storage", torch.FloatStorage, "0", "cpu", 4, None)))
+
+
+def write(tmp_path, data: bytes):
+  path = tmp_path / "downloaded.pt"
+  path.write_bytes(data)
+  return path
+
+
+def torch_reads(path) -> bool:
+  try:
+    torch.load(path, weights_only=True)
+    return True
+  except Exception:
+    return False
+
+
+@pytest.mark.parametrize("position", ["magic", "protocol", "sys_info", "object", "keys"])
+def test_no_pickle_of_a_legacy_file_runs_code(tmp_path, position):
+  """_load_legacy read the magic number, protocol, system information and storage keys with plain pickle.load: a
+  file whose first pickle calls os.system ran it, and only then was refused."""
+  canary = tmp_path / "canary"
+  parts = {"magic": LEGACY_MAGIC, "protocol": 1001, "sys_info": {"little_endian": True},
+           "object": {"w": Rebuild(0, [4], [1])}, "keys": ["0"]}
+  parts[position] = [Runs(canary), parts[position]] if position in ("object", "sys_info") else Runs(canary)
+  data = b"".join(pickled(parts[name]) for name in ("magic", "protocol", "sys_info", "object", "keys"))
+  path = write(tmp_path, data + struct.pack("<q4f", 4, 1, 2, 3, 4))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    try:
+      loaded = torch_load(path)
+    except ValueError as e:
+      assert str(path) in str(e)
+    else:  # a stand-in where the checkpoint's own values are: the tensor still loads, the call never ran
+      assert position in ("object", "sys_info")
+      if position == "object":
+        assert isinstance(loaded[0], StandIn) and loaded[1]["w"].tolist() == [1, 2, 3, 4]
+  assert not canary.exists()
+
+
+def test_a_stand_in_is_named_in_a_warning(tmp_path):
+  canary = tmp_path / "canary"
+  path = write(tmp_path, zip_checkpoint(pickled({"w": Rebuild(0, [2], [1]), "hook": Runs(canary)})))
+  with pytest.warns(UserWarning, match=r"names posix\.system.*StandIn"):
+    loaded = torch_load(path)
+  assert type(loaded["hook"]).__name__ == "system" and loaded["hook"].args == (f"touch {canary}",)
+  assert loaded["w"].tolist() == [1.0, 2.0] and not canary.exists()
+
+
+# (offset, shape, strides) that reach outside a 4-element storage, or that torch refuses
+OUT_OF_BOUNDS = {
+  "negative offset": (-2, [4], [1]),
+  "negative stride": (3, [4], [-1]),
+  "stride -4096": (0, [2], [-4096]),
+  "stride -2**40": (0, [2, 2], [-2**40, 1]),
+  "stride 2**70": (0, [2], [2**70]),
+  "past the end": (1, [4], [1]),
+  "last element past the end": (0, [2, 2], [2, 3]),
+  "offset 2**64 - 1": (2**64 - 1, [1], [1]),
+  "more strides than sizes": (0, [2], [1, 1]),
+  "a float stride": (0, [2], [1.0]),
+  "a bool offset": (True, [2], [1]),
+  "a negative size": (0, [-1], [1]),
+  "shape [0, 2**63]": (0, [0, 2**63], [1, 1]),
+}
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+@pytest.mark.parametrize("case", OUT_OF_BOUNDS, ids=list(OUT_OF_BOUNDS))
+def test_a_view_outside_its_storage_is_refused(tmp_path, case, fmt):
+  """_tensor checked only the upper end, with a sum that negative strides make small: offset -2 loaded memory of the
+  process, strides of -4096 crashed it. torch refuses every one of these too."""
+  path = write(tmp_path, checkpoint(fmt, {"w": Rebuild(*OUT_OF_BOUNDS[case])}))
+  with pytest.raises(ValueError, match="storage '0'") as info:
+    torch_load(path)
+  assert str(path) in str(info.value)
+  assert not torch_reads(path)
+
+
+def test_a_tensor_of_more_dimensions_than_an_array_has_is_refused_naming_it(tmp_path):
+  """torch reads a 65-dimensional tensor; a numpy array, which holds a refgrad tensor's values, has at most 64."""
+  path = write(tmp_path, checkpoint("zip", {"w": Rebuild(0, [1] * 65, [1] * 65)}))
+  with pytest.raises(ValueError, match="65 dimensions, over the 64") as info:
+    torch_load(path)
+  assert str(path) in str(info.value) and torch_reads(path)
+
+
+# views at the edges of a 4-element storage that torch reads: refgrad gives what torch gives, bit for bit
+IN_BOUNDS = {
+  "the whole storage": (0, [4], [1]),
+  "the last element": (3, [1], [1]),
+  "a huge stride on a size-1 axis": (3, [1, 1], [2**62, 2**62]),
+  "an expanded element": (2, [3, 2], [0, 0]),
+  "an empty view past the end": (9, [0, 5], [1, 2**40]),
+  "0-d at the end": (3, [], []),
+  "a transposed pair": (0, [2, 2], [1, 2]),
+}
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+@pytest.mark.parametrize("case", IN_BOUNDS, ids=list(IN_BOUNDS))
+def test_a_view_inside_its_storage_loads_as_torch_loads_it(tmp_path, case, fmt):
+  path = write(tmp_path, checkpoint(fmt, {"w": Rebuild(*IN_BOUNDS[case])}))
+  want = torch.load(path, weights_only=True)["w"].numpy()
+  got = torch_load(path)["w"].numpy()
+  assert got.shape == want.shape and got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_a_legacy_storage_count_must_be_the_declared_one(tmp_path):
+  """A negative count made f.read(-n) read the rest of the file as the storage; a different one misread it."""
+  obj = pickled({"w": Rebuild(0, [4], [1])}, ("storage", torch.FloatStorage, "0", "cpu", 4, None))
+  for count in (-8, 3, 5, 2**62):
+    path = write(tmp_path, legacy_checkpoint(obj, storage=struct.pack("<q4f", count, 1, 2, 3, 4)))
+    with pytest.raises(ValueError, match="element count is not the 4 its id declared"):
+      torch_load(path)
+    assert not torch_reads(path)
+
+
+@pytest.mark.parametrize("keys", [("0", "0"), (), ("1",), "0", ("0", "1")])
+def test_legacy_storage_keys_must_name_the_storages_once(tmp_path, keys):
+  obj = pickled({"w": Rebuild(0, [4], [1])}, ("storage", torch.FloatStorage, "0", "cpu", 4, None))
+  path = write(tmp_path, legacy_checkpoint(obj, keys=keys))
+  with pytest.raises(ValueError, match="once each"):
+    torch_load(path)
+
+
+@pytest.mark.parametrize("storage_id, why", [
+  (("storage", torch.FloatStorage, "0", "cpu", 5), "holds 16 bytes, its id declares 20"),
+  (("storage", torch.FloatStorage, "0", "cpu", -1), "non-negative element count"),
+  (("storage", torch.FloatStorage, "1", "cpu", 4), "storage '1' is missing"),
+  (("storage", "FloatStorage", "0", "cpu", 4), "not one of torch's storages"),
+  (("storage", torch.FloatStorage), "unknown persistent id"),
+])
+def test_a_storage_id_that_does_not_match_the_archive_is_refused(tmp_path, storage_id, why):
+  path = write(tmp_path, zip_checkpoint(pickled({"w": Rebuild(0, [4], [1])}, storage_id)))
+  with pytest.raises(ValueError, match=why) as info:
+    torch_load(path)
+  assert str(path) in str(info.value)
+
+
+class Big:
+  def __init__(self, make, arg):
+    self.make, self.arg = make, arg
+
+  def __reduce__(self):
+    return (self.make, (self.arg,))
+
+
+@pytest.mark.parametrize("obj", [Big(bytearray, 2**34), Big(bytes, 2**34), Big(list, range(2**31)),
+                                 Big(set, range(2**40))], ids=["bytearray", "bytes", "list", "set"])
+def test_a_small_file_cannot_build_a_huge_container(tmp_path, obj):
+  """bytearray(2**34) in a 300-byte file would take 16 GiB before anything else is checked."""
+  path = write(tmp_path, zip_checkpoint(pickled({"w": Rebuild(0, [4], [1]), "x": obj})))
+  with pytest.raises(ValueError, match=r"\(\) of \d+ items in a file of \d+ bytes") as info:
+    torch_load(path)
+  assert str(path) in str(info.value)
+
+
+def test_an_object_array_is_refused(tmp_path):
+  torch_file = tmp_path / "objects.pt"
+  torch.save({"a": np.array([1, "x"], dtype=object)}, torch_file)
+  with pytest.raises(ValueError, match="holds Python objects"):
+    torch_load(torch_file)
+
+
+def test_bool_bytes_other_than_0_and_1_load_as_true(tmp_path, refgrad_device):
+  """A compiled kernel's bit operations see a bool's byte: 2 ^ 1 is 3, true, where not-true is false."""
+  storage = bytes([0, 1, 2, 255])
+  path = write(tmp_path, zip_checkpoint(pickled({"b": Rebuild(0, [4], [1])},
+                                                ("storage", torch.BoolStorage, "0", "cpu", 4)), storage))
+  from refgrad import Tensor
+  got = torch_load(path)["b"].to(refgrad_device)
+  assert got.numpy().view(np.uint8).tolist() == [0, 1, 1, 1]
+  assert (got ^ Tensor([True] * 4, device=refgrad_device)).tolist() == [True, False, False, False]
+  st = tmp_path / "b.safetensors"
+  st.write_bytes(st_file({"b": {"dtype": "BOOL", "shape": [4], "data_offsets": [0, 4]}}, storage))
+  assert safe_load(st)["b"].numpy().view(np.uint8).tolist() == [0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("shape", [[0, 2**63], [0, 2**62, 4], [2**63, 0]])
+def test_a_safetensors_shape_no_array_can_have_is_refused_naming_the_tensor(tmp_path, shape):
+  """numpy's bare 'Maximum allowed dimension exceeded' named neither the file nor the tensor."""
+  path = tmp_path / "empty.safetensors"
+  path.write_bytes(st_file({"w": f32(shape, [0, 0])}))
+  with pytest.raises(ValueError, match="'w'.*too large for any array") as info:
+    safe_load(path)
+  assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bad crc", "zip bomb header", "two data.pkl", "byteorder garbage"])
+def test_a_damaged_archive_is_a_value_error_naming_the_file(tmp_path, damage):
+  good = zip_checkpoint(pickled({"w": Rebuild(0, [4], [1])}))
+  data = {"truncated": good[:len(good) // 2] + good[-22:],  # the end record survives, the members do not
+          "bad crc": good.replace(struct.pack("<4f", 1, 2, 3, 4), struct.pack("<4f", 1, 2, 3, 5)),
+          "zip bomb header": _with_claimed_size(good, "archive/data/0", 2**40),
+          "two data.pkl": _with_extra_member(good, "archive/data.pkl", pickled({})),
+          "byteorder garbage": _with_extra_member(good, "other/x", b"", byteorder=b"middle")}[damage]
+  path = write(tmp_path, data)
+  with pytest.raises(ValueError) as info, warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it writes
+    torch_load(path)
+  assert str(path) in str(info.value)
+
+
+def _with_claimed_size(data: bytes, name: str, size: int) -> bytes:
+  """The archive with `name`'s uncompressed size in the central directory claimed as `size` (zip64 not needed:
+  the field is patched to 0xFFFFFFFF-1 when size does not fit)."""
+  at = data.rindex(name.encode()) - 46  # the central directory header precedes the name by 46 bytes
+  return data[:at + 24] + struct.pack("<I", min(size, 0xFFFFFFFE)) + data[at + 28:]
+
+
+def _with_extra_member(data: bytes, name: str, content: bytes, byteorder: bytes | None = None) -> bytes:
+  out = io.BytesIO(data)
+  with warnings.catch_warnings(), zipfile.ZipFile(out, "a") as z:
+    warnings.simplefilter("ignore")
+    z.writestr(name, content)
+  if byteorder is not None:
+    return out.getvalue().replace(b"little", byteorder.ljust(6)[:6])
+  return out.getvalue()
