@@ -8,7 +8,7 @@ import pickle
 import struct
 import warnings
 import zipfile
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 
 import numpy as np
 import pytest
@@ -289,3 +289,26 @@ def _with_extra_member(data: bytes, name: str, content: bytes, byteorder: bytes 
   if byteorder is not None:
     return out.getvalue().replace(b"little", byteorder.ljust(6)[:6])
   return out.getvalue()
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_plain_values_load_as_saved_in_every_pickle_protocol(tmp_path, protocol, zip_format):
+  """The allow-list names what each protocol pickles plain values with: Python 2's names for builtins in protocol 2
+  (range was a stand-in there), numpy's _frombuffer in protocol 5 (a numpy array was a stand-in there)."""
+  values = {"range": range(3, 9, 2), "set": {1, 2}, "frozenset": frozenset("ab"), "bytes": b"x\x00\xff",
+            "bytearray": bytearray(b"ab"), "complex": complex(1, -2), "slice": slice(1, None, 3), "big": -2**70,
+            "deque": deque([1, "a"]), "counter": Counter("aab"), "ordered": OrderedDict(b=1, a=2), "none": None,
+            "array": np.arange(6, dtype=np.float16).reshape(2, 3).T, "scalar": np.int64(-3), "text": "é\u2603"}
+  path = tmp_path / "values.pt"
+  torch.save({**values, "w": torch.tensor([0.5, -0.0])}, path, _use_new_zipfile_serialization=zip_format,
+             pickle_protocol=protocol)
+  loaded = torch_load(path)
+  assert loaded["w"].numpy().tobytes() == np.array([0.5, -0.0], np.float32).tobytes()
+  for name, want in values.items():
+    got = loaded[name]
+    assert type(got) is type(want), name
+    if isinstance(want, np.ndarray):
+      assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), name
+    else:
+      assert got == want, name

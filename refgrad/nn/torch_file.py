@@ -209,9 +209,20 @@ def _plain_names(limit: int, source: str) -> dict[tuple[str, str], Any]:
   names |= {("collections", "defaultdict"): defaultdict,
             ("_codecs", "encode"): _bounded(functools.partial(_latin1, source), limit, source),
             ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): functools.partial(_numpy_dtype, source)}
-  for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
-    names |= {(module, "_reconstruct"): _bounded_array(limit, source), (module, "scalar"): multiarray.scalar}
+  for core in ("numpy.core", "numpy._core"):
+    names |= {(f"{core}.multiarray", "_reconstruct"): _bounded_array(limit, source),
+              (f"{core}.multiarray", "scalar"): multiarray.scalar,
+              (f"{core}.numeric", "_frombuffer"): functools.partial(_array_from_bytes, source)}
   return names
+
+
+def _array_from_bytes(source: str, data: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
+  """How pickle protocol 5 rebuilds a numpy array: its bytes, dtype, shape and order. The bytes came from the file,
+  so they bound the array (numpy refuses a shape they do not fill)."""
+  if not isinstance(data, (bytes, bytearray)) or order not in ("C", "F") or shape_fault(shape, 1):
+    raise UnsafePickleError(f"{source}: a numpy array of {type(data).__name__}, shape {shape!r:.100}, order "
+                            f"{order!r:.20}")
+  return np.frombuffer(data, dtype=_numpy_dtype(source, dtype)).reshape(shape, order=order).copy()
 
 
 def _numpy_dtype(source: str, *args: Any) -> np.dtype:
