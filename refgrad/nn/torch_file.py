@@ -9,7 +9,7 @@ its raw little-endian bytes.
 A checkpoint may come from anyone. Every pickle of either format goes through refgrad.safe_pickle, which looks up
 only the exact names of ALLOWED; every other name becomes an inert stand-in. Every storage size, offset, shape and
 stride is checked with Python integers before numpy sees it (refgrad/nn/untrusted.py), and every fault is a
-ValueError naming the file (docs/architecture.md, "Untrusted files").
+ValueError naming the file (docs/untrusted-input.md says what is promised, and where).
 """
 from __future__ import annotations
 
