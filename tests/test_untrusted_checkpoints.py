@@ -312,3 +312,14 @@ def test_plain_values_load_as_saved_in_every_pickle_protocol(tmp_path, protocol,
       assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), name
     else:
       assert got == want, name
+
+
+def test_a_legacy_file_whose_storage_holds_a_zip_end_record_loads(tmp_path):
+  """zipfile.is_zipfile finds an end-of-archive record anywhere in a file's last 64 KiB: a legacy checkpoint whose
+  weights held those 22 bytes was read as a broken zip archive. torch looks at the first bytes, and so does refgrad."""
+  end_record = b"PK\x05\x06" + bytes(18)
+  weights = torch.frombuffer(bytearray(end_record + bytes(2)), dtype=torch.float32)  # 24 bytes: 6 floats
+  path = tmp_path / "legacy.pt"
+  torch.save({"w": weights}, path, _use_new_zipfile_serialization=False)
+  assert zipfile.is_zipfile(path)
+  assert torch_load(path)["w"].numpy().tobytes() == torch.load(path)["w"].numpy().tobytes()

@@ -49,6 +49,7 @@ TORCH_DTYPES: dict[str, DType] = {
   "uint32": dtypes.uint32, "int64": dtypes.int64, "uint64": dtypes.uint64,
 }
 UNTYPED = dtypes.uint8  # an UntypedStorage counts bytes; its tensors name their dtype (_rebuild_tensor_v3)
+ZIP_MAGIC = b"PK\x03\x04"
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
 LEGACY_PROTOCOL = 1001  # the only version torch has written
 # deflate expands at most 1032:1; a member claiming more is corrupt (or a bomb), whatever it would decompress to
@@ -84,7 +85,7 @@ class _Reader:
   def __init__(self, path: str | Path, size: int, read_storage: Callable[[str, int], bytes | None]):
     self.source, self.read_storage = f"torch_load {path}", read_storage
     self.storages: dict[str, _Storage] = {}
-    self.stood_in: set[str] = set()
+    self.stand_ins: dict[str, type] = {}
     rebuilders = {name: _bind(self, rebuild) for name, rebuild in TORCH_REBUILDERS.items()}
     self.allowed = {**_plain_names(size, self.source), **rebuilders, **TORCH_TYPES}
 
@@ -98,8 +99,10 @@ class _Reader:
     if module.split(".")[0] == "torch":  # torch's own names are known: one refgrad does not read is not data
       raise NotImplementedError(f"{self.source}: {module}.{name} is not supported (dense tensors, Parameters and "
                                 "the containers holding them are)")
-    self.stood_in.add(f"{module}.{name}")
-    return type(name, (StandIn,), {"module": module, "name": name, "__module__": __name__})
+    full = f"{module}.{name}"
+    if full not in self.stand_ins:
+      self.stand_ins[full] = type(name, (StandIn,), {"module": module, "name": name, "__module__": __name__})
+    return self.stand_ins[full]
 
   def persistent(self, pid: Any) -> _Storage:
     """A storage's id: ('storage', element type, key, location, element count[, legacy view metadata])."""
@@ -143,8 +146,8 @@ class _Reader:
     return Tensor(_normalized(view))
 
   def warn_stand_ins(self) -> None:
-    if self.stood_in:
-      warnings.warn(f"{self.source}: the checkpoint names {', '.join(sorted(self.stood_in))}, which refgrad does not "
+    if self.stand_ins:
+      warnings.warn(f"{self.source}: the checkpoint names {', '.join(sorted(self.stand_ins))}, which refgrad does not "
                     "look up; each loaded as an inert refgrad.nn.torch_file.StandIn", stacklevel=4)
 
 
@@ -372,4 +375,6 @@ def torch_load(path: str | Path) -> Any:
   [[0, 3], [1, 4], [2, 5]]
   """
   raw = Path(path).read_bytes()
-  return _load_zip(raw, path) if zipfile.is_zipfile(io.BytesIO(raw)) else _load_legacy(raw, path)
+  # a zip archive as torch tells one: by its first local header (zipfile.is_zipfile looks for an end record in the
+  # last 64 KiB, which a legacy file's storage bytes can hold by chance)
+  return _load_zip(raw, path) if raw.startswith(ZIP_MAGIC) else _load_legacy(raw, path)
