@@ -44,7 +44,7 @@ _last_hit = threading.local()  # the entry this thread's last cached_compile ret
 
 class CacheWarning(RuntimeWarning):
   """A compile cache entry was evicted (not this kernel's, corrupt, of an older format, or unloadable) and its
-  kernel is compiled again."""
+  kernel is compiled again; or a search cache entry (refgrad/search.py) was, and its kernel is searched again."""
 
 
 def cache_dir() -> Path:
