@@ -1,5 +1,10 @@
 """The small pieces fuzz campaigns and reports are built of, at the points users hit: ULP histograms at signed zeros,
-NaN, infinities, empty and 0-d outputs; array values drawn from bytes at zero bytes and the dtype's extremes."""
+NaN, infinities, empty and 0-d outputs; array values drawn from bytes at zero bytes and the dtype's extremes; a
+findings index that is not one."""
+import json
+import warnings
+from types import SimpleNamespace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -7,6 +12,8 @@ import pytest
 from refgrad.alu import ulp_distance
 from refgrad.dtype import dtypes
 from refgrad.testing.edges import edge_values
+from refgrad.testing.fuzz.findings import FindingsDir, FindingsIndexWarning
+from refgrad.testing.fuzz.results import Finding
 from refgrad.testing.oracle.compare import add_histogram, ulp_bucket, ulp_histogram
 from refgrad.testing.strategies import ALL, value_pool, values_from_bytes
 
@@ -109,3 +116,35 @@ def test_a_finding_header_says_when_it_cut_a_mismatchs_kernel_source():
   assert "# TOY differs from the reference in kernel 0" in header and f"v{HEADER_LINES - 2} =" in header
   assert f"v{HEADER_LINES - 1} =" not in header
   assert f"[{31 - HEADER_LINES} more lines of the report left out: run this file to see it whole]" in header
+
+
+SIGNATURE = "ab" * 32
+GOOD_ENTRY = {"kind": "mismatch", "device": "CLANG", "file": "test_finding_clang_mismatch_abababababab.py", "count": 3}
+BAD_INDEXES = {"not JSON": '{"' + SIGNATURE, "a list": "[1, 2]", "nested too deep": "[" * 10**5,
+               "an entry that is a number": json.dumps({SIGNATURE: 5}),
+               "a count that is a string": json.dumps({SIGNATURE: {**GOOD_ENTRY, "count": "3"}}),
+               "a negative count": json.dumps({SIGNATURE: {**GOOD_ENTRY, "count": -4}}),
+               "no kind": json.dumps({SIGNATURE: {k: v for k, v in GOOD_ENTRY.items() if k != "kind"}})}
+
+
+def save_one_finding(folder) -> dict:
+  """Save a campaign's index with one mismatch of SIGNATURE counted twice; the index written."""
+  out = FindingsDir(str(folder), "CLANG", [], False)
+  out.save_index(SimpleNamespace(signatures={SIGNATURE: Finding("mismatch", "", None, SIGNATURE, count=2)}))
+  return json.loads((folder / "index.json").read_text())
+
+
+@pytest.mark.parametrize("damage", BAD_INDEXES)
+def test_a_findings_index_that_is_not_one_is_set_aside_with_a_warning_and_counting_starts_again(tmp_path, damage):
+  index = tmp_path / "index.json"
+  index.write_text(BAD_INDEXES[damage])
+  with pytest.warns(FindingsIndexWarning, match=f"{index} is not a refgrad findings index.*moved to {index}.bad"):
+    assert save_one_finding(tmp_path)[SIGNATURE]["count"] == 2
+  assert (tmp_path / "index.json.bad").read_text() == BAD_INDEXES[damage]
+
+
+def test_a_valid_findings_index_is_counted_on(tmp_path):
+  (tmp_path / "index.json").write_text(json.dumps({SIGNATURE: GOOD_ENTRY}))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", FindingsIndexWarning)
+    assert save_one_finding(tmp_path) == {SIGNATURE: {**GOOD_ENTRY, "count": 5}}
