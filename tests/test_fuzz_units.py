@@ -1,6 +1,6 @@
 """The small pieces fuzz campaigns and reports are built of, at the points users hit: ULP histograms at signed zeros,
 NaN, infinities, empty and 0-d outputs; array values drawn from bytes at zero bytes and the dtype's extremes; a
-findings index that is not one."""
+findings index that is not one; a Ray worker's chunk that is not a campaign's."""
 import json
 import warnings
 from types import SimpleNamespace
@@ -12,9 +12,11 @@ import pytest
 from refgrad.alu import ulp_distance
 from refgrad.dtype import dtypes
 from refgrad.testing.edges import edge_values
+from refgrad.testing.fuzz.engines import RayEngine
 from refgrad.testing.fuzz.findings import FindingsDir, FindingsIndexWarning
-from refgrad.testing.fuzz.results import Finding
+from refgrad.testing.fuzz.results import Chunk, Finding, HarnessError
 from refgrad.testing.oracle.compare import add_histogram, ulp_bucket, ulp_histogram
+from refgrad.testing.programs import Step, TensorProgram
 from refgrad.testing.strategies import ALL, value_pool, values_from_bytes
 
 
@@ -148,3 +150,27 @@ def test_a_valid_findings_index_is_counted_on(tmp_path):
   with warnings.catch_warnings():
     warnings.simplefilter("error", FindingsIndexWarning)
     assert save_one_finding(tmp_path) == {SIGNATURE: {**GOOD_ENTRY, "count": 5}}
+
+
+def program() -> TensorProgram:
+  return TensorProgram([np.zeros(2, np.float32)], [Step("neg", (0,), (True,))])
+
+
+BAD_CHUNKS = {"not a chunk": ({"programs": 3}, "dict, not a Chunk"),
+              "a negative count": (Chunk(programs=-1), r"counts \(-1, 0, 0\)"),
+              "a string count": (Chunk(batches="2"), "counts .* not non-negative ints"),
+              "infinite seconds": (Chunk(seconds=float("inf")), "seconds inf"),
+              "a path for a kind": (Chunk(findings=[Finding("../../x", "", program(), SIGNATURE)]), "a finding"),
+              "a path for a signature": (Chunk(findings=[Finding("crash", "", program(), "../" * 22)]), "a finding"),
+              "code for a program": (Chunk(findings=[Finding("crash", "", "import os", SIGNATURE)]), "a finding")}
+
+
+@pytest.mark.parametrize("case", BAD_CHUNKS)
+def test_a_ray_workers_chunk_that_is_not_a_campaigns_is_refused_naming_the_worker(case):
+  sent, message = BAD_CHUNKS[case]
+  engine = object.__new__(RayEngine)  # no cluster: its ray.get hands back what a worker sent
+  engine.ray, engine.names = SimpleNamespace(get=lambda ref: ref), ["ray-0", "ray-1"]
+  with pytest.raises(HarnessError, match=f"ray-1 sent a chunk of work with {message}"):
+    engine._result(sent, 1)
+  good = Chunk(programs=4, seconds=1.5, findings=[Finding("crash", "", program(), SIGNATURE)])
+  assert engine._result(good, 1) is good
