@@ -410,7 +410,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
       raise TypeError(f"from_blob: ptr must be a (non-null) memory address int, got {ptr!r}")
     shape = check_shape(shape_args((shape,)) if not isinstance(shape, (tuple, list)) else tuple(shape), "from_blob")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    raw = (ctypes.c_char * (prod(shape) * dt.itemsize)).from_address(ptr)
+    nbytes = prod(shape) * dt.itemsize  # Python ints: a shape cannot wrap around to a small byte count
+    if nbytes > sys.maxsize or any(s > sys.maxsize for s in shape):
+      raise ShapeError(f"from_blob: shape {shape} of {dt.name} has a size or byte count past {sys.maxsize}, the most "
+                       f"an array can have")
+    raw = (ctypes.c_char * nbytes).from_address(ptr)
     return Tensor(np.frombuffer(raw, dtype=dt.np).reshape(shape).copy(), device=device, **kwargs)
 
   # ---- realizing and reading data
