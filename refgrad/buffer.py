@@ -1,6 +1,7 @@
 """A buffer: `size` elements of a dtype in one device's memory, allocated on first use."""
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,29 @@ class Buffer:
     return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
 
 
+class PickledValueError(pickle.UnpicklingError, ValueError):
+  """A pickled Buffer, Tensor or TinyJit whose parts do not agree (a corrupt or crafted pickle): refused when it is
+  unpickled, since a kernel trusts a buffer's size and would read or write past the end of a shorter one."""
+
+
+def check_pickled_buffer(size: Any, dtype: Any, data: Any, undefined: Any = None) -> None:
+  """Refuse a pickled buffer's size, dtype, contents (None: never allocated) or undefined-lane mask unless they
+  agree: a size of non-negative int, a DType, bytes of exactly size * itemsize, a bool mask of one lane each."""
+  if type(size) is not int or size < 0 or not isinstance(dtype, DType):
+    raise PickledValueError(f"unpickling a Buffer: size {size!r} and dtype {dtype!r} are not a non-negative int "
+                            f"and a DType")
+  if data is not None and (not isinstance(data, bytes) or len(data) != size * dtype.itemsize):
+    got = f"{len(data)} bytes" if isinstance(data, bytes) else type(data).__name__
+    raise PickledValueError(f"unpickling a Buffer of {size} {dtype.name}: its contents are {got}, not "
+                            f"{size * dtype.itemsize} bytes")
+  if undefined is not None and not (isinstance(undefined, np.ndarray) and undefined.dtype == np.bool_ and
+                                    undefined.shape == (size,)):
+    raise PickledValueError(f"unpickling a Buffer of {size} {dtype.name}: its undefined lanes are not a bool mask "
+                            f"of shape ({size},)")
+
+
 def _restore_buffer(device: str, size: int, dtype: DType, data: bytes | None, undefined: np.ndarray | None) -> Buffer:
+  check_pickled_buffer(size, dtype, data, undefined)
   buf = Buffer(device, size, dtype)
   if data is not None:
     buf.copyin(np.frombuffer(data, dtype=dtype.np)).keep_undefined(undefined)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import tempfile
 import threading
 import time
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from refgrad.codegen.contract import Compiler, batch_binary, split_batch_binary
+from refgrad.codegen.contract import Compiler, batch_binary, is_symbol, split_batch_binary
 
 CACHE_MAGIC = b"refgrad-cache-2\n"
 OLD_CACHE_MAGICS = (b"refgrad-cache-1\n",)  # earlier formats, whose checksum did not cover the key
@@ -43,7 +44,7 @@ _last_hit = threading.local()  # the entry this thread's last cached_compile ret
 
 class CacheWarning(RuntimeWarning):
   """A compile cache entry was evicted (not this kernel's, corrupt, of an older format, or unloadable) and its
-  kernel is compiled again."""
+  kernel is compiled again; or a search cache entry (refgrad/search.py) was, and its kernel is searched again."""
 
 
 def cache_dir() -> Path:
@@ -194,14 +195,23 @@ def _shared_size() -> int | None:
     usage = cache_dir() / USAGE_FILE
     if time.time() - usage.stat().st_mtime > USAGE_MAX_AGE:
       return None
-    scanned = int(usage.read_text())
+    scanned = _byte_count(usage.read_text())
     try:
-      written = sum(int(line) for line in (cache_dir() / WRITTEN_FILE).read_text().split())
+      written = sum(_byte_count(line) for line in (cache_dir() / WRITTEN_FILE).read_text().split())
     except FileNotFoundError:
       written = 0
   except (OSError, ValueError):
     return None
   return scanned + written
+
+
+def _byte_count(text: str) -> int:
+  """A count of bytes in the shared record; ValueError if it is not one. A negative count (a corrupt or forged
+  record) would hide the cache's size from every process for a day, so that it grew past its limit unpruned."""
+  count = int(text)
+  if count < 0:
+    raise ValueError(f"negative byte count {count}")
+  return count
 
 
 def _record_write(nbytes: int) -> None:
@@ -254,17 +264,30 @@ def _blob_path(digest: str) -> Path:
   return cache_dir() / digest[:2] / f"{digest}.blob"
 
 
+def _reference(payload: bytes) -> tuple[str, str] | None:
+  """(symbol, blob digest) of a reference entry's payload, or None if it is malformed. The digest must be a SHA-256
+  in hex, so the blob's path stays inside the cache folder whatever an entry says (`../x` or `/x` never is one)."""
+  symbol, found, digest = payload[len(REF_MAGIC):].partition(b"\0")
+  name = symbol.decode("ascii", errors="replace")
+  if not found or re.fullmatch(rb"[0-9a-f]{64}", digest) is None or (symbol and not is_symbol(name)):
+    return None
+  return name, digest.decode()
+
+
 def _lookup(path: Path) -> bytes | None:
   """The binary of a kernel's entry (marked as used), or None: a miss. A reference is completed from its blob."""
   if (payload := _read_entry(path)) is None:
     return None
   if payload.startswith(REF_MAGIC):
-    symbol, _, digest = payload[len(REF_MAGIC):].partition(b"\0")
-    blob = _blob_path(digest.decode())
+    if (reference := _reference(payload)) is None:
+      _evict(path, "is a reference that names no blob of the cache (its name must be a SHA-256) or no valid symbol")
+      return None
+    symbol, digest = reference
+    blob = _blob_path(digest)
     if (library := _read_entry(blob)) is None:
       return None  # pruned since: compiled again
     _touch(blob)
-    payload = batch_binary(symbol.decode(), library) if symbol else library
+    payload = batch_binary(symbol, library) if symbol else library
   _touch(path)
   return payload
 

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from refgrad import execute, tensor
-from refgrad.buffer import Buffer
+from refgrad.buffer import Buffer, PickledValueError
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.device import write_variables
 from refgrad.frontend import random as rng_state
@@ -272,6 +272,7 @@ class Launch:
 
   def __setstate__(self, state: dict) -> None:
     self.__dict__.update(state)
+    check_launch_buffers(self.ast, self.buffers)
     if self.runner:
       device = Device[self.buffers[0].device]
       self.runner = device.get_runner(compile_ast(self.ast, device.caps, None))
@@ -281,6 +282,27 @@ class Launch:
   @property
   def bufs(self) -> tuple[Buffer, ...]:
     return self.buffers
+
+
+def check_launch_buffers(ast: Any, buffers: Any) -> None:
+  """Refuse an unpickled launch whose buffers are not those its kernel was compiled for (a corrupt or crafted pickle):
+  one per PARAM, of its size and dtype, on one device; a transfer's of one size and dtype. A compiled kernel indexes
+  its buffers by the sizes in its graph, so it would read or write past the end of a shorter one."""
+  if not isinstance(ast, UOp) or not isinstance(buffers, tuple) or not all(isinstance(b, Buffer) for b in buffers):
+    raise PickledValueError(f"unpickling a TinyJit: a launch holds {type(ast).__name__} and {type(buffers).__name__}, "
+                            f"not a kernel's graph and a tuple of Buffers")
+  got = [(b.size, b.dtype) for b in buffers]
+  if ast.op is Ops.SINK:
+    params = sorted((u.arg[0], u.arg[1], u.dtype) for u in ast.toposort if u.op is Ops.PARAM)
+    wanted = [(size, dtype) for _, size, dtype in params]
+    agree = got == wanted and len({b.device for b in buffers}) == 1
+  else:
+    wanted = got[:1] * len(got)
+    agree = bool(got) and got == wanted
+  if not agree:
+    shown = ", ".join(f"{size} {dtype.name}" for size, dtype in wanted)
+    raise PickledValueError(f"unpickling a TinyJit: a launch's buffers {buffers} are not its kernel's ({shown}, on "
+                            f"one device)")
 
 
 @dataclass

@@ -10,19 +10,22 @@ and `refgrad check` prove against the reference.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import random
 import sys
 import time
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 from refgrad.buffer import Buffer
 from refgrad.codegen.contract import OptList, opts_text
 from refgrad.codegen.opt import OptError, parse_opts
 from refgrad.codegen.pipeline import compile_ast, kernel_name, lowered_kernel, random_kernel_opts
-from refgrad.compile_cache import cache_dir
+from refgrad.compile_cache import CacheWarning, cache_dir
 from refgrad.registry import Device
 from refgrad.uop import Ops, UOp
 
@@ -92,8 +95,38 @@ def run_search(ast: UOp, device: str, budget: int, seed: str = "") -> SearchResu
   return SearchResult(opts, seconds, timed[0][0], len(timed), time.perf_counter() - start)
 
 
-def _cache_path(key: str):
+def _cache_path(key: str) -> Path:
   return cache_dir() / "search" / f"{key}.json"
+
+
+def _cached_opts(path: Path, ast: UOp, device: str, budget: int) -> OptList | None:
+  """The opts cached at `path` by a search of at least `budget`, or None: search (again). An entry that is not what
+  search_opts writes (any JSON the file may hold), or whose opts do not apply to this kernel on this device, is
+  evicted with a CacheWarning: realize would otherwise fail on it in every process, or run garbage opts."""
+  try:
+    data = path.read_bytes()
+  except OSError:  # not searched yet on this machine
+    return None
+  try:
+    searched, opts = _search_entry(data, ast, device)
+  except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep
+    warnings.warn(f"search cache entry {path} is not valid for its kernel ({type(e).__name__}: {str(e)[:200]}); "
+                  f"evicted, the kernel is searched again", CacheWarning, stacklevel=3)
+    with contextlib.suppress(OSError):  # a read-only cache: searched again in every process
+      path.unlink(missing_ok=True)
+    return None
+  return opts if searched >= budget else None
+
+
+def _search_entry(data: bytes, ast: UOp, device: str) -> tuple[int, OptList]:
+  """(budget, opts) of a search cache entry; ValueError if it is not what search_opts writes, or an OptError if its
+  opts do not apply to this kernel on this device."""
+  cached = json.loads(data)
+  if not isinstance(cached, dict) or type(cached.get("budget")) is not int or not isinstance(cached.get("opts"), str):
+    raise ValueError("it is not an object with an int 'budget' and a string 'opts'")
+  opts = parse_opts(cached["opts"])
+  compile_ast(ast, Device[device].caps, opts)
+  return cached["budget"], opts
 
 
 @functools.lru_cache(maxsize=512)
@@ -104,13 +137,9 @@ def search_opts(ast: UOp, device: str, budget: int) -> OptList:
   key = kernel_key(ast, device)
   name = kernel_name(*lowered_kernel(ast))  # a program's name, without compiling one for it
   path = _cache_path(key)
-  try:
-    cached = json.loads(path.read_text())
-    if cached["budget"] >= budget:
-      print(f"search: {name} on {device}: {cached['opts']} (cached)", file=sys.stderr)
-      return parse_opts(cached["opts"])
-  except (OSError, ValueError, KeyError):
-    pass  # not searched yet, or an unreadable entry: search again
+  if (cached := _cached_opts(path, ast, device, budget)) is not None:
+    print(f"search: {name} on {device}: {opts_text(cached)} (cached)", file=sys.stderr)
+    return cached
   result = run_search(ast, device, budget, seed=key)
   chosen = opts_text(result.opts)
   print(f"search: {name} on {device}: {result.candidates} opt lists in {result.search_seconds:.2f} s; chose "

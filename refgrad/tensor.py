@@ -16,7 +16,7 @@ import numpy as np
 
 from refgrad import multi
 from refgrad.alu import cast_python_int, exec_cast
-from refgrad.buffer import Buffer
+from refgrad.buffer import Buffer, PickledValueError
 from refgrad.dtype import (
   PYTHON_INT_RANGE,
   DType,
@@ -410,7 +410,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ScatterMixin, SortingMixin, Reduce
       raise TypeError(f"from_blob: ptr must be a (non-null) memory address int, got {ptr!r}")
     shape = check_shape(shape_args((shape,)) if not isinstance(shape, (tuple, list)) else tuple(shape), "from_blob")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    raw = (ctypes.c_char * (prod(shape) * dt.itemsize)).from_address(ptr)
+    nbytes = prod(shape) * dt.itemsize  # Python ints: a shape cannot wrap around to a small byte count
+    if nbytes > sys.maxsize or any(s > sys.maxsize for s in shape):
+      raise ShapeError(f"from_blob: shape {shape} of {dt.name} has a size or byte count past {sys.maxsize}, the most "
+                       f"an array can have")
+    raw = (ctypes.c_char * nbytes).from_address(ptr)
     return Tensor(np.frombuffer(raw, dtype=dt.np).reshape(shape).copy(), device=device, **kwargs)
 
   # ---- realizing and reading data
@@ -702,12 +706,28 @@ def _node_of(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> U
 
 def _unpickle(values: bytes, shape: tuple, dtype: DType, device: Any, requires_grad: bool | None,
               layout: tuple[int, tuple[int, ...]] | None = None) -> Tensor:
+  _check_pickled_tensor(values, shape, dtype, requires_grad)
   whole = Tensor(np.frombuffer(values, dtype=dtype.np), device=device[0] if layout else device, dtype=dtype)
   t = whole.reshape(shape) if whole.shape != shape else whole
   if layout:
     t = t.shard(device, axis=layout[0], splits=layout[1]).realize()
   t.requires_grad = requires_grad
   return t
+
+
+def _check_pickled_tensor(values: Any, shape: Any, dtype: Any, requires_grad: Any) -> None:
+  """Refuse a pickled tensor whose values do not fill its shape exactly, or whose parts are of the wrong types (a
+  corrupt or crafted pickle). A symbolic shape's count is checked by the reshape to it."""
+  if not isinstance(shape, tuple) or not all(isinstance(s, UOp) or (type(s) is int and s >= 0) for s in shape):
+    raise PickledValueError(f"unpickling a Tensor: shape {shape!r} is not a tuple of non-negative ints")
+  if requires_grad is not None and type(requires_grad) is not bool:
+    raise PickledValueError(f"unpickling a Tensor: requires_grad {requires_grad!r} is not None, True or False")
+  if not isinstance(values, bytes) or not isinstance(dtype, DType):
+    raise PickledValueError(f"unpickling a Tensor: its values ({type(values).__name__}) and dtype {dtype!r} are not "
+                            f"bytes and a DType")
+  if all(isinstance(s, int) for s in shape) and len(values) != prod(shape) * dtype.itemsize:
+    raise PickledValueError(f"unpickling a Tensor of shape {shape} and dtype {dtype.name}: its values are "
+                            f"{len(values)} bytes, not {prod(shape) * dtype.itemsize}")
 
 
 def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: DType | str | None, device: str | None,

@@ -11,6 +11,7 @@ import pytest
 
 import refgrad.compile_cache as compile_cache
 from refgrad import Device, Tensor
+from refgrad.codegen.contract import split_batch_binary
 from refgrad.compile_cache import CacheWarning, cache_dir, cache_limit, cached_compile
 from refgrad.device import LRU
 
@@ -150,3 +151,62 @@ def test_a_cache_size_limit_that_is_not_a_positive_number_is_refused(tmp_path, m
 def test_a_valid_cache_size_limit_is_read_in_megabytes(monkeypatch, value, limit):
   monkeypatch.setenv("REFGRAD_CACHE_MAX_MB", value)
   assert cache_limit() == limit
+
+
+def reference_to(path, symbol: bytes, blob: bytes) -> None:
+  """Make the entry at `path` a batch reference, valid for its key, naming `symbol` in the blob named `blob`."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_bytes(entry_bytes(path.stem, b"refgrad-cache-ref-1\n" + symbol + b"\0" + blob))
+
+
+@pytest.mark.parametrize("blob", ["../victim", "{tmp}/victim"])
+def test_a_reference_naming_a_blob_outside_the_cache_is_evicted_without_touching_it(tmp_path, monkeypatch, blob):
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path / "user" / "cache"))
+  victim = tmp_path / "victim.blob"
+  victim.write_bytes(b"not a cache entry: a file the cache must neither read, touch nor delete")
+  compiler = GarbageCompiler()
+  path = compile_cache._entry_path(compiler, "k")
+  blob = blob.format(tmp=tmp_path)
+  reference_to(path, b"k0", blob.encode())
+  assert (cache_dir() / blob[:2] / f"{blob}.blob").resolve() == victim  # where a blob's path was made from its name
+  with pytest.warns(CacheWarning, match=f"entry {path} is a reference that names no blob of the cache"):
+    assert cached_compile(compiler, "k") == b"garbage for k"
+  assert victim.read_bytes().startswith(b"not a cache entry") and payload_of(path) == b"garbage for k"
+
+
+@pytest.mark.parametrize("symbol, blob", [(b"k\xff", "sha"), (b"k 0", "sha"), (b"k0", "SHA"), (b"k0", "sha\xff")])
+def test_a_reference_with_a_malformed_symbol_or_blob_name_is_evicted(tmp_path, monkeypatch, symbol, blob):
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
+  compiler = GarbageCompiler()
+  library = b"a library"
+  digest = hashlib.sha256(library).hexdigest()
+  blob_path = tmp_path / digest[:2] / f"{digest}.blob"
+  blob_path.parent.mkdir(parents=True, exist_ok=True)
+  blob_path.write_bytes(entry_bytes(blob_path.stem, library))
+  path = compile_cache._entry_path(compiler, "k")
+  named = {"sha": digest.encode(), "SHA": digest.upper().encode(), "sha\xff": digest.encode()[:-1] + b"\xff"}[blob]
+  reference_to(path, symbol, named)
+  with pytest.warns(CacheWarning, match="is a reference that names no blob of the cache .* or no valid symbol"):
+    assert cached_compile(compiler, "k") == b"garbage for k"
+  reference_to(path, b"k0", digest.encode())  # the same reference, well formed: a hit
+  with no_cache_warnings():
+    assert split_batch_binary(cached_compile(compiler, "k")) == ("k0", library)
+
+
+@pytest.mark.parametrize("binary", [b"refgrad-batch-binary-1\nk\xff\0lib", b"refgrad-batch-binary-1\n../k\0lib",
+                                    b"refgrad-batch-binary-1\n\0lib", b"refgrad-batch-binary-1\nno separator"])
+def test_a_batch_binary_naming_no_valid_symbol_is_refused(binary):
+  with pytest.raises(ValueError, match="a batch binary names no valid symbol"):
+    split_batch_binary(binary)
+
+
+def test_a_negative_size_in_the_shared_size_record_does_not_stop_pruning(tmp_path, monkeypatch):
+  monkeypatch.setenv("REFGRAD_CACHE", str(tmp_path))
+  monkeypatch.setattr(compile_cache, "_cache_estimate", None)
+  tmp_path.mkdir(exist_ok=True)
+  (tmp_path / "usage").write_text(str(-10**12))  # fresh, so it is believed unless it is refused
+  monkeypatch.setenv("REFGRAD_CACHE_MAX_MB", str(2000 / 2**20))  # 2000 bytes: a few entries
+  compiler = GarbageCompiler()
+  for i in range(40):
+    cached_compile(compiler, f"kernel {i} " + "x" * 100)
+  assert sum(p.stat().st_size for p in entries()) <= 2000

@@ -22,6 +22,10 @@ ERRORS = {
   "tuple_as_dtype": (lambda: Tensor([3], dtype=(dtypes.int,)), None, (TypeError, AttributeError), ["int32"]),
   "numpy_unsupported_dtype": (lambda: Tensor(np.zeros(2, np.complex64)), None, TypeError, ["complex64"]),
   "from_blob_null": (lambda: Tensor.from_blob(0, (2,)), None, TypeError, ["0"]),
+  "from_blob_bytes_overflow": (lambda: Tensor.from_blob(1, (2**40, 2**40)), lambda: torch.empty(2**40, 2**40,
+                               device="meta"), RuntimeError, ["(1099511627776, 1099511627776)", "float32"]),
+  "from_blob_size_overflow": (lambda: Tensor.from_blob(1, (0, 2**63)), None, (RuntimeError, ValueError),
+                              ["(0, 9223372036854775808)"]),
   # creation functions: torch's NotImplementedError and tinygrad's ValueError
   "linspace_bool": (lambda: Tensor.linspace(5, 10, 3, dtype="bool"), lambda: torch.linspace(5, 10, 3, dtype=torch.bool),
                     (NotImplementedError, ValueError), ["bool"]),

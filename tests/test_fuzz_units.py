@@ -1,5 +1,10 @@
 """The small pieces fuzz campaigns and reports are built of, at the points users hit: ULP histograms at signed zeros,
-NaN, infinities, empty and 0-d outputs; array values drawn from bytes at zero bytes and the dtype's extremes."""
+NaN, infinities, empty and 0-d outputs; array values drawn from bytes at zero bytes and the dtype's extremes; a
+findings index that is not one; a Ray worker's chunk that is not a campaign's."""
+import json
+import warnings
+from types import SimpleNamespace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -7,7 +12,11 @@ import pytest
 from refgrad.alu import ulp_distance
 from refgrad.dtype import dtypes
 from refgrad.testing.edges import edge_values
+from refgrad.testing.fuzz.engines import RayEngine
+from refgrad.testing.fuzz.findings import FindingsDir, FindingsIndexWarning
+from refgrad.testing.fuzz.results import Chunk, Finding, HarnessError
 from refgrad.testing.oracle.compare import add_histogram, ulp_bucket, ulp_histogram
+from refgrad.testing.programs import Step, TensorProgram
 from refgrad.testing.strategies import ALL, value_pool, values_from_bytes
 
 
@@ -109,3 +118,59 @@ def test_a_finding_header_says_when_it_cut_a_mismatchs_kernel_source():
   assert "# TOY differs from the reference in kernel 0" in header and f"v{HEADER_LINES - 2} =" in header
   assert f"v{HEADER_LINES - 1} =" not in header
   assert f"[{31 - HEADER_LINES} more lines of the report left out: run this file to see it whole]" in header
+
+
+SIGNATURE = "ab" * 32
+GOOD_ENTRY = {"kind": "mismatch", "device": "CLANG", "file": "test_finding_clang_mismatch_abababababab.py", "count": 3}
+BAD_INDEXES = {"not JSON": '{"' + SIGNATURE, "a list": "[1, 2]", "nested too deep": "[" * 10**5,
+               "an entry that is a number": json.dumps({SIGNATURE: 5}),
+               "a count that is a string": json.dumps({SIGNATURE: {**GOOD_ENTRY, "count": "3"}}),
+               "a negative count": json.dumps({SIGNATURE: {**GOOD_ENTRY, "count": -4}}),
+               "no kind": json.dumps({SIGNATURE: {k: v for k, v in GOOD_ENTRY.items() if k != "kind"}})}
+
+
+def save_one_finding(folder) -> dict:
+  """Save a campaign's index with one mismatch of SIGNATURE counted twice; the index written."""
+  out = FindingsDir(str(folder), "CLANG", [], False)
+  out.save_index(SimpleNamespace(signatures={SIGNATURE: Finding("mismatch", "", None, SIGNATURE, count=2)}))
+  return json.loads((folder / "index.json").read_text())
+
+
+@pytest.mark.parametrize("damage", BAD_INDEXES)
+def test_a_findings_index_that_is_not_one_is_set_aside_with_a_warning_and_counting_starts_again(tmp_path, damage):
+  index = tmp_path / "index.json"
+  index.write_text(BAD_INDEXES[damage])
+  with pytest.warns(FindingsIndexWarning, match=f"{index} is not a refgrad findings index.*moved to {index}.bad"):
+    assert save_one_finding(tmp_path)[SIGNATURE]["count"] == 2
+  assert (tmp_path / "index.json.bad").read_text() == BAD_INDEXES[damage]
+
+
+def test_a_valid_findings_index_is_counted_on(tmp_path):
+  (tmp_path / "index.json").write_text(json.dumps({SIGNATURE: GOOD_ENTRY}))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", FindingsIndexWarning)
+    assert save_one_finding(tmp_path) == {SIGNATURE: {**GOOD_ENTRY, "count": 5}}
+
+
+def program() -> TensorProgram:
+  return TensorProgram([np.zeros(2, np.float32)], [Step("neg", (0,), (True,))])
+
+
+BAD_CHUNKS = {"not a chunk": ({"programs": 3}, "dict, not a Chunk"),
+              "a negative count": (Chunk(programs=-1), r"counts \(-1, 0, 0\)"),
+              "a string count": (Chunk(batches="2"), "counts .* not non-negative ints"),
+              "infinite seconds": (Chunk(seconds=float("inf")), "seconds inf"),
+              "a path for a kind": (Chunk(findings=[Finding("../../x", "", program(), SIGNATURE)]), "a finding"),
+              "a path for a signature": (Chunk(findings=[Finding("crash", "", program(), "../" * 22)]), "a finding"),
+              "code for a program": (Chunk(findings=[Finding("crash", "", "import os", SIGNATURE)]), "a finding")}
+
+
+@pytest.mark.parametrize("case", BAD_CHUNKS)
+def test_a_ray_workers_chunk_that_is_not_a_campaigns_is_refused_naming_the_worker(case):
+  sent, message = BAD_CHUNKS[case]
+  engine = object.__new__(RayEngine)  # no cluster: its ray.get hands back what a worker sent
+  engine.ray, engine.names = SimpleNamespace(get=lambda ref: ref), ["ray-0", "ray-1"]
+  with pytest.raises(HarnessError, match=f"ray-1 sent a chunk of work with {message}"):
+    engine._result(sent, 1)
+  good = Chunk(programs=4, seconds=1.5, findings=[Finding("crash", "", program(), SIGNATURE)])
+  assert engine._result(good, 1) is good

@@ -13,6 +13,7 @@ from helpers import training_step
 
 import refgrad.tensor
 from refgrad import Device, Tensor, TinyJit, dtypes
+from refgrad.buffer import Buffer, PickledValueError
 from refgrad.jit import CapturedCall, JitError, JitWarning, tensors_in
 from refgrad.nn.optim import SGD, Adam
 from refgrad.nn.state import get_parameters
@@ -233,6 +234,23 @@ def test_a_pickled_jit_replays_without_its_function_from_the_state_it_was_pickle
   unpickled.reset()
   with pytest.raises(JitError, match="step was unpickled with its captured kernels only"):
     unpickled(Tensor(x, device=refgrad_device), Tensor([1.0], device=refgrad_device))
+
+
+@pytest.mark.parametrize("swap", ["a shorter input", "an input of another dtype", "one buffer fewer"])
+def test_an_unpickled_jit_whose_launch_buffers_do_not_fit_its_kernel_is_refused(refgrad_device, swap):
+  """A crafted or corrupt pickle: a kernel compiled for 1024 floats per input must not be handed a shorter buffer,
+  which it would read past the end of."""
+  jitted = TinyJit(lambda a, b: (a * b + 1).realize())
+  for _ in range(3):
+    jitted(Tensor.ones(1024, device=refgrad_device).contiguous(), Tensor.ones(1024, device=refgrad_device).contiguous())
+  (launch,) = [launch for launch in jitted.captured.launches if launch.runner is not None]
+  out, first, *rest = launch.buffers
+  other = {"a shorter input": Buffer(refgrad_device, 4, dtypes.float32),
+           "an input of another dtype": Buffer(refgrad_device, 1024, dtypes.int32), "one buffer fewer": None}[swap]
+  launch.buffers = (out, *rest) if other is None else (out, other.copyin(np.zeros(other.size, other.dtype.np)), *rest)
+  with pytest.raises(PickledValueError, match="unpickling a TinyJit: a launch's buffers .* are not its kernel's "
+                                              r"\(1024 float32, 1024 float32, 1024 float32, on one device\)"):
+    pickle.loads(pickle.dumps(jitted))
 
 
 def add_one(t):

@@ -1,6 +1,8 @@
 """Opt search (refgrad/search.py): under REFGRAD_SEARCH a compiled device runs each kernel with the fastest of the
 candidates it timed, the values stay the reference's, the choice is printed and cached on disk, and the reference
 itself is never searched."""
+import json
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ from refgrad import Device, Tensor
 from refgrad import search as search_module
 from refgrad.codegen.contract import Opt, opts_text
 from refgrad.codegen.pipeline import compile_ast
+from refgrad.compile_cache import CacheWarning
 from refgrad.execute import kernel_opts, search_budget
 from refgrad.search import candidates, kernel_key, search_opts
 
@@ -78,3 +81,31 @@ def test_no_search_unless_asked_and_a_bad_budget_is_refused(monkeypatch):
   monkeypatch.setenv("REFGRAD_SEARCH", "lots")
   with pytest.raises(ValueError, match="REFGRAD_SEARCH='lots'"):
     search_budget()
+
+
+BAD_ENTRIES = {
+  "not JSON": b'{"opts": ', "not UTF-8": b'\xff\xfe{"opts"', "a list": b"[1, 2]", "nested too deep": b"[" * 10**5,
+  "a string budget": b'{"opts": "(none)", "budget": "10"}', "a number for opts": b'{"opts": 5, "budget": 10}',
+  "opts that do not parse": b'{"opts": "UPCAST(0,", "budget": 10}',
+  "an amount of 5000 digits": b'{"opts": "UPCAST(0,' + b"9" * 5000 + b')", "budget": 10}',
+  "opts of another kernel": b'{"opts": "UPCAST(9,4)", "budget": 10}',
+}
+
+
+@pytest.mark.parametrize("entry", BAD_ENTRIES)
+def test_a_search_cache_entry_not_valid_for_its_kernel_is_evicted_and_searched_again(searching, monkeypatch, entry):
+  device = next((d for d in Device.available() if Device[d].interpret is None), None)
+  if device is None:
+    pytest.skip("no compiled device is installed here")
+  a, b = matmul_inputs(16)
+  ast = (Tensor(a, device=device) @ Tensor(b, device=device)).schedule()[-1].ast
+  path = searching / "search" / f"{kernel_key(ast, device)}.json"
+  path.parent.mkdir()
+  path.write_bytes(BAD_ENTRIES[entry])
+  monkeypatch.setattr(search_module, "time_opts", lambda ast, device, opts: 1.0)  # a tie: the heuristic wins
+  with pytest.warns(CacheWarning, match=f"search cache entry {path} is not valid for its kernel"):
+    opts = kernel_opts(ast, device)
+  assert opts == compile_ast(ast, Device[device].caps).opts
+  assert json.loads(path.read_text())["opts"] == opts_text(opts)  # searched again and written anew
+  got = (Tensor(a, device=device) @ Tensor(b, device=device)).numpy()
+  np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)

@@ -7,7 +7,9 @@ import pytest
 import torch
 from helpers import DTYPE_LIST, NP_DTYPE, TORCH_DTYPE, check, edge_values, ids, to_numpy
 
+import refgrad.tensor
 from refgrad import Device, Tensor, dtypes
+from refgrad.buffer import PickledValueError, _restore_buffer
 from refgrad.schedule import realized_buffer
 
 pytestmark = pytest.mark.usefixtures("refgrad_device")  # every test runs on every selected device
@@ -153,6 +155,49 @@ def test_pickle_keeps_every_bit_shape_dtype_and_device(dtype):
     check(back, np.asarray(want), dtype)
   if dtype.kind == "f":
     assert pickle.loads(pickle.dumps(Tensor([1.0, 2.0], dtype=dtype, requires_grad=True))).requires_grad is True
+
+
+class Crafted:
+  """Pickles as a call of `reconstruct` with `args`: what a crafted or corrupt pickle of a refgrad object holds."""
+
+  def __init__(self, reconstruct, *args):
+    self.reduced = (reconstruct, args)
+
+  def __reduce__(self):
+    return self.reduced
+
+
+F32 = dtypes.float32
+BAD_TENSOR_PICKLES = {"short values": (b"\0" * 15, (4,), F32, "values are 15 bytes, not 16"),
+                      "long values": (b"\0" * 32, (2, 2), F32, "values are 32 bytes, not 16"),
+                      "an inferred size": (b"\0" * 16, (-1,), F32, r"shape \(-1,\) is not a tuple of non-negative"),
+                      "a float size": (b"\0" * 16, (4.0,), F32, "is not a tuple of non-negative ints"),
+                      "a dtype name": (b"\0" * 16, (4,), "float32", "dtype 'float32' are not bytes and a DType"),
+                      "a huge size of no elements": (b"\0" * 16, (0, 2**63), F32, "values are 16 bytes, not 0")}
+
+
+@pytest.mark.parametrize("case", BAD_TENSOR_PICKLES)
+def test_a_pickled_tensor_whose_values_do_not_fill_its_shape_is_refused(case):
+  values, shape, dtype, message = BAD_TENSOR_PICKLES[case]
+  data = pickle.dumps(Crafted(refgrad.tensor._unpickle, values, shape, dtype, Device.DEFAULT, None))
+  with pytest.raises(PickledValueError, match=message) as caught:
+    pickle.loads(data)
+  assert isinstance(caught.value, pickle.UnpicklingError) and isinstance(caught.value, ValueError)
+  with pytest.raises(PickledValueError, match="requires_grad 'yes' is not None, True or False"):
+    pickle.loads(pickle.dumps(Crafted(refgrad.tensor._unpickle, b"\0" * 16, (4,), F32, Device.DEFAULT, "yes")))
+
+
+BAD_BUFFER_PICKLES = {"contents short of the size": (64, b"\0" * 16, None, "contents are 16 bytes, not 256"),
+                      "a negative size, never allocated": (-4, None, None, "size -4 and dtype .* not a non-negative"),
+                      "a mask short of the size": (4, b"\0" * 16, np.ones(2, bool), "not a bool mask of shape"),
+                      "a mask of ints": (4, b"\0" * 16, np.ones(4, np.int8), "not a bool mask of shape")}
+
+
+@pytest.mark.parametrize("case", BAD_BUFFER_PICKLES)
+def test_a_pickled_buffer_whose_contents_do_not_fill_its_size_is_refused(case):
+  size, data, undefined, message = BAD_BUFFER_PICKLES[case]
+  with pytest.raises(PickledValueError, match=message):
+    pickle.loads(pickle.dumps(Crafted(_restore_buffer, Device.DEFAULT, size, F32, data, undefined)))
 
 
 def test_iteration_yields_rows_and_refuses_0d():

@@ -8,6 +8,7 @@ types from here.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -146,23 +147,34 @@ class BatchCompiler(Compiler, Protocol):
 
 
 BATCH_BINARY_MAGIC = b"refgrad-batch-binary-1\n"
+# A kernel's symbol in a batch's library: a C, LLVM IR or OpenCL C identifier ('.' and '$' are LLVM's too). A binary
+# read from the compile cache names one: anything else is refused before a runtime looks it up.
+SYMBOL = re.compile(r"[A-Za-z_.$][A-Za-z0-9_.$]*")
+
+
+def is_symbol(name: str) -> bool:
+  return SYMBOL.fullmatch(name) is not None
 
 
 def batch_binary(symbol: str, library: bytes) -> bytes:
   """One kernel's binary out of a batch: the library (module, program) compiled for the whole batch, and the name
   of this kernel's symbol in it (kernels are renamed in a batch: two of them may share a name). The compile cache
   stores the library once for all its kernels."""
-  if not symbol or "\0" in symbol:
-    raise ValueError(f"batch_binary: {symbol!r} is not a symbol name")
+  if not is_symbol(symbol):
+    raise ValueError(f"batch_binary: {symbol!r} is not a symbol name (letters, digits, '_', '.', '$')")
   return BATCH_BINARY_MAGIC + symbol.encode() + b"\0" + library
 
 
 def split_batch_binary(binary: bytes) -> tuple[str, bytes] | None:
-  """(symbol, library) of a `batch_binary`; None for a binary of one kernel (its symbol is the program's name)."""
+  """(symbol, library) of a `batch_binary`; None for a binary of one kernel (its symbol is the program's name).
+  ValueError if it names no valid symbol (a corrupt or forged cache entry: load_cached evicts it)."""
   if not binary.startswith(BATCH_BINARY_MAGIC):
     return None
-  symbol, _, library = binary[len(BATCH_BINARY_MAGIC):].partition(b"\0")
-  return symbol.decode(), library
+  symbol, found, library = binary[len(BATCH_BINARY_MAGIC):].partition(b"\0")
+  name = symbol.decode("ascii", errors="replace")
+  if not found or not is_symbol(name):
+    raise ValueError(f"a batch binary names no valid symbol: {symbol[:64]!r}")
+  return name, library
 
 
 class Runner(Protocol):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from refgrad.testing.fuzz.campaign import Campaign, CampaignConfig
-from refgrad.testing.fuzz.results import Chunk, HarnessError
+from refgrad.testing.fuzz.results import Chunk, HarnessError, check_chunk
 
 CHUNK_SECONDS = 1.0  # how often a worker reports: the dashboard's resolution, and the most work a Ctrl-C loses
 
@@ -184,10 +184,11 @@ class RayEngine:
           pending[self.actors[index].run_for.remote(min(CHUNK_SECONDS, left))] = index
 
   def _result(self, ref: Any, index: int) -> Chunk | None:
-    """The chunk, or None when the actor died (it is replaced); refgrad's own failure is raised here."""
+    """The chunk (checked: Ray unpickled it from the network), or None when the actor died (it is replaced);
+    refgrad's own failure is raised here."""
     from ray.exceptions import RayActorError, RayTaskError
     try:
-      return self.ray.get(ref)
+      return check_chunk(self.ray.get(ref), self.names[index])
     except RayTaskError as e:
       cause = getattr(e, "cause", None)
       raise HarnessError(str(cause) if isinstance(cause, HarnessError) else str(e)) from None

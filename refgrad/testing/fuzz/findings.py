@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,47 @@ def test_finding():
 '''
 
 
+class FindingsIndexWarning(RuntimeWarning):
+  """A findings folder's index.json was not an index refgrad writes: it was set aside and a new one begun."""
+
+
+def read_index(path: Path) -> dict[str, dict[str, Any]]:
+  """The entries of a findings index ({} if there is none). A file that is not such an index (not JSON, or an entry
+  that is not a kind, device and file name with a count) is renamed to index.json.bad with a FindingsIndexWarning:
+  the campaign goes on with a new index, where it failed at its start (or, for an entry of the wrong types, when it
+  saved its counts after all its work)."""
+  try:
+    index = json.loads(path.read_bytes())
+    if not isinstance(index, dict):
+      raise ValueError(f"it holds a {type(index).__name__}, not an object of signatures")
+    for signature, entry in index.items():
+      _check_index_entry(signature, entry)
+  except FileNotFoundError:
+    return {}
+  except (ValueError, RecursionError) as e:
+    aside = path.with_name(path.name + ".bad")
+    path.replace(aside)
+    warnings.warn(f"{path} is not a refgrad findings index ({type(e).__name__}: {str(e)[:200]}); moved to {aside}, "
+                  f"counting starts again", FindingsIndexWarning, stacklevel=3)
+    return {}
+  return index
+
+
+def _check_index_entry(signature: str, entry: Any) -> None:
+  fields = {"kind": str, "device": str, "file": str, "count": int}
+  if not isinstance(entry, dict) or any(type(entry.get(name)) is not kind for name, kind in fields.items()):
+    raise ValueError(f"entry {signature[:64]!r} is not a kind, device and file name (strings) with an int count")
+  if entry["count"] < 0:
+    raise ValueError(f"entry {signature[:64]!r} has a negative count {entry['count']}")
+
+
 class FindingsDir:
   """Where findings go: one pytest file per signature, written once (a later campaign that hits the signature
   again only counts it), and index.json with every signature's kind, file and count."""
 
   def __init__(self, path: str, device: str, plugin_files: list[str], opts: bool):
     self.path, self.device, self.plugin_files, self.opts = Path(path), device, plugin_files, opts
-    index = self.path / "index.json"
-    self.index: dict[str, dict[str, Any]] = json.loads(index.read_text()) if index.exists() else {}
+    self.index = read_index(self.path / "index.json")
 
   def file_for(self, finding: Finding) -> Path:
     return self.path / f"test_finding_{self.device.lower()}_{finding.kind}_{finding.signature[:12]}.py"

@@ -2,11 +2,13 @@
 a campaign reports to the driver (all picklable, for worker processes and Ray actors)."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from refgrad.testing.oracle.compare import add_histogram
+from refgrad.testing.programs import TensorProgram
 
 FINDING_KINDS = ("mismatch", "error", "crash", "hang")
 
@@ -69,3 +71,31 @@ class Chunk:
     self.coverage.update(verdict.coverage)
     for key, histogram in verdict.ulp.items():
       add_histogram(self.ulp.setdefault(key, {}), histogram)
+
+
+def check_chunk(chunk: Any, worker: str) -> Chunk:
+  """`chunk` if it is a Chunk as a campaign makes one; else HarnessError naming the worker. A Ray worker's chunk is
+  unpickled from the network (Ray itself pickles, so the cluster is trusted to run code); what it holds is checked
+  before it is used: a finding's kind and signature name its file, and its program is written into it."""
+  if fault := _chunk_fault(chunk):
+    raise HarnessError(f"{worker} sent a chunk of work with {fault}: not refgrad's campaign, or corrupt")
+  return chunk
+
+
+def _chunk_fault(chunk: Any) -> str:
+  if not isinstance(chunk, Chunk):
+    return f"{type(chunk).__name__}, not a Chunk"
+  counts = (chunk.programs, chunk.batches, chunk.replayed)
+  if not all(type(n) is int and n >= 0 for n in counts):
+    return f"counts {counts} that are not non-negative ints"
+  if not (isinstance(chunk.seconds, (int, float)) and 0 <= chunk.seconds < float("inf")):
+    return f"seconds {chunk.seconds!r}"
+  if not (isinstance(chunk.findings, list) and all(_is_finding(f) for f in chunk.findings)):
+    return "a finding that is not one (its kind, signature, count or program)"
+  return ""
+
+
+def _is_finding(finding: Any) -> bool:
+  return (isinstance(finding, Finding) and finding.kind in FINDING_KINDS and isinstance(finding.detail, str) and
+          isinstance(finding.signature, str) and re.fullmatch(r"[0-9a-f]{64}", finding.signature) is not None and
+          type(finding.count) is int and finding.count >= 1 and isinstance(finding.program, TensorProgram))
