@@ -1,13 +1,13 @@
 """A buffer: `size` elements of a dtype in one device's memory, allocated on first use."""
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import numpy as np
 
 from refgrad.dtype import DType
 from refgrad.registry import Device
+from refgrad.safe_pickle import UnsafePickleError
 
 
 class Buffer:
@@ -68,9 +68,10 @@ class Buffer:
     return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
 
 
-class PickledValueError(pickle.UnpicklingError, ValueError):
+class PickledValueError(UnsafePickleError):
   """A pickled Buffer, Tensor or TinyJit whose parts do not agree (a corrupt or crafted pickle): refused when it is
-  unpickled, since a kernel trusts a buffer's size and would read or write past the end of a shorter one."""
+  unpickled, since a kernel trusts a buffer's size and would read or write past the end of a shorter one. A
+  ValueError and an UnpicklingError, as every refusal of refgrad.safe_pickle."""
 
 
 def check_pickled_buffer(size: Any, dtype: Any, data: Any, undefined: Any = None) -> None:
