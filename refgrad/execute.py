@@ -18,13 +18,22 @@ from refgrad.uop import Ops, UOp
 CAPTURE: list[tuple[Callable[..., None] | None, ScheduleItem]] | None = None
 
 
+MAX_SEARCH = 1000  # opt lists per kernel: each is compiled once and run 4 times, so a thousand is minutes to hours
+# for one kernel, and candidates() draws up to 4 lists per one kept (REFGRAD_SEARCH=1e9 would never end)
+
+
 def search_budget() -> int:
-  """REFGRAD_SEARCH's value: how many random opt lists a search may try per kernel (0: no search)."""
+  """REFGRAD_SEARCH's value: how many random opt lists a search may try per kernel (0: no search). Anything but a
+  whole number from 0 to MAX_SEARCH raises ValueError (a negative one was taken for 0)."""
   value = os.environ.get("REFGRAD_SEARCH", "0")
   try:
-    return max(0, int(value))
+    budget = int(value)
   except ValueError:
-    raise ValueError(f"REFGRAD_SEARCH={value!r}: give the number of opt lists to try per kernel, e.g. 20") from None
+    budget = -1
+  if not 0 <= budget <= MAX_SEARCH:
+    raise ValueError(f"REFGRAD_SEARCH={value!r}: give the number of opt lists to try per kernel, 0 (no search) to "
+                     f"{MAX_SEARCH}, e.g. 20")
+  return budget
 
 
 def kernel_opts(ast: UOp, device: str) -> OptList | None:

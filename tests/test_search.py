@@ -78,9 +78,13 @@ def test_no_search_unless_asked_and_a_bad_budget_is_refused(monkeypatch):
   assert search_budget() == 0
   a, b = matmul_inputs(8)
   assert kernel_opts((Tensor(a) @ Tensor(b)).schedule()[-1].ast, "PYTHON") is None
-  monkeypatch.setenv("REFGRAD_SEARCH", "lots")
-  with pytest.raises(ValueError, match="REFGRAD_SEARCH='lots'"):
-    search_budget()
+  for bad in ("lots", "-3", "1001", "2.5", "nan"):  # -3 was taken for 0, silently
+    monkeypatch.setenv("REFGRAD_SEARCH", bad)
+    with pytest.raises(ValueError, match=rf"REFGRAD_SEARCH='{bad}': .* 0 \(no search\) to 1000"):
+      search_budget()
+  for good in ("0", "1000", " 20 "):
+    monkeypatch.setenv("REFGRAD_SEARCH", good)
+    assert search_budget() == int(good)
 
 
 BAD_ENTRIES = {
