@@ -3,7 +3,6 @@ finding's standalone reproducer) and `selftest` (the kit's own mutation score)."
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import socket
@@ -26,6 +25,12 @@ HARNESS_FAILED = 3  # `refgrad fuzz`'s exit status when refgrad itself failed (0
 INTERRUPTED = 130  # Ctrl-C: the campaign stopped early (its findings and report are written), as a shell reports it
 MIN_TIMEOUT = 1.0  # seconds: a correct program can take a good part of one (a compile on a busy machine), and a
 # shorter timeout would report it as a hang
+MAX_SECONDS = 1e6  # seconds (11.6 days), for every time option: more than a campaign of days needs, and far inside
+# what deadlines and the OS's waits can hold (--timeout 1e10 overflowed a wait: "timestamp too large")
+JOBS_PER_CPU = 4  # local jobs beyond this many per CPU only share the cores (at 2 per CPU a job's start-up already
+# takes seconds), and each costs two processes' memory; --jobs 100000 ran out of semaphores and never stopped
+MAX_JOBS = JOBS_PER_CPU * (os.cpu_count() or 1)
+MAX_WORKERS = 1024  # Ray actors take a CPU each: a typo's 100000 would wait for CPUs no cluster we know of has
 
 
 class UsageError(Exception):
@@ -49,14 +54,15 @@ def _option(dest: str) -> str:
 
 
 # What each numeric option (by argparse dest, in any subcommand) must be: outside it a command would test nothing
-# (`--seconds 0`), report a false finding (`--timeout 0`: every program a hang) or fail deep inside numpy.
+# (`--seconds 0`), report a false finding (`--timeout 0`: every program a hang), fail deep inside numpy or the OS, or
+# never end. A count to stop at and a seed need no upper bound: a count never reached is no limit, and any seed draws.
 NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
-  "seconds": (lambda v: 0 < v < math.inf, "a positive, finite number of seconds"),
-  "fuzz_seconds": (lambda v: 0 <= v < math.inf, "a finite number of seconds, 0 or more (0: no fuzzing)"),
-  "timeout": (lambda v: MIN_TIMEOUT <= v < math.inf, f"a finite number of seconds, at least {MIN_TIMEOUT:g}"),
-  "case_timeout": (lambda v: MIN_TIMEOUT <= v < math.inf, f"a finite number of seconds, at least {MIN_TIMEOUT:g}"),
-  "jobs": (lambda v: v >= 1, "at least one worker"),
-  "workers": (lambda v: v >= 1, "at least one worker"),
+  "seconds": (lambda v: 0 < v <= MAX_SECONDS, f"more than 0 and at most {MAX_SECONDS:.0f} seconds"),
+  "fuzz_seconds": (lambda v: 0 <= v <= MAX_SECONDS, f"0 (no fuzzing) to {MAX_SECONDS:.0f} seconds"),
+  "timeout": (lambda v: MIN_TIMEOUT <= v <= MAX_SECONDS, f"{MIN_TIMEOUT:g} to {MAX_SECONDS:.0f} seconds"),
+  "case_timeout": (lambda v: MIN_TIMEOUT <= v <= MAX_SECONDS, f"{MIN_TIMEOUT:g} to {MAX_SECONDS:.0f} seconds"),
+  "jobs": (lambda v: 1 <= v <= MAX_JOBS, f"1 to {MAX_JOBS} jobs ({JOBS_PER_CPU} per CPU)"),
+  "workers": (lambda v: 1 <= v <= MAX_WORKERS, f"1 to {MAX_WORKERS} Ray workers"),
   "max_findings": (lambda v: v >= 1, "at least 1 finding to stop at"),
   "max_programs": (lambda v: v >= 1, "at least 1 program to stop at"),
   "seed": (lambda v: v >= 0, "a non-negative integer"),
@@ -87,6 +93,18 @@ def _unwritable_file(path: str) -> str:
   if not existed:
     os.remove(path)
   return ""
+
+
+def _check_environment() -> None:
+  """The numeric environment variables refgrad reads, read now as the library will: a bad one is a usage error
+  before any work, not a failure in the middle of it (or in a fuzz worker, where it looked like a bug in refgrad)."""
+  from refgrad.compile_cache import cache_limit
+  from refgrad.execute import search_budget
+  for read in (search_budget, cache_limit):
+    try:
+      read()
+    except ValueError as e:
+      raise UsageError(str(e)) from None
 
 
 def _check_paths(args: argparse.Namespace) -> None:
@@ -286,19 +304,47 @@ def _check_only(only: str, rows: list[str]) -> None:
   raise UsageError(f"argument --only: no row contains {only!r} (case matters); rows: {'; '.join(families)}")
 
 
+# The --ray addresses ray.init takes that a campaign can use: a cluster's GCS at HOST:PORT, or its Ray Client server
+# at ray://HOST:PORT (HOST a name, an IPv4 address or a bracketed IPv6 one). Other schemes make ray.init import a
+# module named by the address.
+RAY_ADDRESS = re.compile(r"(?:ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
+RAY_ADDRESSES = "auto, local, HOST:PORT (a cluster's head, e.g. head:6379) or ray://HOST:PORT (its Ray Client server)"
+RAY_PROBE_SECONDS = 5.0  # for a cluster's head to accept a connection and answer a gRPC greeting
+# HTTP/2's client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS and Ray Client server are) answers
+# with a SETTINGS frame of its own. ray.init waits for ever at an address that does not answer so.
+HTTP2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+HTTP2_SETTINGS = 4  # the frame type, byte 3 of a frame's 9-byte header
+
+
 def _check_ray(address: str) -> None:
-  """--ray needs Ray, and a HOST:PORT to answer (ray.init retries an address nobody listens at for minutes)."""
+  """--ray needs Ray, and an address ray.init takes at which a Ray cluster answers (ray.init waits for ever at one
+  where nothing or something else answers)."""
   try:
     import ray  # noqa: F401
   except ImportError:
     raise UsageError("argument --ray: needs the ray package: pip install 'refgrad[ray]'") from None
-  host, _, port = address.rpartition(":")
-  if address == "auto" or "://" in address or not port.isdigit():
+  if address in ("auto", "local"):
     return
+  form = RAY_ADDRESS.fullmatch(address)
+  if form is None or not 1 <= int(form[2]) <= 65535:
+    raise UsageError(f"argument --ray: {address!r} is not a Ray address: give {RAY_ADDRESSES}")
+  if problem := _ray_unanswered(form[1].strip("[]"), int(form[2])):
+    raise UsageError(f"argument --ray: no Ray cluster at {address!r}: {problem}")
+
+
+def _ray_unanswered(host: str, port: int) -> str:
+  """Why no gRPC server (a Ray cluster's head) answers at host:port within RAY_PROBE_SECONDS, or ""."""
   try:
-    socket.create_connection((host, int(port)), timeout=5).close()
+    with socket.create_connection((host, port), timeout=RAY_PROBE_SECONDS) as connection:
+      connection.sendall(HTTP2_GREETING)
+      answer = connection.recv(9)
+  except TimeoutError:
+    return f"no answer within {RAY_PROBE_SECONDS:g} s"
   except OSError as e:
-    raise UsageError(f"argument --ray: nothing answers at {address!r}: {e.strerror or e}") from None
+    return e.strerror or str(e)
+  if len(answer) < 9 or answer[3] != HTTP2_SETTINGS:
+    return "what answers there is not a Ray cluster's head (no gRPC)"
+  return ""
 
 
 def _check_fuzz_options(args: argparse.Namespace) -> None:
@@ -471,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.started = started
     _check_numbers(args)
+    _check_environment()
     _check_paths(args)
     _load_plugins(args)
     return args.fn(args)

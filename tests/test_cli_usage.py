@@ -5,15 +5,20 @@ import importlib.util
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from helpers import local_redis
 
-from refgrad.cli import USAGE, main
+import refgrad.cli as refgrad_cli
+from refgrad.cli import MAX_JOBS, USAGE, main
 from refgrad.testing.fuzz.database import database_problem
 
 pytest_plugins = ["pytester"]
@@ -42,16 +47,26 @@ NUMBERS = [
   (["fuzz", "--device", "PYTHON", "--seconds", "nan"], "--seconds", "nan"),
   (["fuzz", "--device", "PYTHON", "--seconds", "inf"], "--seconds", "inf"),
   (["fuzz", "--device", "PYTHON", "--timeout", "0"], "--timeout", "0.0"),
+  (["fuzz", "--device", "PYTHON", "--seconds", "2e6"], "--seconds", "2000000.0"),
   (["fuzz", "--device", "PYTHON", "--timeout", "0.01"], "--timeout", "0.01"),
+  (["fuzz", "--device", "PYTHON", "--timeout", "1e10"], "--timeout", "10000000000.0"),  # overflowed a wait: exit 3
+  (["fuzz", "--device", "PYTHON", "--timeout", "nan"], "--timeout", "nan"),
   (["fuzz", "--device", "PYTHON", "--jobs", "0"], "--jobs", "0"),
+  (["fuzz", "--device", "PYTHON", "--jobs", "100000"], "--jobs", "100000"),  # ran past --seconds, leaked semaphores
+  (["fuzz", "--device", "PYTHON", "--jobs", str(MAX_JOBS + 1)], "--jobs", str(MAX_JOBS + 1)),
   (["fuzz", "--device", "PYTHON", "--ray", "auto", "--workers", "0"], "--workers", "0"),
+  (["fuzz", "--device", "PYTHON", "--ray", "auto", "--workers", "100000"], "--workers", "100000"),
   (["fuzz", "--device", "PYTHON", "--max-findings", "0"], "--max-findings", "0"),
   (["fuzz", "--device", "PYTHON", "--max-programs", "0"], "--max-programs", "0"),
   (["fuzz", "--device", "PYTHON", "--seed", "-1"], "--seed", "-1"),
   (["demo", "--seed", "-1"], "--seed", "-1"),
   (["selftest", "--fuzz-seconds", "-5"], "--fuzz-seconds", "-5.0"),
   (["selftest", "--fuzz-seconds", "nan"], "--fuzz-seconds", "nan"),
+  (["selftest", "--fuzz-seconds", "inf"], "--fuzz-seconds", "inf"),
   (["selftest", "--case-timeout", "0"], "--case-timeout", "0.0"),
+  (["selftest", "--case-timeout", "1e7"], "--case-timeout", "10000000.0"),
+  (["reduce", "FINDING", "--timeout", "0"], "--timeout", "0.0"),
+  (["reduce", "FINDING", "--timeout", "inf"], "--timeout", "inf"),
 ]
 
 
@@ -67,11 +82,103 @@ def test_argparse_errors_are_returned_not_raised(capsys):
   assert err.startswith("usage: refgrad fuzz") and "argument --seconds: invalid float value: 'x'" in err
 
 
+def test_a_usage_error_on_a_number_states_the_range(capsys):
+  line = usage_error(capsys, "fuzz", "--device", "PYTHON", "--jobs", "100000")
+  assert line == f"refgrad fuzz: error: argument --jobs: need 1 to {MAX_JOBS} jobs (4 per CPU), got 100000"
+  line = usage_error(capsys, "reduce", "FINDING", "--timeout", "1e10")
+  assert line == "refgrad reduce: error: argument --timeout: need 1 to 1000000 seconds, got 10000000000.0"
+
+
 def test_the_values_a_campaign_can_use_are_accepted(capsys):
-  """0 s of fuzz per escape is selftest's check-only mode; the smallest timeout and one worker are allowed."""
+  """0 s of fuzz per escape is selftest's check-only mode; each end of each range is allowed."""
   assert main(["selftest", "--list", "--fuzz-seconds", "0", "--case-timeout", "1"]) == 0
-  assert main(["fuzz", "--device", "NO_SUCH_DEVICE", "--timeout", "1", "--jobs", "1", "--seed", "0"]) == USAGE
-  assert "argument --device: unknown device 'NO_SUCH_DEVICE'; known devices: " in capsys.readouterr().err
+  assert main(["selftest", "--list", "--fuzz-seconds", "1e6", "--case-timeout", "1e6"]) == 0
+  for edge in (["--timeout", "1", "--jobs", "1", "--seed", "0"], ["--timeout", "1e6", "--seconds", "1e6", "--jobs",
+                                                                   str(MAX_JOBS), "--seed", str(2**100)]):
+    assert main(["fuzz", "--device", "NO_SUCH_DEVICE", *edge]) == USAGE
+    assert "argument --device: unknown device 'NO_SUCH_DEVICE'; known devices: " in capsys.readouterr().err
+
+
+ENVIRONMENT = [("REFGRAD_SEARCH", "-3"), ("REFGRAD_SEARCH", "1001"), ("REFGRAD_SEARCH", "abc"),
+               ("REFGRAD_SEARCH", "nan"), ("REFGRAD_CACHE_MAX_MB", "-5"), ("REFGRAD_CACHE_MAX_MB", "inf")]
+
+
+@pytest.mark.parametrize("name,value", ENVIRONMENT, ids=[f"{n}={v}" for n, v in ENVIRONMENT])
+def test_a_numeric_environment_variable_out_of_range_is_a_usage_error(name, value, monkeypatch, capsys):
+  """Before any work (the demo prints as it goes): REFGRAD_SEARCH=-3 was taken for 0, and a bad value met in a fuzz
+  worker was reported as a bug in refgrad."""
+  monkeypatch.setenv(name, value)
+  line = usage_error(capsys, "demo", "--device", "PYTHON")
+  assert line.startswith(f"refgrad demo: error: {name}={value!r}: "), line
+  assert ("0 (no search) to 1000" if name == "REFGRAD_SEARCH" else "a positive number of megabytes") in line
+
+
+def test_the_environments_numbers_in_range_are_accepted(monkeypatch, capsys):
+  monkeypatch.setenv("REFGRAD_SEARCH", "1000")
+  monkeypatch.setenv("REFGRAD_CACHE_MAX_MB", "0.5")
+  assert main(["devices"]) == 0
+  assert "PYTHON" in capsys.readouterr().out
+
+
+MALFORMED_RAY = ["not a host", "host", "host:", "host:port", "host:0", "host:65536", "ray://host", "http://host:6379",
+                 "anyscale://cluster:443", ":6379", "[::1:6379"]
+
+
+@pytest.mark.parametrize("address", MALFORMED_RAY)
+def test_a_ray_address_ray_init_would_not_take_is_a_usage_error(address, capsys):
+  """'not a host' was Ray's traceback, blamed on refgrad (exit 3); another scheme makes ray.init import a module."""
+  pytest.importorskip("ray")
+  line = usage_error(capsys, "fuzz", "--device", "PYTHON", "--ray", address)
+  forms = refgrad_cli.RAY_ADDRESSES
+  assert line == f"refgrad fuzz: error: argument --ray: {address!r} is not a Ray address: give {forms}"
+
+
+@contextmanager
+def listener(answer: bytes | None) -> Iterator[int]:
+  """A TCP server on 127.0.0.1 that accepts a connection and sends `answer` (None: says nothing); its port."""
+  server = socket.create_server(("127.0.0.1", 0))
+  accepted = []
+
+  def serve() -> None:
+    connection, _ = server.accept()
+    accepted.append(connection)
+    if answer is not None:
+      connection.sendall(answer)
+  thread = threading.Thread(target=serve, daemon=True)
+  thread.start()
+  try:
+    yield server.getsockname()[1]
+  finally:
+    server.close()
+    for connection in accepted:
+      connection.close()
+
+
+@pytest.mark.parametrize("answer,problem", [
+  (None, "no answer within 0.5 s"),
+  (b"-ERR unknown command 'PRI'\r\n", "what answers there is not a Ray cluster's head (no gRPC)")],
+  ids=["silent", "redis"])
+def test_a_ray_address_where_no_ray_answers_is_a_usage_error_in_bounded_time(answer, problem, monkeypatch, capsys):
+  """ray.init waited for ever (over 10 minutes) at an address where a server that is not Ray's listens."""
+  pytest.importorskip("ray")
+  monkeypatch.setattr(refgrad_cli, "RAY_PROBE_SECONDS", 0.5)
+  with listener(answer) as port:
+    started = time.monotonic()
+    line = usage_error(capsys, "fuzz", "--device", "PYTHON", "--ray", f"ray://localhost:{port}")
+  assert line == f"refgrad fuzz: error: argument --ray: no Ray cluster at 'ray://localhost:{port}': {problem}"
+  assert time.monotonic() - started < 5
+
+
+def test_a_ray_address_where_nothing_listens_is_a_usage_error(capsys):
+  pytest.importorskip("ray")
+  line = usage_error(capsys, "fuzz", "--device", "PYTHON", "--ray", "127.0.0.1:1")
+  assert line == "refgrad fuzz: error: argument --ray: no Ray cluster at '127.0.0.1:1': Connection refused"
+
+
+def test_a_grpc_server_passes_the_ray_probe():
+  """What Ray's GCS answered when probed (measured on Ray 2.60): an HTTP/2 SETTINGS frame."""
+  with listener(bytes([0, 0, 0x18, 4, 0, 0, 0, 0, 0])) as port:
+    assert refgrad_cli._ray_unanswered("127.0.0.1", port) == ""
 
 
 PATHS = [
