@@ -416,15 +416,18 @@ def _fuzz_one(args: argparse.Namespace, device: str, seconds: float, started: fl
   if report.replayed:
     print(f"replayed {report.replayed} example(s) from the example database")
   print(f"{device}: {report.programs} programs in {report.seconds:.1f} s: {report.rate:.1f} programs/s, "
-        f"{len(report.findings)} distinct finding(s)" + ("; interrupted" if report.interrupted else ""))
+        f"{len(report.findings)} distinct finding(s)" + ("; interrupted" if report.interrupted else "")
+        + (f"; {report.cut} cut short when the time ran out (a hang is a finding only if --timeout ends in time)"
+           if report.cut else ""))
   print(report.coverage_text())
   if html:
     print(f"report: {html}")
   if report.interrupted:
     return INTERRUPTED, report
   if not report.programs:  # a CI job must not pass having tested nothing
-    print(f"refgrad fuzz: error: argument --seconds: no program ran in {seconds:g} s on {device} (start-up took it "
-          "all): give it more time", file=sys.stderr)
+    why = "the first ran past it and was cut short" if report.cut else "start-up took it all"
+    print(f"refgrad fuzz: error: argument --seconds: no program ran in {seconds:g} s on {device} ({why}): give it "
+          "more time", file=sys.stderr)
     return USAGE, report
   return (1 if report.findings else 0), report
 

@@ -405,7 +405,18 @@ def _starve_on_max(program: Program):
   return run
 
 
-FATAL = {"CRASHY_SEGFAULT": _crash_on_max, "CRASHY_HANG": _hang_on_max, "CRASHY_STARVED": _starve_on_max}
+def _hang_always(program: Program):
+  """Every kernel sleeps for ever: a campaign's time limit must stop it."""
+  import time
+
+  def run(*handles):
+    while True:
+      time.sleep(1)
+  return run
+
+
+FATAL = {"CRASHY_SEGFAULT": _crash_on_max, "CRASHY_HANG": _hang_on_max, "CRASHY_STARVED": _starve_on_max,
+         "CRASHY_HANG_ALL": _hang_always}
 
 
 # ---- a correct device that claims only some dtypes: the kit must draw nothing else

@@ -20,9 +20,11 @@ from helpers import local_redis
 import refgrad.cli as refgrad_cli
 from refgrad.cli import MAX_JOBS, USAGE, main
 from refgrad.testing.fuzz.database import database_problem
+from refgrad.testing.fuzz.driver import fuzz
 
 pytest_plugins = ["pytester"]
 TESTS = Path(__file__).parent
+BROKEN_FILE = str(TESTS / "broken_devices.py")
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -297,6 +299,25 @@ def test_a_campaign_that_ran_no_program_does_not_pass(tmp_path, capsys):
   assert main(["fuzz", "--device", "PYTHON", "--seconds", "0.01", "--findings", str(tmp_path / "f"), "--quiet"]) == 2
   out, err = capsys.readouterr()
   assert "0 programs" in out and "argument --seconds: no program ran in 0.01 s" in err
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_campaign_ends_within_its_seconds_and_grace_whatever_its_programs_do(jobs, tmp_path):
+  """A device whose every kernel sleeps for ever, and a timeout longer than the campaign: --seconds 5 --timeout 40
+  on a device that hangs ran 82 s. Now the program running when the grace ends is cut short, not a hang finding,
+  and the command says so. With jobs, a job still starting then is not waited for (STRAGGLER_SECONDS) but stopped
+  (STOP_SECONDS, SIGINT then SIGKILL)."""
+  from refgrad.testing.fuzz.engines import STOP_SECONDS, STRAGGLER_SECONDS
+  seconds, grace = 3.0, 1.0
+  started = time.time()
+  report = fuzz("CRASHY_HANG_ALL", seconds, jobs=jobs, findings_dir=str(tmp_path), plugin_files=[BROKEN_FILE],
+                timeout=60, grace=grace, started=started)
+  wall = time.time() - started
+  bound = seconds + grace + (2 if jobs == 1 else STRAGGLER_SECONDS + STOP_SECONDS)
+  assert wall < bound, f"{wall:.1f} s for {seconds:g} s and a grace of {grace:g} s"
+  assert report.programs == 0 and not report.findings
+  if jobs == 1:  # a job may still have been starting at the cut: it had nothing to cut short
+    assert report.cut == 1
 
 
 def test_the_time_limit_counts_from_the_start_of_the_command(tmp_path):

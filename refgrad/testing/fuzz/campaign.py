@@ -1,6 +1,7 @@
 """One worker's campaign: batches of hypothesis examples, run in chunks of time so progress can be reported."""
 from __future__ import annotations
 
+import math
 import time
 import unittest
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from refgrad.testing.fuzz.results import (
 )
 from refgrad.testing.fuzz.seeded import SeededDatabase, draw_seeded, program_seed
 from refgrad.testing.fuzz.signatures import finding_signature
-from refgrad.testing.fuzz.worker import PREPARED, Worker, died_planning
+from refgrad.testing.fuzz.worker import CUT, PREPARED, Worker, died_planning
 from refgrad.testing.strategies import ALL, alu_kernels, claimed_dtypes, tensor_programs
 
 
@@ -39,7 +40,12 @@ def programs_strategy(focus: DType | None = None, allowed: tuple[DType, ...] = A
                    alu_kernels(dtype_choices=choices, allowed=allowed))
 
 
-SHRINK_SECONDS = 20.0  # at least this long to shrink a finding, even if the chunk's time is up
+SHRINK_SECONDS = 20.0  # at least this long to shrink a finding, even if the chunk's time is up (not past the grace)
+# Past the command's time (ends_at), what a campaign began goes on at most this long: the program running (whatever
+# --timeout says), a finding being shrunk. Then the worker is stopped, and the program it ran is no finding: a
+# campaign ends within --seconds plus this (and the engine's teardown), however long its programs or timeout. Ten
+# seconds let most shrinks of a late finding finish, and keep a CI job's time limit easy to set.
+GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,12 @@ class CampaignConfig:
   ends_at: float | None = None  # time.time() when the command's time is up, start-up included (None: no limit);
   # wall-clock time, so it means the same in every process and on every machine of a Ray cluster
   max_programs: int | None = None  # stop once this many programs ran (at the end of the batch that reached it)
+  grace: float = GRACE_SECONDS  # how long past ends_at what was begun may go on
+
+  @property
+  def cut_at(self) -> float | None:
+    """The time.time() when whatever a campaign still runs is cut short (None: never)."""
+    return None if self.ends_at is None else self.ends_at + self.grace
 
 
 def batch_seed(start_seed: int, batch: int, index: int, workers: int) -> int:
@@ -92,7 +104,7 @@ class Campaign:
     self.config, self.start_seed, self.index, self.workers = config, start_seed, index, workers
     self.allowed = claimed_dtypes(config.device)
     self.announces = config.compile_ahead and compiles_apart(config.device)  # compiles a batch while one runs
-    self.worker = Worker(config.device, list(config.plugin_files), config.timeout, config.opts)
+    self.worker = Worker(config.device, list(config.plugin_files), config.timeout, config.opts, config.cut_at)
     self.database = example_database(config.database, config.shared)
     self.batch_index, self.replay_pending = first_batch, self.database is not None and index == 0
     self.started, self.found, self.ran, self.harness_failure = time.monotonic(), 0, 0, ""
@@ -157,6 +169,9 @@ class Campaign:
       raise HarnessError(self.harness_failure)
 
   def _verdict(self, chunk: Chunk, program: Any, verdict: Verdict) -> Finding | None:
+    if verdict.kind == CUT:  # the program did not finish in the campaign's time: it neither ran nor failed
+      chunk.cut += 1
+      return None
     chunk.add(verdict)
     self.ran += 1
     if verdict.kind == "harness":
@@ -217,7 +232,8 @@ class Campaign:
       return
     position, suspect = failed
     found: dict[str, Finding] = {}
-    stop_at = max(deadline, time.monotonic() + SHRINK_SECONDS)
+    cut = math.inf if self.config.cut_at is None else time.monotonic() + self.config.cut_at - time.time()
+    stop_at = min(max(deadline, time.monotonic() + SHRINK_SECONDS), cut)
     replay = SeededDatabase(self.database_keys[batch.focus], batch.choices[position], self.database)
     self._run(self._test(self._shrinking_check(chunk, found, stop_at), batch.focus, batch.seed,
                          [Phase.reuse, Phase.shrink], replay))
@@ -239,13 +255,13 @@ class Campaign:
       if self.announces:
         self.worker.announce(self.ahead.programs)
     if self.config.compile_ahead and (first := self.worker.receive()) != PREPARED:
-      if isinstance(first, Verdict) and first.kind == "harness":  # the worker never started
+      if isinstance(first, Verdict) and first.kind in ("harness", CUT):  # the worker never started, or time ran out
         finding = self._verdict(chunk, programs[0], first)
         return None if finding is None else (0, finding)
       self.worker.send(programs)
     suspect: tuple[int, Finding] | None = None
     done = 0
-    while done < len(programs):  # the first always runs, even when the worker's start-up took the time
+    while done < len(programs):  # the first runs even when the worker's start-up took the time (not the grace)
       verdict = self.worker.receive(more_to_come=done < len(programs) - 1)
       if died_planning(verdict):  # the next batch's own prepare meets what it died of again
         self.worker.send(programs[done:])

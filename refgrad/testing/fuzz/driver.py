@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from refgrad.plugin_loader import load_plugin_file
-from refgrad.testing.fuzz.campaign import CampaignConfig
+from refgrad.testing.fuzz.campaign import GRACE_SECONDS, CampaignConfig
 from refgrad.testing.fuzz.dashboard import Dashboard
 from refgrad.testing.fuzz.engines import engine_for
 from refgrad.testing.fuzz.findings import FindingsDir
@@ -21,7 +21,8 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
          plugin_files: list[str] | None = None, timeout: float = 30.0, max_findings: int | None = None,
          opts: bool = False, *, database: str | None = None, shared: tuple[str, ...] = (), ray: str | None = None,
          workers: int | None = None, html: str | None = None, quiet: bool = True, stream: Any = None,
-         started: float | None = None, compile_ahead: bool = True, max_programs: int | None = None) -> FuzzReport:
+         started: float | None = None, compile_ahead: bool = True, max_programs: int | None = None,
+         grace: float = GRACE_SECONDS) -> FuzzReport:
   """Campaigns on `device` until `seconds` after `started` (a time.time(), default now: the command's start, so
   its start-up counts): `jobs` local processes, or with `ray` (an address or "auto") `workers` Ray actors; each stops
   early after `max_findings` findings, or after the batch in which it ran `max_programs` programs. Each distinct
@@ -29,14 +30,15 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
   random legal opt list; with `database` (a directory or redis://host:port) failing examples are saved there and
   replayed first, `shared` databases are only read. `html`: the campaign report. Unless `quiet`, a live dashboard
   goes to `stream` (stderr). `compile_ahead=False` compiles each kernel as it runs (for measuring what batches
-  save). Ctrl-C stops every worker; what was found is written and reported (report.interrupted)."""
+  save). Ctrl-C stops every worker; what was found is written and reported (report.interrupted). Whatever runs
+  `grace` seconds after the time is up is cut short (report.cut counts the programs stopped so)."""
   plugin_files = [str(Path(p).resolve()) for p in (plugin_files or [])]
   for path in plugin_files:
     load_plugin_file(path)
   origin = time.time() if started is None else started
   ends_at = origin + seconds
   config = CampaignConfig(device, tuple(plugin_files), timeout, opts, 40, compile_ahead, max_findings, database,
-                          tuple(shared), ends_at, max_programs)
+                          tuple(shared), ends_at, max_programs, grace)
   engine = engine_for(config, start_seed, jobs, ray, workers)
   report = FuzzReport(device, claimed=claimed_dtypes(device), workers=engine.names)
   out = FindingsDir(findings_dir, device, plugin_files, opts)

@@ -24,6 +24,15 @@ from refgrad.testing.fuzz.campaign import Campaign, CampaignConfig
 from refgrad.testing.fuzz.results import Chunk, HarnessError, check_chunk
 
 CHUNK_SECONDS = 1.0  # how often a worker reports: the dashboard's resolution, and the most work a Ctrl-C loses
+# A job or actor cuts its own work short at the config's cut_at and then reports its last chunk; one still going this
+# long after it (stuck starting, or its machine starved) is no longer waited for, and stop() ends it.
+STRAGGLER_SECONDS = 3.0
+STOP_SECONDS = 5.0  # for the jobs stopped early to close their campaigns (stop their workers), all together
+
+
+def _overdue(config: CampaignConfig) -> bool:
+  """True once the campaign's workers should all have reported their last chunk."""
+  return config.cut_at is not None and time.time() > config.cut_at + STRAGGLER_SECONDS
 
 
 def _keeping_interrupts(lost: list[Any], default: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -100,7 +109,7 @@ class ProcessEngine:
     for process in self.processes:
       process.start()
     self.running = set(range(self.jobs))
-    while self.running:
+    while self.running and not _overdue(self.config):
       try:
         index, item = out.get(timeout=1.0)
       except queues.Empty:  # a job killed from outside sends nothing more
@@ -114,11 +123,12 @@ class ProcessEngine:
         raise HarnessError(item)
 
   def stop(self) -> None:
-    for index in self.running:  # stopped early (Ctrl-C): each job closes its campaign and ends
+    for index in self.running:  # stopped early (Ctrl-C, overdue): each job closes its campaign and ends
       if self.processes[index].is_alive():
         os.kill(self.processes[index].pid, signal.SIGINT)
+    deadline = time.monotonic() + STOP_SECONDS
     for process in self.processes:
-      process.join(timeout=5)
+      process.join(timeout=max(0.0, deadline - time.monotonic()))
       if process.is_alive():
         process.kill()
         process.join()
@@ -171,7 +181,7 @@ class RayEngine:
     ray = self.ray
     deadline = time.monotonic() + seconds
     pending = {actor.run_for.remote(min(CHUNK_SECONDS, seconds)): i for i, actor in enumerate(self.actors)}
-    while pending:
+    while pending and not _overdue(self.config):  # an actor that never got a CPU is not waited for past the end
       ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
       for ref in ready:
         index = pending.pop(ref)

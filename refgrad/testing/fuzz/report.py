@@ -29,6 +29,7 @@ class FuzzReport:
   ulp: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
   signatures: dict[str, Finding] = field(default_factory=dict)  # signature -> its first (smallest) finding
   replayed: int = 0
+  cut: int = 0  # programs stopped unfinished when the time ran out
   first_replay: float | None = None  # seconds from the start until a replayed example failed
   interrupted: bool = False
 
@@ -42,6 +43,7 @@ class FuzzReport:
     self.per_worker[worker] += chunk.programs
     self.coverage.update(chunk.coverage)
     self.replayed += chunk.replayed
+    self.cut += chunk.cut
     if chunk.programs and chunk.seconds and not chunk.replayed:
       self.timeline.setdefault(worker, []).append((round(elapsed, 2), chunk.programs / chunk.seconds))
     for key, histogram in chunk.ulp.items():

@@ -61,6 +61,7 @@ class Chunk:
   seconds: float = 0.0
   batches: int = 0
   replayed: int = 0
+  cut: int = 0  # programs stopped unfinished when the campaign's time ran out (worker.CUT)
   done: bool = False  # the campaign reached its max_findings, or the command's time is up
   findings: list[Finding] = field(default_factory=list)
   coverage: Counter = field(default_factory=Counter)  # (op, dtype) -> programs that executed it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import math
 import multiprocessing
 import os
 import signal
@@ -23,6 +24,8 @@ from refgrad.testing.fuzz.results import Verdict
 # (its first finding, or the time is up).
 PREPARED, PLANNED, END, STOP, UPCOMING = "prepared", "planned", "end", "stop", "upcoming"
 PLANNING = -2  # `current` while the worker plans the announced batch (no program of this batch is running)
+CUT = "cut"  # a Verdict's kind when the campaign's time ran out while the worker had not answered: no finding, and
+# not counted as a program run
 
 
 def died_planning(message: Any) -> bool:
@@ -145,16 +148,22 @@ class Worker:
   Verdict per program, END), so the campaign draws the next batch while this one runs. `current` (shared memory)
   names the schedule item running, so a crash or a hang still says which kernel it was in."""
 
-  def __init__(self, device: str, plugin_files: list[str], timeout: float, opts: bool = False):
+  def __init__(self, device: str, plugin_files: list[str], timeout: float, opts: bool = False,
+               cut_at: float | None = None):
     self.device, self.plugin_files, self.timeout, self.opts = device, plugin_files, timeout, opts
+    self.cut_at, self.cut = cut_at, False  # a time.time() past which no wait goes on (None: none); cut: one was cut
     self.process: multiprocessing.Process | None = None
     self.heard_at, self.start_failure, self.in_batch = 0.0, "", False
     self.heard_period_start, self.heard_cpu = 0.0, None  # the period being waited, and the worker's CPU at its start
     self.announced: list[Any] | None = None  # the batch this process was told comes next (it compiles its kernels)
 
   def start(self) -> str:
-    """Start the process and wait until it has loaded refgrad and the plugins; why it could not, or ""."""
+    """Start the process and wait until it has loaded refgrad and the plugins; why it could not, or "" (also when
+    the campaign's time ran out first: self.cut is then set, and no process is left)."""
     self.announced = None
+    if self._until_cut() <= 0:
+      self.cut = True
+      return ""
     context = multiprocessing.get_context("spawn")
     self.conn, child = context.Pipe()
     self.current = context.Value("i", -1, lock=False)
@@ -162,9 +171,9 @@ class Worker:
                                    args=(child, self.current, self.device, self.plugin_files, self.opts))
     self.process.start()
     child.close()  # the process's end only: once it dies, this side reads EOF
-    if not self.conn.poll(STARTUP_SECONDS):
+    if not self._poll(STARTUP_SECONDS):
       self.stop()
-      return f"the fuzz worker process did not start within {STARTUP_SECONDS} s"
+      return "" if self.cut else f"the fuzz worker process did not start within {STARTUP_SECONDS} s"
     try:
       self.conn.recv()
     except (EOFError, ConnectionResetError):
@@ -180,14 +189,15 @@ class Worker:
     batch it was announced are compiling already, and are not sent again)."""
     if self.process is None or not self.process.is_alive():
       self.start_failure = self.start()
-    if not self.start_failure:
+    started = not self.start_failure and not self.cut
+    if started:
       self.conn.send((None if programs is self.announced else programs, prepare))
     self._heard()
-    self.in_batch, self.announced = not self.start_failure, None
+    self.in_batch, self.announced = started, None
 
   def announce(self, programs: list[Any]) -> None:
     """Tell the running worker which batch comes next, so it compiles that batch's kernels while this one runs."""
-    if self.process is not None and self.process.is_alive() and not self.start_failure:
+    if self.process is not None and self.process.is_alive() and not self.start_failure and not self.cut:
       with contextlib.suppress(OSError):  # the process just died: receive says so
         self.conn.send((UPCOMING, programs))
         self.announced = programs
@@ -195,13 +205,18 @@ class Worker:
   def receive(self, more_to_come: bool = False) -> Verdict | str:
     """The worker's next message: PREPARED, the Verdict on the next program, or END. A hang if none comes within the
     timeout of the one before, a crash if the process died (either ends the batch); refgrad's own failure
-    ("harness") if the process never started. `more_to_come`: the batch has programs after this one, so when no
-    message is waiting this first sleeps SETTLE_SECONDS (counted in the timeout), and reads what came meanwhile."""
+    ("harness") if the process never started; CUT, and the process stopped, once the campaign's time ran out (cut_at)
+    before it answered. `more_to_come`: the batch has programs after this one, so when no message is waiting this
+    first sleeps SETTLE_SECONDS (counted in the timeout), and reads what came meanwhile."""
+    if self.cut:
+      return self._cut_short()
     if self.start_failure:
       return Verdict("harness", self.start_failure)
     if more_to_come and not self.conn.poll(0):
       time.sleep(SETTLE_SECONDS)
     if not self._answered():
+      if self.cut:
+        return self._cut_short()
       kernel, waited = self.current.value, time.monotonic() - self.heard_at
       self.stop()
       return Verdict("hang", f"no answer within {waited:.0f} s (timeout {self.timeout:.0f} s)", kernel=kernel)
@@ -228,18 +243,36 @@ class Worker:
       return True
     pid = self.process.pid if self.process is not None else None
     self.heard_cpu, self.heard_period_start = process_tree_cpu(pid) if pid else None, time.monotonic()
-    if self.conn.poll(max(0.0, self.timeout - (time.monotonic() - self.heard_at))):
+    if self._poll(max(0.0, self.timeout - (time.monotonic() - self.heard_at))):
       return True
     for _ in range(STARVED_PERIODS):
+      if self.cut:
+        return False
       cpu, now = process_tree_cpu(pid) if pid else None, time.monotonic()
       if cpu is None or self.heard_cpu is None:
         return False
       if not starved(cpu - self.heard_cpu, now - self.heard_period_start, os.getloadavg()[0], os.cpu_count() or 1):
         return False
       self.heard_cpu, self.heard_period_start = cpu, now
-      if self.conn.poll(self.timeout):
+      if self._poll(self.timeout):
         return True
     return False
+
+  def _until_cut(self) -> float:
+    return math.inf if self.cut_at is None else self.cut_at - time.time()
+
+  def _poll(self, seconds: float) -> bool:
+    """Wait up to `seconds` for the worker's next message, but not past cut_at: a wait that the cut ends sets cut."""
+    left = self._until_cut()
+    if self.conn.poll(max(0.0, min(seconds, left))):
+      return True
+    self.cut = self.cut or left <= seconds
+    return False
+
+  def _cut_short(self) -> Verdict:
+    """What a program gets once the campaign's time ran out: the process is stopped, whatever it was doing."""
+    self.stop()
+    return Verdict(CUT, "the campaign's time ran out before the worker answered")
 
   def _heard(self) -> None:
     """The worker spoke (or was sent work): its silence counts from now."""
