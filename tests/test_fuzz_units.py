@@ -157,7 +157,8 @@ def program() -> TensorProgram:
 
 
 BAD_CHUNKS = {"not a chunk": ({"programs": 3}, "dict, not a Chunk"),
-              "a negative count": (Chunk(programs=-1), r"counts \(-1, 0, 0\)"),
+              "a negative count": (Chunk(programs=-1), r"counts \(-1, 0, 0, 0\)"),
+              "a negative cut count": (Chunk(cut=-2), r"counts \(0, 0, 0, -2\)"),
               "a string count": (Chunk(batches="2"), "counts .* not non-negative ints"),
               "infinite seconds": (Chunk(seconds=float("inf")), "seconds inf"),
               "a path for a kind": (Chunk(findings=[Finding("../../x", "", program(), SIGNATURE)]), "a finding"),

@@ -86,7 +86,7 @@ def check_chunk(chunk: Any, worker: str) -> Chunk:
 def _chunk_fault(chunk: Any) -> str:
   if not isinstance(chunk, Chunk):
     return f"{type(chunk).__name__}, not a Chunk"
-  counts = (chunk.programs, chunk.batches, chunk.replayed)
+  counts = (chunk.programs, chunk.batches, chunk.replayed, chunk.cut)
   if not all(type(n) is int and n >= 0 for n in counts):
     return f"counts {counts} that are not non-negative ints"
   if not (isinstance(chunk.seconds, (int, float)) and 0 <= chunk.seconds < float("inf")):
