@@ -19,6 +19,7 @@ import json
 import marshal
 import os
 import random
+import re
 import resource
 import select
 import shutil
@@ -284,11 +285,19 @@ def _where(error: BaseException) -> str:
   return f"{Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else ""
 
 
+# Files torch.load reads that torch_load refuses on purpose (docs/untrusted-input.md): an archive naming a member twice
+# (which one is meant is not knowable), more dimensions than an array has, a view reading its storage over and over,
+# a container or string larger than the file, a zip member claiming more than deflate can expand to
+TORCH_REFUSALS = re.compile(r"holds '.*' twice|dimensions, over the|times over|items in a file of|claims \d+ bytes "
+                            r"from|numpy array of .* in a file of")
+
+
 def _documented_refusal(reader: str, error: BaseException, data: bytes) -> bool:
   """A refusal the readers document though the oracle loads the file: torch features refgrad does not support
-  (NotImplementedError), and safetensors files with a key given twice or a dtype refgrad lacks (float8, complex)."""
+  (NotImplementedError) and the files of TORCH_REFUSALS, and safetensors files with a key given twice or a dtype
+  refgrad lacks (float8, complex)."""
   if reader == "torch_load":
-    return isinstance(error, NotImplementedError)
+    return isinstance(error, NotImplementedError) or TORCH_REFUSALS.search(str(error)) is not None
   objects: list[list[tuple[str, Any]]] = []  # every JSON object's pairs, innermost first: the header's is last
   json.loads(data[8:8 + int.from_bytes(data[:8], "little")], object_pairs_hook=lambda p: objects.append(p) or dict(p))
   names = [k for k, _ in objects[-1]]

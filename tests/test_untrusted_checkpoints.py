@@ -323,3 +323,91 @@ def test_a_legacy_file_whose_storage_holds_a_zip_end_record_loads(tmp_path):
   torch.save({"w": weights}, path, _use_new_zipfile_serialization=False)
   assert zipfile.is_zipfile(path)
   assert torch_load(path)["w"].numpy().tobytes() == torch.load(path)["w"].numpy().tobytes()
+
+
+def test_a_memo_index_far_past_the_pickle_loads_as_torch_loads_it(tmp_path):
+  """pickle's C unpickler keeps its memo in an array: LONG_BINPUT 4294967295 in a 300-byte file asked for 32 GiB
+  (MemoryError). torch's weights_only unpickler, and now refgrad's, keep a dict."""
+  obj = pickled({"w": Rebuild(0, [4], [1])})
+  at = obj.index(b"q\x01")  # the first BINPUT after the dict's: make it LONG_BINPUT 2**32 - 1
+  path = write(tmp_path, zip_checkpoint(obj[:at] + b"r\xff\xff\xff\xff" + obj[at + 2:]))
+  assert torch_load(path)["w"].tolist() == torch.load(path, weights_only=True)["w"].tolist()
+
+
+def test_a_numpy_state_numpy_never_writes_is_refused(tmp_path):
+  """numpy's dtype __setstate__ is C code that trusts its state: a dict made it return NULL without an exception
+  (SystemError)."""
+  path = tmp_path / "np.pt"
+  torch.save({"a": np.arange(3, dtype=np.float32)}, path, pickle_protocol=2)
+  raw = path.read_bytes()
+  with zipfile.ZipFile(path) as z:
+    name = next(n for n in z.namelist() if n.endswith("data.pkl"))
+    pkl = z.read(name)
+  state = pkl.index(b"K\x03X\x01\x00\x00\x00<")  # the dtype's state tuple: (3, '<', None, ...)
+  bad = pkl[:state] + b"}" + pkl[state:]  # a dict where the version was: the state is now a dict's tuple
+  out = io.BytesIO()
+  with zipfile.ZipFile(io.BytesIO(raw)) as z, zipfile.ZipFile(out, "w") as w:
+    for info in z.infolist():
+      w.writestr(info.filename, bad if info.filename == name else z.read(info))
+  path.write_bytes(out.getvalue())
+  with pytest.raises(ValueError, match=str(path)):
+    torch_load(path)
+
+
+def test_an_expanded_tensor_loads_without_copying_its_repeats(tmp_path):
+  """A stride-0 axis repeats one element, as torch's expand: the loaded tensor is that element expanded, so a small
+  file's 2**31-row tensor costs its stored row. Windows reading a storage more than 64 times over are refused."""
+  path = write(tmp_path, checkpoint("zip", {"w": Rebuild(1, [2**31, 2], [0, 1])}))
+  loaded = torch_load(path)["w"]
+  assert loaded.shape == (2**31, 2) and loaded[-3:].tolist() == torch.load(path)["w"][-3:].tolist()
+  path = write(tmp_path, checkpoint("zip", {"w": Rebuild(0, [2**20, 1], [0, 1]), "v": Rebuild(0, [300, 2], [0, 1])}))
+  assert torch_load(path)["v"].shape == (300, 2)
+
+
+def test_overlapping_windows_are_refused_past_64_reads_of_their_storage(tmp_path):
+  """20 axes of size 2 and stride 1 reach element 20 of a 32-element storage, reading it 2**20 / 32 times over."""
+  storage = struct.pack("<32f", *range(32))
+  within = {"w": Rebuild(0, [2] * 5, [1] * 5)}  # 32 elements of a 32-element storage: copied
+  path = write(tmp_path, zip_checkpoint(pickled(within, ("storage", torch.FloatStorage, "0", "cpu", 32)), storage))
+  assert torch_load(path)["w"].numpy().tobytes() == torch.load(path)["w"].numpy().tobytes()
+  path = write(tmp_path, zip_checkpoint(pickled({"w": Rebuild(0, [2] * 20, [1] * 20)},
+                                                ("storage", torch.FloatStorage, "0", "cpu", 32)), storage))
+  with pytest.raises(ValueError, match="32768 times over"):
+    torch_load(path)
+  assert torch_reads(path)
+
+
+def test_legacy_storage_keys_that_are_containers_are_refused(tmp_path):
+  """str() of 3000 nested lists as a storage key raised RecursionError."""
+  obj = pickled({"w": Rebuild(0, [4], [1])}, ("storage", torch.FloatStorage, "0", "cpu", 4, None))
+  first = b"".join(pickle.dumps(p, protocol=2) for p in (LEGACY_MAGIC, 1001, {"little_endian": True}))
+  # ["0", [[[...]]]] 3000 lists deep, in opcodes (pickle.dumps itself would recurse that deep)
+  keys = b"\x80\x02](X\x01\x00\x00\x000" + b"]" * 3000 + b"a" * 2999 + b"e."
+  path = write(tmp_path, first + obj + keys + struct.pack("<q4f", 4, 1, 2, 3, 4))
+  with pytest.raises(ValueError, match="once each"):
+    torch_load(path)
+
+
+def test_a_legacy_storage_larger_than_the_file_is_refused(tmp_path):
+  """An element count of 2**62 (declared by the id and the section alike) made f.read overflow."""
+  obj = pickled({"w": Rebuild(0, [4], [1])}, ("storage", torch.FloatStorage, "0", "cpu", 2**62, None))
+  path = write(tmp_path, legacy_checkpoint(obj, storage=struct.pack("<q4f", 2**62, 1, 2, 3, 4)))
+  with pytest.raises(ValueError, match="truncated file"):
+    torch_load(path)
+
+
+@pytest.mark.parametrize("field", ["shape", "data_offsets"])
+def test_a_json_negative_zero_in_a_safetensors_header_is_refused(tmp_path, field):
+  """Python's json reads -0 as the int 0; the safetensors library reads it as the float -0.0 and refuses it."""
+  from safetensors import SafetensorError
+  from safetensors.numpy import load_file
+  entry = {"shape": b"[2]", "data_offsets": b"[0,8]"}
+  entry[field] = entry[field].replace(b"[0" if field == "data_offsets" else b"[2", b"[-0" if field ==
+                                      "data_offsets" else b"[-0,2")
+  header = b'{"w":{"dtype":"F32","shape":' + entry["shape"] + b',"data_offsets":' + entry["data_offsets"] + b"}}"
+  path = tmp_path / "z.safetensors"
+  path.write_bytes(st_file(None, bytes(8), header))
+  with pytest.raises(SafetensorError):
+    load_file(str(path))
+  with pytest.raises(ValueError, match="'w'"):
+    safe_load(path)

@@ -194,7 +194,7 @@ def _read_header(raw: bytes, path: str | Path) -> tuple[dict[str, Any], int]:
     raise ValueError(f"{path}: truncated safetensors file: header says {size} bytes, file has {len(raw) - 8}")
   try:
     header = json.loads(raw[8:8 + size].decode("utf-8"), object_pairs_hook=_no_duplicates,
-                        parse_constant=_no_constants)
+                        parse_constant=_no_constants, parse_int=_json_int)
   except (_HeaderFault, UnicodeDecodeError, json.JSONDecodeError) as e:
     raise ValueError(f"{path}: corrupt safetensors header: {e}") from None
   except RecursionError:
@@ -206,8 +206,16 @@ def _read_header(raw: bytes, path: str | Path) -> tuple[dict[str, Any], int]:
   return header, 8 + size
 
 
+class _NegativeZero(int):
+  """JSON's `-0`: Python's json reads it as the int 0, the safetensors library as the float -0.0, which is no u64."""
+
+
+def _json_int(text: str) -> int:
+  return _NegativeZero(0) if text == "-0" else int(text)
+
+
 def _is_u64(value: Any) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < U64_LIMIT
+  return type(value) is int and 0 <= value < U64_LIMIT  # neither a bool nor a -0
 
 
 def _check_metadata(value: Any, path: str | Path) -> None:

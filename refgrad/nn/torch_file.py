@@ -34,7 +34,7 @@ except ImportError:
 
 from refgrad.dtype import DType, dtypes
 from refgrad.nn.untrusted import is_count, shape_fault, view_fault
-from refgrad.safe_pickle import UnsafePickleError, safe_load
+from refgrad.safe_pickle import UnsafePickleError, safe_load, shown
 from refgrad.tensor import Tensor
 
 STORAGE_DTYPES: dict[str, DType] = {
@@ -52,6 +52,9 @@ UNTYPED = dtypes.uint8  # an UntypedStorage counts bytes; its tensors name their
 ZIP_MAGIC = b"PK\x03\x04"
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
 LEGACY_PROTOCOL = 1001  # the only version torch has written
+# a view reading its storage's elements more than this many times over (overlapping windows, not an expand) is
+# refused: it would be copied, and a small file could ask for any number of copies
+OVERLAP_LIMIT = 64
 # deflate expands at most 1032:1; a member claiming more is corrupt (or a bomb), whatever it would decompress to
 MAX_DEFLATE_RATIO = 1032
 
@@ -93,7 +96,16 @@ class _Reader:
     return UnsafePickleError(f"{self.source}: {why}")
 
   def load(self, f: io.BytesIO) -> Any:
-    return safe_load(f, self.allowed, self.source, stand_in=self.stand_in, persistent=self.persistent)
+    return safe_load(f, self.allowed, self.source, stand_in=self.stand_in, persistent=self.persistent,
+                     check_state=self.check_state)
+
+  def check_state(self, obj: Any, state: Any) -> None:
+    """numpy's dtypes and arrays take their state in C: only the states numpy itself writes for the dtypes and
+    arrays the allow-list makes (the byte order may differ; the bytes must fill the shape exactly)."""
+    if isinstance(obj, np.dtype) and not _numpy_dtype_state(obj, state):
+      raise self.fault(f"numpy dtype {obj} with state {shown(state)}, not one numpy writes for it")
+    if isinstance(obj, np.ndarray) and not _numpy_array_state(state):
+      raise self.fault(f"a numpy array with state {shown(state)}, not a dtype, shape and bytes that fill it")
 
   def stand_in(self, module: str, name: str) -> type:
     if module.split(".")[0] == "torch":  # torch's own names are known: one refgrad does not read is not data
@@ -107,15 +119,15 @@ class _Reader:
   def persistent(self, pid: Any) -> _Storage:
     """A storage's id: ('storage', element type, key, location, element count[, legacy view metadata])."""
     if not (isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage"):
-      raise self.fault(f"unknown persistent id {pid!r:.200}")
+      raise self.fault(f"unknown persistent id {shown(pid)}")
     storage_type, key, numel = pid[1], pid[2], pid[4]
     if len(pid) == 6 and pid[5] is not None:
       raise NotImplementedError(f"{self.source}: storage views (written by torch before 1.0) are not supported")
-    if not isinstance(key, (str, int)) or isinstance(key, bool) or not is_count(numel):
-      raise self.fault(f"storage id {pid!r:.200} needs a key and a non-negative element count")
+    if not _is_key(key) or not is_count(numel):
+      raise self.fault(f"storage id {shown(pid)} needs a key and a non-negative element count")
     dtype = UNTYPED if storage_type is _UntypedStorage else storage_type
     if not isinstance(dtype, DType):
-      raise self.fault(f"storage {key!r} has element type {storage_type!r:.100}, not one of torch's storages")
+      raise self.fault(f"storage {key!r} has element type {shown(storage_type)}, not one of torch's storages")
     key = str(key)
     if key not in self.storages:
       self.storages[key] = _Storage(dtype, key, numel, self.read_storage(key, numel * dtype.itemsize))
@@ -128,9 +140,9 @@ class _Reader:
     a copy, so tensors sharing a storage are independent, as torch.load's are not but tinygrad's disk tensors are.
     None while the storage's bytes are not read yet (the legacy format's first pass)."""
     if not isinstance(storage, _Storage):
-      raise self.fault(f"a tensor's storage is {storage!r:.100}, not a storage id")
+      raise self.fault(f"a tensor's storage is {shown(storage)}, not a storage id")
     if not isinstance(dtype, DType):
-      raise self.fault(f"a tensor of storage {storage.key!r} has dtype {dtype!r:.100}, not one of torch's")
+      raise self.fault(f"a tensor of storage {storage.key!r} has dtype {shown(dtype)}, not one of torch's")
     elements = storage.numel * storage.dtype.itemsize // dtype.itemsize  # of the tensor's dtype
     if (why := shape_fault(size, dtype.itemsize)) or (why := view_fault(offset, tuple(size), stride, elements)):
       raise self.fault(f"a tensor of storage {storage.key!r}: {why}")
@@ -138,17 +150,46 @@ class _Reader:
       return None
     if 0 in size:  # reads nothing, whatever its offset and strides say
       return Tensor(np.zeros(tuple(size), dtype.np))
+    # an axis of stride 0 repeats one element (torch's expand): read once, expanded lazily, so a small file's
+    # expanded tensor costs its stored elements; other overlapping views (windows) are copied, within a bound
+    stored = tuple(1 if s == 0 else n for n, s in zip(size, stride))
+    if math.prod(stored) > OVERLAP_LIMIT * elements:
+      raise self.fault(f"a tensor of storage {storage.key!r}: shape {tuple(size)} with strides {tuple(stride)} "
+                       f"reads its {elements} elements {math.prod(stored) // elements} times over")
     flat = np.frombuffer(storage.data, dtype=dtype.np, count=len(storage.data) // dtype.itemsize)
     # the checks above bound each (n - 1) * stride by the storage, so no byte stride overflows; a size-1 axis never
     # steps, whatever its stride
-    strides = tuple(s * dtype.itemsize if n > 1 else 0 for n, s in zip(size, stride))
-    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=tuple(size), strides=strides, writeable=False)
-    return Tensor(_normalized(view))
+    strides = tuple(s * dtype.itemsize if n > 1 else 0 for n, s in zip(stored, stride))
+    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=stored, strides=strides, writeable=False)
+    loaded = Tensor(_normalized(view))
+    return loaded if stored == tuple(size) else loaded.expand(tuple(size))
 
   def warn_stand_ins(self) -> None:
     if self.stand_ins:
       warnings.warn(f"{self.source}: the checkpoint names {', '.join(sorted(self.stand_ins))}, which refgrad does not "
                     "look up; each loaded as an inert refgrad.nn.torch_file.StandIn", stacklevel=4)
+
+
+def _numpy_dtype_state(dtype: np.dtype, state: Any) -> bool:
+  own = dtype.__reduce__()[2]
+  return (isinstance(state, tuple) and len(state) == len(own) and state[0] == own[0] and state[2:] == own[2:]
+          and state[1] in ("<", ">", "|", "="))
+
+
+def _numpy_array_state(state: Any) -> bool:
+  """(1, shape, dtype, is_fortran, bytes) with a plain dtype and exactly the bytes the shape needs."""
+  if not (isinstance(state, tuple) and len(state) == 5 and state[0] == 1 and isinstance(state[2], np.dtype)):
+    return False
+  _, shape, dtype, fortran, data = state
+  return (not dtype.hasobject and isinstance(fortran, bool) and isinstance(data, (bytes, bytearray))
+          and isinstance(shape, tuple) and shape_fault(shape, dtype.itemsize) is None
+          and len(data) == math.prod(shape) * dtype.itemsize)
+
+
+def _is_key(key: Any) -> bool:
+  """A storage's key as torch writes it (a str, or an int in old files); never a container, whose str() could recurse
+  thousands of levels deep."""
+  return isinstance(key, str) or (isinstance(key, int) and not isinstance(key, bool))
 
 
 def _normalized(view: np.ndarray) -> np.ndarray:
@@ -174,7 +215,7 @@ def _rebuild_from_type(reader: _Reader, rebuild: Any, new_type: Any, args: Any, 
   """A tensor with Python attributes (t.note = 1): the tensor, without them. `rebuild` came from this pickle, so it
   is a name ALLOWED gave or a stand-in."""
   if not isinstance(args, tuple):
-    raise reader.fault(f"_rebuild_from_type_v2's arguments are {args!r:.100}, not a tuple")
+    raise reader.fault(f"_rebuild_from_type_v2's arguments are {shown(args)}, not a tuple")
   return rebuild(*args)
 
 
@@ -223,8 +264,8 @@ def _array_from_bytes(source: str, data: Any, dtype: Any, shape: Any, order: Any
   """How pickle protocol 5 rebuilds a numpy array: its bytes, dtype, shape and order. The bytes came from the file,
   so they bound the array (numpy refuses a shape they do not fill)."""
   if not isinstance(data, (bytes, bytearray)) or order not in ("C", "F") or shape_fault(shape, 1):
-    raise UnsafePickleError(f"{source}: a numpy array of {type(data).__name__}, shape {shape!r:.100}, order "
-                            f"{order!r:.20}")
+    raise UnsafePickleError(f"{source}: a numpy array of {type(data).__name__}, shape {shown(shape)}, order "
+                            f"{shown(order)}")
   return np.frombuffer(data, dtype=_numpy_dtype(source, dtype)).reshape(shape, order=order).copy()
 
 
@@ -243,7 +284,7 @@ def _bounded_array(limit: int, source: str) -> Callable[..., np.ndarray]:
   def reconstruct(kind: Any, shape: Any, dtype: Any) -> np.ndarray:
     sizes = shape if isinstance(shape, tuple) else (shape,)
     if kind is not np.ndarray or not all(is_count(n) for n in sizes) or math.prod(sizes) > limit:
-      raise UnsafePickleError(f"{source}: numpy array of {kind!r:.50} and shape {shape!r:.100} in a file of {limit} "
+      raise UnsafePickleError(f"{source}: numpy array of {shown(kind)} and shape {shown(shape)} in a file of {limit} "
                               "bytes")
     return multiarray._reconstruct(kind, shape, _numpy_dtype(source, dtype))
   return reconstruct
@@ -252,7 +293,7 @@ def _bounded_array(limit: int, source: str) -> Callable[..., np.ndarray]:
 def _latin1(source: str, text: Any, encoding: Any = "latin1", *_: Any) -> bytes:
   """_codecs.encode as a protocol-2 pickle uses it for bytes: a str and a text encoding (never a codec like zlib)."""
   if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
-    raise UnsafePickleError(f"{source}: _codecs.encode({text!r:.50}, {encoding!r:.50}) is not how a pickle stores "
+    raise UnsafePickleError(f"{source}: _codecs.encode({shown(text)}, {shown(encoding)}) is not how a pickle stores "
                             "bytes")
   return text.encode(encoding)
 
@@ -328,7 +369,7 @@ def _load_legacy(raw: bytes, path: str | Path) -> Any:
   if magic != LEGACY_MAGIC:
     raise ValueError(f"torch_load {path}: not a torch.save file (neither a zip archive nor the legacy format)")
   if (protocol := reader.load(f)) != LEGACY_PROTOCOL:
-    raise ValueError(f"torch_load {path}: legacy protocol version {protocol!r:.50}, not {LEGACY_PROTOCOL}")
+    raise ValueError(f"torch_load {path}: legacy protocol version {shown(protocol)}, not {LEGACY_PROTOCOL}")
   sys_info = reader.load(f)
   if isinstance(sys_info, dict) and sys_info.get("little_endian", True) is False:
     raise NotImplementedError(f"torch_load {path}: a big-endian file is not supported")
@@ -345,8 +386,8 @@ def _load_legacy(raw: bytes, path: str | Path) -> Any:
 def _legacy_storages(f: io.BytesIO, keys: Any, storages: dict[str, _Storage], path: str | Path) -> dict[str, bytes]:
   """Each storage's bytes, in the order of `keys`: an int64 element count, which must be the one its id declared,
   then the bytes. Every storage the object names must be there once."""
-  if not isinstance(keys, list) or sorted(map(str, keys)) != sorted(storages):
-    raise ValueError(f"torch_load {path}: the storage keys {keys!r:.200} are not the storages the object names, "
+  if not isinstance(keys, list) or not all(map(_is_key, keys)) or sorted(map(str, keys)) != sorted(storages):
+    raise ValueError(f"torch_load {path}: the storage keys {shown(keys)} are not the storages the object names, "
                      "once each")
   data = {}
   for key in map(str, keys):
@@ -356,9 +397,9 @@ def _legacy_storages(f: io.BytesIO, keys: Any, storages: dict[str, _Storage], pa
       raise ValueError(f"torch_load {path}: storage {key!r}'s element count is not the {storage.numel} its id "
                        "declared (truncated or corrupt file)")
     size = storage.numel * storage.dtype.itemsize
-    data[key] = f.read(size)
-    if len(data[key]) != size:
+    if size > len(f.getbuffer()) - f.tell():  # checked before reading: f.read(2**66) raises OverflowError
       raise ValueError(f"torch_load {path}: truncated file: storage {key!r} needs {size} bytes")
+    data[key] = f.read(size)
   return data
 
 
