@@ -13,10 +13,10 @@ from collections import Counter, OrderedDict, deque
 import numpy as np
 import pytest
 import torch
+from test_state_files import f32, st_file
 
 from refgrad.nn.state import safe_load, torch_load
 from refgrad.nn.torch_file import LEGACY_MAGIC, StandIn
-from tests.test_state_files import f32, st_file
 
 STORAGE = object()  # stands for the one storage of the files below; the pickler writes its id
 
