@@ -286,10 +286,12 @@ def _where(error: BaseException) -> str:
 
 
 # Files torch.load reads that torch_load refuses on purpose (docs/untrusted-input.md): an archive naming a member twice
-# (which one is meant is not knowable), more dimensions than an array has, a view reading its storage over and over,
-# a container or string larger than the file, a zip member claiming more than deflate can expand to
-TORCH_REFUSALS = re.compile(r"holds '.*' twice|dimensions, over the|times over|items in a file of|claims \d+ bytes "
-                            r"from|numpy array of .* in a file of")
+# (which one is meant is not knowable) or that Python's zipfile finds corrupt (torch's reader is more lenient: it
+# reads a member whose local header names another file), more dimensions than an array has, a view reading its
+# storage over and over, a container or string larger than the file, a zip member claiming more than deflate can
+# expand to
+TORCH_REFUSALS = re.compile(r"holds '.*' twice|cannot be read: |a corrupt zip archive|dimensions, over the|times over|"
+                            r"items in a file of|claims \d+ bytes from|numpy array of .* in a file of")
 
 
 def _documented_refusal(reader: str, error: BaseException, data: bytes) -> bool:
