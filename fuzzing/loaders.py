@@ -18,6 +18,7 @@ import io
 import json
 import marshal
 import os
+import pickle
 import random
 import re
 import resource
@@ -37,6 +38,8 @@ from typing import Any
 
 import refgrad.nn.state as state
 import refgrad.nn.torch_file as torch_file
+import refgrad.nn.untrusted as untrusted
+import refgrad.safe_pickle as safe_pickle
 from fuzzing.mutators import apply, random_step
 from fuzzing.normal import normal, outside
 from fuzzing.oracle import receive, send
@@ -58,7 +61,9 @@ WATCHED_EVENTS = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork
                   "subprocess.Popen", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function", "socket.connect",
                   "socket.bind", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.truncate",
                   "shutil.rmtree", "shutil.copyfile", "webbrowser.open", "urllib.Request", "builtins.input", "exec"}
-TRACED_FILES = {state.__file__, torch_file.__file__, zipfile.__file__, json.decoder.__file__}
+# the readers, the unpickler refgrad runs (pickle's pure-Python one) and the parsers under them
+TRACED_FILES = {state.__file__, torch_file.__file__, untrusted.__file__, safe_pickle.__file__, pickle.__file__,
+                zipfile.__file__, json.decoder.__file__}
 
 
 @dataclass
