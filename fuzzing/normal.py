@@ -34,6 +34,8 @@ def _dtype_name(obj: Any) -> str | None:
   if isinstance(obj, DType):
     return obj.name
   torch = sys.modules.get("torch")
+  if torch is not None and type(obj).__name__ == "StorageType" and hasattr(obj, "dtype"):
+    obj = obj.dtype  # a storage class named as a value: refgrad gives its element type, as for a torch dtype
   return str(obj).removeprefix("torch.") if torch is not None and isinstance(obj, torch.dtype) else None
 
 

@@ -166,6 +166,8 @@ IN_BOUNDS = {
   "an empty view past the end": (9, [0, 5], [1, 2**40]),
   "0-d at the end": (3, [], []),
   "a transposed pair": (0, [2, 2], [1, 2]),
+  "a negative stride on a size-1 axis": (1, [1], [-1]),
+  "negative strides of an empty view": (1, [0, 1], [-1, -1]),
 }
 
 

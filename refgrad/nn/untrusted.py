@@ -13,7 +13,11 @@ MAX_BYTES = 2**63 - 1  # numpy's: the product of an array's nonzero sizes times 
 
 def is_count(value: Any) -> bool:
   """A non-negative Python int (a bool is not a count, though Python calls it an int)."""
-  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+  return _is_int(value) and value >= 0
+
+
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
 
 
 def shape_fault(shape: Any, itemsize: int) -> str | None:
@@ -30,14 +34,17 @@ def shape_fault(shape: Any, itemsize: int) -> str | None:
 
 def view_fault(offset: Any, shape: tuple[int, ...], strides: Any, elements: int) -> str | None:
   """Why elements at `offset` with `strides` (all in elements) and a valid `shape` do not all lie inside a storage
-  of `elements` elements, or None. Negative offsets and strides are refused (torch refuses them too); the highest
-  element reached is offset + sum((n - 1) * stride), the lowest the offset itself, in exact integers."""
+  of `elements` elements, or None. A negative offset is refused, and a negative stride where it would step (on an
+  axis of more than one element of a tensor that has elements), as torch refuses them; so the lowest element
+  reached is the offset itself and the highest offset + sum((n - 1) * stride), in exact integers."""
   if not is_count(offset):
     return f"offset {shown(offset)} is not a non-negative integer"
-  if not isinstance(strides, Sequence) or len(strides) != len(shape) or not all(is_count(s) for s in strides):
-    return f"strides {shown(strides)} are not {len(shape)} non-negative integers"
+  if not isinstance(strides, Sequence) or len(strides) != len(shape) or not all(map(_is_int, strides)):
+    return f"strides {shown(strides)} are not {len(shape)} integers"
   if 0 in shape:
     return None  # reads nothing
+  if any(s < 0 for n, s in zip(shape, strides) if n > 1):
+    return f"strides {tuple(strides)} step backwards on an axis of shape {tuple(shape)}"
   highest = offset + sum((n - 1) * s for n, s in zip(shape, strides))
   if highest >= elements:
     return (f"shape {shape} at offset {offset} with strides {tuple(strides)} reaches element {highest}, past the "
