@@ -22,7 +22,7 @@ from refgrad_torch.export import Unsupported, run_on_torch
 class Cell:
   row: str
   column: str
-  verdict: str  # "pass", "fail" or "unsupported"
+  verdict: str  # "pass", "fail", "unsupported" or "error" (the compiler raised)
   detail: str = ""
 
 
@@ -50,6 +50,9 @@ def check_batch(batch: Batch, compile: bool = True) -> list[Cell]:
     actual = run_on_torch(root, compile).reshape(-1)
   except Unsupported as why:
     return [Cell(s.row, s.column, "unsupported", str(why)) for s in batch.segments]
+  except Exception as error:  # noqa: BLE001 -- the compiler failing on a graph eager torch runs is a finding
+    return [Cell(s.row, s.column, "error", f"{type(error).__name__}: {str(error).splitlines()[0]}")
+            for s in batch.segments]
   expected, bound, undefined = reference_with_bounds(root)
   verdicts = compare_lanes(actual, expected, undefined, abs_bound=bound)
   starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
