@@ -14,8 +14,6 @@ import numpy as np
 import torch
 
 from refgrad.dtype import DType, dtypes
-from refgrad.symbolic_shapes import concrete_graph
-from refgrad.symbolic_shapes import in_use as sizes_in_use
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_torch.casts import SIGNED_OF_SIZE, cast, from_torch, to_torch, torch_dtype
 
@@ -216,16 +214,10 @@ RULES: dict[Ops, Rule] = {
 }
 
 
-# ---- the whole graph
-def concrete(root: UOp) -> UOp:
-  """The graph with its symbolic sizes at their bound values, as the graph evaluator runs it."""
-  return concrete_graph(root) if sizes_in_use() else root
-
-
+# ---- the whole graph (of concrete sizes: the caller binds symbolic ones, as the graph evaluator does first)
 def to_torch_function(root: UOp) -> tuple[Callable[..., torch.Tensor], list[UOp]]:
   """A function computing `root` with torch ops from its BUFFER leaves' tensors, given in the order of the returned
   list of BUFFER nodes. Raises Unsupported for a node torch cannot compute as SPEC.md says."""
-  root = concrete(root)
   nodes = list(root.toposort)
   leaves = [u for u in nodes if u.op is Ops.BUFFER]
   slot = {u: i for i, u in enumerate(nodes)}
@@ -250,7 +242,6 @@ def run_on_torch(root: UOp, compile: bool = False) -> np.ndarray:
   """`root`'s value computed by torch on the CPU from its buffers' values: eagerly, or compiled whole by
   torch.compile (Inductor). Each compile starts from a reset dynamo, so no graph falls back to eager for having
   recompiled one function too often."""
-  root = concrete(root)
   fn, leaves = to_torch_function(root)
   inputs = [to_torch(b.arg.numpy(), b.dtype).reshape(b.shape) for b in leaves]
   if compile:

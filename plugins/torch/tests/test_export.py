@@ -1,13 +1,13 @@
 """The torch exporter against the graph evaluator: every conformance cell eagerly, random tensor programs and random
-kernels eagerly, a few graphs through torch.compile; compared by the oracle (refgrad_torch.check)."""
+kernels eagerly, a few graphs through torch.compile; compared by the oracle (tests/torch_oracle.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from refgrad_torch.check import check_on_torch
 from refgrad_torch.export import NOT_EXPORTED, RULES, UNSUPPORTED, WIDE_UNSIGNED, Unsupported, run_on_torch
-from refgrad_torch.measure import check_batch, check_cell
+from torch_measure import check_batch, check_cell
+from torch_oracle import check_on_torch
 
 from refgrad.dtype import dtypes
 from refgrad.interp.graph import EVALUATORS

@@ -8,12 +8,14 @@ sums within gamma_n, undefined lanes skipped.
 from __future__ import annotations
 
 import numpy as np
+from refgrad_torch.export import run_on_torch
 
 from refgrad.dtype import dtypes
+from refgrad.symbolic_shapes import concrete_graph
+from refgrad.symbolic_shapes import in_use as sizes_in_use
 from refgrad.testing.oracle.bounds import kernel_error_bounds
 from refgrad.testing.oracle.compare import Comparison, compare
 from refgrad.uop import Ops, UOp
-from refgrad_torch.export import concrete, run_on_torch
 
 # nodes whose value is their first source's, which the bounds walk does not know (it sees kernels, where the
 # scheduler has removed them)
@@ -28,6 +30,11 @@ def _without_pass_through(root: UOp) -> UOp:
   return root
 
 
+def concrete(root: UOp) -> UOp:
+  """The graph with its symbolic sizes at their bound values, as the graph evaluator runs it."""
+  return concrete_graph(root) if sizes_in_use() else root
+
+
 def reference_with_bounds(root: UOp) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
   """(flat reference value, flat absolute error bound, flat undefined lanes or None) of a tensor graph."""
   value = _without_pass_through(concrete(root))
@@ -38,6 +45,7 @@ def reference_with_bounds(root: UOp) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def check_on_torch(root: UOp, compile: bool = False) -> Comparison:
   """Compute `root` with torch (eager, or torch.compile) and compare it lane by lane with the reference. Raises
   Unsupported (refgrad_torch.export) for a graph torch cannot compute as SPEC.md says."""
+  root = concrete(root)
   actual = run_on_torch(root, compile)
   expected, bound, undefined = reference_with_bounds(root)
   return compare(actual.reshape(-1), expected, undefined, abs_bound=bound)

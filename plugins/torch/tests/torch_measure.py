@@ -1,8 +1,8 @@
 """How much of refgrad's conformance matrix torch computes as SPEC.md says: every cell (op or cast x dtype) of the
 check's batches (refgrad/testing/conformance/batches.py), each exported as a graph of its own.
 
-    python -m refgrad_torch.measure            # eager torch
-    python -m refgrad_torch.measure --compile  # torch.compile (Inductor): one graph per batch, judged per cell
+    python plugins/torch/tests/torch_measure.py          # eager torch
+    python plugins/torch/tests/torch_measure.py --compile  # Inductor: one graph per batch, judged per cell
 """
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import argparse
 from collections import Counter
 from dataclasses import dataclass
 
+from refgrad_torch.export import Unsupported, run_on_torch
+from torch_oracle import check_on_torch, reference_with_bounds
+
 from refgrad.tensor import Tensor
 from refgrad.testing.conformance.batches import Batch, Segment, all_batches
 from refgrad.testing.oracle.compare import Comparison, compare_lanes
 from refgrad.testing.strategies import ALL
-from refgrad_torch.check import check_on_torch, reference_with_bounds
-from refgrad_torch.export import Unsupported, run_on_torch
 
 
 @dataclass
