@@ -140,13 +140,16 @@ HOW: dict[str, object] = {
   # README.md
   "from refgrad import Tensor, dtypes": Run(60),
   "pip install -e . && refgrad demo": Elsewhere(CI, "run in a bare virtualenv, as written"),
-  "pip install -e \".[test,ray]\" -e plugins/clang -e plugins/llvm -e plugins/opencl && python -m pytest -n 3":
+  "pip install -e \".[test,ray]\" -e plugins/clang -e plugins/llvm -e plugins/opencl -e plugins/torch && "
+  "python -m pytest -n 3":
     Elsewhere(CI, "the test command: CI runs it in a fresh virtualenv, and this file runs inside it"),
   "pip install -e plugins/clang        # device CLANG: C compiled by clang (or $CC, cc), run through ctypes":
     Elsewhere(CI, "installed by the test command"),
   "pip install -e plugins/llvm         # device LLVM: LLVM IR compiled by llvmlite, no external tools":
     Elsewhere(CI, "installed by the test command"),
   "pip install -e plugins/opencl       # device OPENCL (alias GPU): OpenCL C through pyopencl; PoCL on a CPU":
+    Elsewhere(CI, "installed by the test command"),
+  "pip install -e plugins/torch        # not a device yet: refgrad's graph exported to torch ops (issue 46)":
     Elsewhere(CI, "installed by the test command"),
   "refgrad devices                     # every device, its plugin and version, available or why not":
     Run(60, prints=("PYTHON", "CLANG", "LLVM")),
