@@ -292,14 +292,16 @@ def _where(error: BaseException) -> str:
 
 # Files torch.load reads that torch_load refuses on purpose (docs/untrusted-input.md): a legacy file whose storage
 # keys are not the storages its object names (torch leaves an unlisted storage's memory uninitialized and reads it),
-# a storage id naming one key with two types or sizes (torch keeps the first); an archive naming a member twice
+# a storage id naming one key with two types or sizes (torch keeps the first), or with a negative element count or a
+# key that is neither a string nor an int (torch.save writes neither); an archive naming a member twice
 # (which one is meant is not knowable) or that Python's zipfile finds corrupt (torch's reader is more lenient: it
 # reads a member whose local header names another file), more dimensions than an array has, a view reading its
 # storage over and over, a container or string larger than the file, a zip member claiming more than deflate can
 # expand to
 TORCH_REFUSALS = re.compile(r"holds '.*' twice|cannot be read: |a corrupt zip archive|dimensions, over the|times over|"
                             r"items in a file of|claims \d+ bytes from|numpy array of .* in a file of|"
-                            r"are not the storages the object names|named with two element types or sizes")
+                            r"are not the storages the object names|named with two element types or sizes|"
+                            r"needs a key and a non-negative element count")
 
 
 def _documented_refusal(reader: str, error: BaseException, data: bytes) -> bool:
