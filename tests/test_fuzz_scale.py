@@ -207,7 +207,7 @@ def test_a_ctrl_c_that_lands_in_a_gc_callback_still_stops_the_campaign_after_its
 
 
 @pytest.mark.parametrize("args,message", [(["--workers", "2"], "--workers counts Ray actors"),
-                                          (["--jobs", "0"], "need at least one worker")])
+                                          (["--jobs", "0"], "argument --jobs: need 1 to")])
 def test_fuzz_usage_errors_are_named_not_taken_for_harness_bugs(args, message, capsys):
   from refgrad.cli import main
   assert main(["fuzz", "--device", "PYTHON", "--seconds", "1", *args]) == 2

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from refgrad.testing.oracle.compare import add_histogram
-from refgrad.testing.programs import TensorProgram
+from refgrad.testing.programs import RandomKernel, TensorProgram
 
 FINDING_KINDS = ("mismatch", "error", "crash", "hang")
 
@@ -99,4 +99,5 @@ def _chunk_fault(chunk: Any) -> str:
 def _is_finding(finding: Any) -> bool:
   return (isinstance(finding, Finding) and finding.kind in FINDING_KINDS and isinstance(finding.detail, str) and
           isinstance(finding.signature, str) and re.fullmatch(r"[0-9a-f]{64}", finding.signature) is not None and
-          type(finding.count) is int and finding.count >= 1 and isinstance(finding.program, TensorProgram))
+          type(finding.count) is int and finding.count >= 1 and
+          isinstance(finding.program, (TensorProgram, RandomKernel)))  # a campaign draws both
