@@ -157,11 +157,11 @@ def _device(name: str | None, source: str = "argument --device") -> str:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-  """List every registered device with its plugin, version and status."""
+  """List every registered device with its kind (kernel or graph), plugin, version and status."""
   from refgrad import Device
   for spec in Device.specs():
     status = "available" if spec.unavailable_reason is None else f"unavailable: {spec.unavailable_reason}"
-    print(f"{spec.name:10s} {spec.plugin:18s} {spec.version or '-':28s} {status}")
+    print(f"{spec.name:10s} {spec.kind:6s} {spec.plugin:18s} {spec.version or '-':28s} {status}")
   return 0
 
 
@@ -222,13 +222,14 @@ def _demo_device(device: str, programs: dict[str, tuple]) -> int:
 
 
 def _demo_devices(args: argparse.Namespace) -> list[str]:
-  """--device, else REFGRAD_DEVICE, else every available device (the reference first)."""
+  """--device, else REFGRAD_DEVICE, else every available kernel device (the reference first): a graph device
+  compiles each graph with its framework, seconds each, so it runs when named."""
   from refgrad import Device
   if args.device:
     return [_device(args.device)]
   if os.environ.get("REFGRAD_DEVICE"):
     return [_device(os.environ["REFGRAD_DEVICE"], "REFGRAD_DEVICE")]
-  return ["PYTHON"] + [d for d in Device.available() if d != "PYTHON"]
+  return ["PYTHON"] + [d for d in Device.available("kernel") if d != "PYTHON"]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -17,16 +17,19 @@ from refgrad.codegen.contract import (
   Allocator,
   Capabilities,
   Compiler,
+  GraphCompiler,
   OptList,
   Program,
   Renderer,
   Runner,
   Runtime,
   UnsupportedDTypeError,
+  UnsupportedOpError,
 )
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.compile_cache import cached_compile_each, load_cached
 from refgrad.dtype import ALL_DTYPES
+from refgrad.graph_device import graph_listing, graph_program, graph_runner
 from refgrad.uop import Ops, UOp
 
 if TYPE_CHECKING:
@@ -99,13 +102,15 @@ def write_variables(buffers: Sequence[Buffer], variables: Sequence[tuple[UOp, in
 
 @dataclass
 class DeviceImpl:
-  """A working device. Compiled devices give renderer+compiler+runtime; PYTHON gives `interpret`."""
+  """A working device. Compiled devices give renderer+compiler+runtime; PYTHON gives `interpret`; a graph device
+  gives `graph`, a compiler of whole tensor-level graphs (refgrad/graph_device.py), and host memory."""
   name: str
   allocator: Allocator
   renderer: Renderer | None = None
   compiler: Compiler | None = None
   runtime: Runtime | None = None
   interpret: Callable[[Program], Runner] | None = None
+  graph: GraphCompiler | None = None
   runner_cache: int = RUNNER_CACHE_SIZE  # loaded kernels kept (a device whose kernels are large keeps fewer)
   # Optional native transfers between devices (defaults: through host memory): transfer(dest, src) copies a buffer
   # of another device into dest of this one; allreduce(op, dest, partials) writes into dest the reduction (op:
@@ -123,10 +128,24 @@ class DeviceImpl:
 
   @property
   def caps(self) -> Capabilities:
+    if self.graph is not None:
+      return self.graph.caps
     return self.renderer.caps if self.renderer is not None else Capabilities()
 
+  @property
+  def kind(self) -> str:
+    """'graph' for a graph device, 'kernel' for one that runs refgrad's kernels (compiled or interpreted)."""
+    return "graph" if self.graph is not None else "kernel"
+
   def render(self, program: Program) -> str:
+    if self.graph is not None:
+      return graph_listing(program.key, self.graph)
     return self.renderer.render(program) if self.renderer is not None else program.listing()
+
+  def program(self, ast: UOp, opts: OptList | None = None) -> Program:
+    """What a scheduled kernel (or, on a graph device, a graph) becomes on this device: lowered, optimized with
+    `opts` (None: the heuristic) and linearized by the codegen pipeline, or on a graph device the graph itself."""
+    return graph_program(ast) if self.graph is not None else compile_ast(ast, self.caps, opts)
 
   def get_runner(self, program: Program) -> Runner:
     """Load a program once per device while it stays among the `runner_cache` most recently used; programs are
@@ -147,7 +166,7 @@ class DeviceImpl:
     does not evict its own first kernels; the rest are only compiled (into the compile cache). This only saves time:
     a kernel that fails here (its dtype, its compile, its load) is left to run_kernel, which raises its error when
     its turn comes, as without prepare."""
-    if self.compiler is None:
+    if self.compiler is None:  # an interpreter, or a graph device (its framework compiles when a graph first runs)
       return
     programs: dict[Hashable, Program] = {}
     for ast, opts in kernels:  # the loaded ones are skipped before rendering (a warm step renders nothing), and
@@ -176,8 +195,11 @@ class DeviceImpl:
     on `buffers`, one per PARAM. `variables` are (Variable, value) in the order the kernel reads them (the
     ScheduleItem's); each value must lie in its Variable's range. Returns the program that ran (its name, opts and
     code paths) and its runner, which launches it again (a jit's replay, the search's timing)."""
+    if self.graph is not None and variables:
+      raise UnsupportedOpError(self.name, Ops.DEFINE_VAR, variables[0][0].dtype, "a graph device computes graphs of "
+                               "concrete sizes; this one has symbolic sizes (Variables), not yet supported")
     write_variables(buffers, variables)
-    program = compile_ast(ast, self.caps, opts)
+    program = self.program(ast, opts)
     runner = self.get_runner(program)
     runner(*[b.handle for b in buffers])
     return program, runner
@@ -219,6 +241,8 @@ class DeviceImpl:
     cache."""
     if binary is not None:
       return self.runtime.load(binary, program)
+    if self.graph is not None:
+      return graph_runner(self.name, self.graph, program.key)
     self.check_dtypes(program)
     if self.interpret is not None:
       return self.interpret(program)

@@ -1,5 +1,5 @@
 """Running a schedule: each kernel through its device's run_kernel (with a searched opt list under REFGRAD_SEARCH),
-each transfer through its destination device."""
+each transfer through its destination device; a graph device's consecutive kernels as one graph."""
 from __future__ import annotations
 
 import os
@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from refgrad.buffer import Buffer
 from refgrad.codegen.contract import OptList
+from refgrad.graph_batches import stitch_graph_runs
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem
 from refgrad.search import search_opts
@@ -39,9 +40,9 @@ def search_budget() -> int:
 def kernel_opts(ast: UOp, device: str) -> OptList | None:
   """What realize runs a kernel with: None (the device's heuristic), or under REFGRAD_SEARCH on a compiled device
   the opt list a search chose (refgrad/search.py). The reference (an interpreting device) always runs kernels as
-  lowered."""
+  lowered, and a graph device's framework chooses its own code."""
   budget = search_budget()
-  if budget == 0 or Device[device].interpret is not None or ast.op is not Ops.SINK:
+  if budget == 0 or Device[device].compiler is None or ast.op is not Ops.SINK:  # an interpreter, a graph device
     return None
   return search_opts(ast, device, budget)
 
@@ -60,6 +61,7 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
   """Run the items in order. A kernel of symbolic shape gets its variables' values in its last buffer: the values
   bound when it was scheduled, or those in var_vals (Variable -> value; each checked against the Variable's range)."""
   chosen = var_vals or {}
+  items = stitch_graph_runs(items, lambda name: Device[name].graph is not None)  # a graph device computes them whole
   searching = search_budget() > 0  # read once, not per kernel: without a search every kernel runs the heuristic
   opts = [None if item.is_transfer or not searching else kernel_opts(item.ast, Device[item.buffers[0].device].name)
           for item in items]

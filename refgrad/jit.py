@@ -61,7 +61,6 @@ from typing import Any, Generic, TypeVar
 
 from refgrad import execute, tensor
 from refgrad.buffer import Buffer, PickledValueError
-from refgrad.codegen.pipeline import compile_ast
 from refgrad.device import write_variables
 from refgrad.frontend import random as rng_state
 from refgrad.multi import multi
@@ -275,7 +274,7 @@ class Launch:
     check_launch_buffers(self.ast, self.buffers)
     if self.runner:
       device = Device[self.buffers[0].device]
-      self.runner = device.get_runner(compile_ast(self.ast, device.caps, None))
+      self.runner = device.get_runner(device.program(self.ast))
     else:
       self.runner = None
 

@@ -18,12 +18,18 @@ class UnknownDeviceError(ValueError, RuntimeError):
 class DeviceSpec:
   """How a plugin describes a device: `make()` builds an instance; `probe()` says why it cannot run here (None: it
   can); `version` is a string, or a function giving one (a description may need the driver, e.g. the OpenCL
-  platform's name). Probe and version run once, the first time anyone asks (listing devices, selecting one), never
-  at `import refgrad`: they may be slow (OpenCL enumerates its platforms, LLVM imports llvmlite)."""
+  platform's name); `kind` is "kernel" or "graph" (a graph device: refgrad/graph_device.py), so a listing can say
+  which without making the device. Probe and version run once, the first time anyone asks (listing devices,
+  selecting one), never at `import refgrad`: they may be slow (OpenCL enumerates its platforms, LLVM imports
+  llvmlite)."""
 
   def __init__(self, name: str, make: Callable[[], DeviceImpl], plugin: str = "refgrad",
-               version: str | Callable[[], str] = "", probe: Callable[[], str | None] = lambda: None):
-    self.name, self.make, self.plugin, self.probe = name, make, plugin, probe
+               version: str | Callable[[], str] = "", probe: Callable[[], str | None] = lambda: None,
+               kind: str = "kernel"):
+    if kind not in ("kernel", "graph"):
+      raise ValueError(f"device {name}: kind must be 'kernel' (it runs refgrad's kernels) or 'graph' (it computes "
+                       f"whole graphs), got {kind!r}")
+    self.name, self.make, self.plugin, self.probe, self.kind = name, make, plugin, probe, kind
     self.instances: dict[str, DeviceImpl] = {}  # "CLANG", "CLANG:1", ...: one each
     self._version = version
     self._reason: str | None = None
@@ -147,8 +153,9 @@ class DeviceRegistry:
   def specs(self) -> list[DeviceSpec]:
     return list(self._lookup().values())
 
-  def available(self) -> list[str]:
-    return [s.name for s in self._lookup().values() if s.unavailable_reason is None]
+  def available(self, kind: str | None = None) -> list[str]:
+    """The devices that can run here; with `kind` ("kernel" or "graph"), only those of that kind."""
+    return [s.name for s in self._lookup().values() if s.unavailable_reason is None and kind in (None, s.kind)]
 
 
 Device = DeviceRegistry()

@@ -44,7 +44,7 @@ def test_searched_kernels_compute_the_reference_values(refgrad_device, searching
 
 
 def test_the_fastest_candidate_is_chosen_and_remembered_on_disk(searching, monkeypatch, capfd):
-  device = next((d for d in Device.available() if Device[d].interpret is None), None)
+  device = next((d for d in Device.available("kernel") if Device[d].interpret is None), None)
   if device is None:
     pytest.skip("no compiled device is installed here")
   a, b = matmul_inputs()
@@ -62,7 +62,7 @@ def test_the_fastest_candidate_is_chosen_and_remembered_on_disk(searching, monke
 
 
 def test_candidates_start_with_the_heuristic_and_are_distinct():
-  device = next((d for d in Device.available() if Device[d].interpret is None), None)
+  device = next((d for d in Device.available("kernel") if Device[d].interpret is None), None)
   if device is None:
     pytest.skip("no compiled device is installed here")
   a, b = matmul_inputs()
@@ -98,7 +98,7 @@ BAD_ENTRIES = {
 
 @pytest.mark.parametrize("entry", BAD_ENTRIES)
 def test_a_search_cache_entry_not_valid_for_its_kernel_is_evicted_and_searched_again(searching, monkeypatch, entry):
-  device = next((d for d in Device.available() if Device[d].interpret is None), None)
+  device = next((d for d in Device.available("kernel") if Device[d].interpret is None), None)
   if device is None:
     pytest.skip("no compiled device is installed here")
   a, b = matmul_inputs(16)

@@ -116,6 +116,16 @@ class UnsupportedDTypeError(TypeError):
   """A kernel computes with a dtype that its device does not support (not in its `Capabilities.dtypes`)."""
 
 
+class UnsupportedOpError(NotImplementedError):
+  """A graph device cannot compute `op` on `dtype` as docs/SPEC.md defines it (`why` says what it lacks, with its
+  source): the device's answer would not be SPEC's, so it gives none. A NotImplementedError, as torch raises for an
+  op a backend lacks; `refgrad check` counts it as an unsupported cell."""
+
+  def __init__(self, device: str, op: Ops, dtype: DType, why: str):
+    super().__init__(f"device {device} cannot compute {op.name} on {dtype.name}: {why}")
+    self.device, self.op, self.dtype, self.why = device, op, dtype, why
+
+
 class Allocator(Protocol):
   """Raw memory of one device. Handles are opaque to the core."""
   def alloc(self, nbytes: int) -> Any: ...
@@ -184,3 +194,23 @@ class Runner(Protocol):
 
 class Runtime(Protocol):
   def load(self, binary: bytes, program: Program) -> Runner: ...
+
+
+# A compiled graph: the values of the graph's input PARAMs, in PARAM order, each a flat numpy array of its dtype, ->
+# the values its STOREs write, in the SINK's order, each a numpy array of the stored value's dtype and shape.
+GraphFunction = Callable[..., Sequence[Any]]
+
+
+class GraphCompiler(Protocol):
+  """A graph device's compiler (refgrad/graph_device.py): it takes a whole tensor-level graph and computes it with a
+  framework's own compiler, instead of rendering refgrad's linearized kernels.
+
+  A graph is a SINK of STOREs, each writing one value into an output PARAM; the values are built from input PARAMs
+  (flat buffers, RESHAPEd to the shapes they are read as) by the primitive ops the graph evaluator
+  (refgrad/interp/graph.py) runs: ALU ops with explicit dtypes, CAST, BITCAST, CONST (with its DEVICE), the six
+  movement ops, REDUCE_AXIS, and CONTIGUOUS / DETACH / CUSTOM_GRAD / COPY whose value is their first source's.
+  `unsupported(node)` is asked of every node before `compile`: a reason (naming op, dtype and the framework's
+  documentation or source) makes the whole graph raise UnsupportedOpError, never a wrong answer."""
+  caps: Capabilities  # the dtypes it claims (the rest of Capabilities is about kernels)
+  def unsupported(self, node: UOp) -> str | None: ...
+  def compile(self, graph: UOp) -> GraphFunction: ...

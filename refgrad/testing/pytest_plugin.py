@@ -50,9 +50,11 @@ def selected_devices(config: pytest.Config) -> list[str]:
 
 
 def _choose_devices(config: pytest.Config) -> list[str]:
+  """--refgrad-device, else REFGRAD_DEVICE, else every available kernel device (a graph device, which compiles
+  every graph with its framework, runs when named)."""
   from refgrad import Device
   chosen = config.getoption("--refgrad-device") or ([os.environ["REFGRAD_DEVICE"]] if
-                                                    os.environ.get("REFGRAD_DEVICE") else Device.available())
+                                                    os.environ.get("REFGRAD_DEVICE") else Device.available("kernel"))
   names = []
   for name in chosen:
     canonical = Device.canonicalize(name)

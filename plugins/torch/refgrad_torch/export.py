@@ -8,14 +8,18 @@ graph is exported, never a wrong answer when it runs.
 """
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from refgrad.dtype import DType, dtypes
 from refgrad.uop import GroupOp, Ops, UOp
+from refgrad_torch import unsigned
 from refgrad_torch.casts import SIGNED_OF_SIZE, cast, from_torch, to_torch, torch_dtype
+from refgrad_torch.unsigned import WIDE_UNSIGNED
 
 Step = Callable[..., torch.Tensor]
 Rule = Callable[[UOp], Step]
@@ -29,16 +33,9 @@ class Unsupported(Exception):
     self.op, self.dtype, self.why = op, dtype, why
 
 
-# torch 2.13 has uint16/32/64 tensors but few CPU kernels for them ("limited support" in torch's tensor attributes
-# docs): these ops raise NotImplementedError ('"add_stub" not implemented for 'UInt32''). Casts, MUL, CMPNE, AND,
-# OR, XOR, WHERE and the movement ops work on them (FLIP moves their bits as a signed type of the same size).
-_NO_UNSIGNED_KERNEL = {Ops.NEG: "neg_cpu", Ops.ADD: "add_stub", Ops.IDIV: "div_trunc_cpu", Ops.MOD: "fmod_cpu",
-                       Ops.MAX: "maximum_cpu", Ops.CMPLT: "lt_cpu", Ops.SHL: "lshift_cpu", Ops.SHR: "rshift_cpu",
-                       Ops.REDUCE_AXIS: "sum_cpu, prod_out_cpu, max_values_cpu"}
-WIDE_UNSIGNED = (dtypes.uint16, dtypes.uint32, dtypes.uint64)
-UNSUPPORTED: dict[tuple[Ops, DType], str] = {
-  (op, dt): f"torch has no CPU kernel for {dt.name} ({kernels} not implemented)"
-  for op, kernels in _NO_UNSIGNED_KERNEL.items() for dt in WIDE_UNSIGNED}
+# torch 2.13 has few CPU kernels for uint16/32/64 (unsigned.py composes the missing ones from signed ops); these
+# have no such way
+UNSUPPORTED: dict[tuple[Ops, DType], str] = dict(unsigned.NO_WAY)
 # Sharded graphs span several devices; an exported graph runs on one torch device.
 NOT_EXPORTED = {Ops.MULTI: "a tensor over several devices: the graph-device contract has no sharding yet",
                 Ops.ALLREDUCE: "a reduction across devices: the graph-device contract has no sharding yet"}
@@ -114,7 +111,8 @@ _ALU: dict[Ops, Callable[[DType], Step]] = {
 
 
 def _alu(u: UOp) -> Step:
-  return _ALU[u.op](operand_dtype(u))
+  dtype = operand_dtype(u)
+  return (unsigned.ALU if dtype in WIDE_UNSIGNED and u.op in unsigned.ALU else _ALU)[u.op](dtype)
 
 
 # ---- casts and leaves
@@ -187,7 +185,7 @@ def _reduce(u: UOp) -> Step:
     from refgrad.alu import reduce_identity
     value = to_torch(np.full(u.shape, reduce_identity(op, u.dtype), u.dtype.np), u.dtype)
     return lambda x: value
-  fold = _REDUCE[(op, u.dtype.kind)]
+  fold = unsigned.reduce_step(op, u.dtype) if u.dtype in WIDE_UNSIGNED else _REDUCE[(op, u.dtype.kind)]
   return lambda x: fold(x, tuple(axes))
 
 
@@ -215,38 +213,66 @@ RULES: dict[Ops, Rule] = {
 
 
 # ---- the whole graph (of concrete sizes: the caller binds symbolic ones, as the graph evaluator does first)
-def to_torch_function(root: UOp) -> tuple[Callable[..., torch.Tensor], list[UOp]]:
-  """A function computing `root` with torch ops from its BUFFER leaves' tensors, given in the order of the returned
-  list of BUFFER nodes. Raises Unsupported for a node torch cannot compute as SPEC.md says."""
-  nodes = list(root.toposort)
-  leaves = [u for u in nodes if u.op is Ops.BUFFER]
+def unsupported_reason(u: UOp) -> str | None:
+  """Why torch cannot compute node `u` as SPEC.md says, or None if it can."""
+  try:
+    check_supported(u)
+  except Unsupported as e:
+    return e.why
+  return None
+
+
+def torch_function(outputs: list[UOp], leaves: list[UOp]) -> Callable[..., tuple[torch.Tensor, ...]]:
+  """A function computing `outputs` with torch ops from the tensors of `leaves` (nodes the rules do not compute:
+  BUFFERs, or a graph's input PARAMs), given in that order. Raises Unsupported for a node torch cannot compute as
+  SPEC.md says."""
+  nodes = list(dict.fromkeys(u for out in outputs for u in out.toposort))
   slot = {u: i for i, u in enumerate(nodes)}
+  inputs = set(leaves)
   plan = []
   for u in nodes:
-    if u.op is not Ops.BUFFER:
+    if u not in inputs:
       check_supported(u)
       plan.append((slot[u], RULES[u.op](u), tuple(slot[s] for s in u.src)))
   leaf_slots = [slot[u] for u in leaves]
+  out_slots = [slot[u] for u in outputs]
 
-  def run(*tensors: torch.Tensor) -> torch.Tensor:
+  def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     values: list = [None] * len(nodes)
     for i, t in zip(leaf_slots, tensors):
       values[i] = t
     for i, step, srcs in plan:
       values[i] = step(*(values[s] for s in srcs))
-    return values[-1]
-  return run, leaves
+    return tuple(values[i] for i in out_slots)
+  return run
+
+
+def to_torch_function(root: UOp) -> tuple[Callable[..., torch.Tensor], list[UOp]]:
+  """A function computing `root` with torch ops from its BUFFER leaves' tensors, given in the order of the returned
+  list of BUFFER nodes. Raises Unsupported for a node torch cannot compute as SPEC.md says."""
+  leaves = [u for u in root.toposort if u.op is Ops.BUFFER]
+  function = torch_function([root], leaves)
+  return lambda *tensors: function(*tensors)[0], leaves
+
+
+def inductor(function: Callable[..., Any], name: str, **options: Any) -> Callable[..., Any]:
+  """`function` compiled whole by torch.compile (Inductor). Dynamo keeps compiled graphs per code object and, past
+  its recompile limit, runs a function eagerly: so each graph gets a code object of its own (named `name`), and
+  hitting the limit raises instead of falling back."""
+  own = types.FunctionType(function.__code__.replace(co_name=name), function.__globals__, name,
+                           function.__defaults__, function.__closure__)
+  if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+  return torch.compile(own, fullgraph=True, dynamic=False, **options)
 
 
 def run_on_torch(root: UOp, compile: bool = False) -> np.ndarray:
   """`root`'s value computed by torch on the CPU from its buffers' values: eagerly, or compiled whole by
-  torch.compile (Inductor). Each compile starts from a reset dynamo, so no graph falls back to eager for having
-  recompiled one function too often."""
+  torch.compile (Inductor)."""
   fn, leaves = to_torch_function(root)
   inputs = [to_torch(b.arg.numpy(), b.dtype).reshape(b.shape) for b in leaves]
   if compile:
-    torch._dynamo.reset()
-    fn = torch.compile(fn, fullgraph=True, dynamic=False)
+    fn = inductor(fn, f"graph_{root.digest.hex()[:12]}")
   with torch.no_grad():
     out = fn(*inputs)
   return np.broadcast_to(from_torch(out, root.dtype), root.shape)

@@ -76,6 +76,10 @@ class Batch:
       return parts[0].cat(*parts[1:]) if len(parts) > 1 else parts[0]
     return run
 
+  def one_per_segment(self) -> list[Batch]:
+    """The batch as one batch per cell (a device that cannot compute one of its ops still computes the others)."""
+    return [Batch(f"{self.label}: {s.row}", self.inputs, [s], self.dtypes) for s in self.segments]
+
   def planned(self, device: str) -> PlannedCheck:
     """What run checks against the reference, for compiling its kernels ahead."""
     return self.program([]), tuple(self.inputs), None

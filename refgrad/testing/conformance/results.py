@@ -29,6 +29,14 @@ class UnitOutcome:
   programs: list[Program] = field(default_factory=list)  # what ran on the device, for the code-path report
   paths: Counter[str] = field(default_factory=Counter)  # the code paths they took (run_unit reads them once)
 
+  @staticmethod
+  def combined(outcomes: list[UnitOutcome]) -> UnitOutcome:
+    """The outcomes of a unit's parts, run one by one, as one."""
+    paths: Counter[str] = Counter()
+    for outcome in outcomes:
+      paths.update(outcome.paths)
+    return UnitOutcome([r for o in outcomes for r in o.results], [p for o in outcomes for p in o.programs], paths)
+
 
 @dataclass
 class CheckRun:

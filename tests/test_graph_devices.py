@@ -1,0 +1,119 @@
+"""The graph-device contract (refgrad/graph_device.py, refgrad/graph_batches.py) on test devices that compile a graph
+into the graph evaluator (tests/graph_devices.py): programs realized whole, assignments, a jit's replay, unsupported
+ops named per cell, a wrong answer and a wrong output caught, the listing."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from graph_devices import COMPILED, registered
+
+from refgrad import Device, Tensor, TinyJit, Variable
+from refgrad.cli import main
+from refgrad.codegen.contract import UnsupportedOpError
+from refgrad.dtype import dtypes
+from refgrad.graph_device import GraphOutputError
+from refgrad.testing.conformance.batches import all_batches
+from refgrad.testing.conformance.results import PASS, UNSUPPORTED
+from refgrad.testing.conformance.run import run_unit
+from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
+from refgrad.uop import Ops
+
+
+@pytest.fixture(scope="module", autouse=True)
+def graph_devices():
+  with registered():
+    yield
+
+
+def _softmax_loss(x: Tensor, w: Tensor) -> Tensor:
+  return ((x @ w).softmax(1) * w.sum(0)).sum()
+
+
+def test_a_program_realizes_as_one_graph_with_the_reference_values():
+  """softmax over a matmul is several kernels on a kernel device; the graph device gets them as one graph, which
+  stores every buffer they write, and computes what PYTHON computes."""
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+  kernels = len(_softmax_loss(Tensor(x), Tensor(w)).schedule())
+  assert kernels > 1
+  COMPILED.pop("GRAPHEVAL", None)
+  out = _softmax_loss(Tensor(x, device="GRAPHEVAL"), Tensor(w, device="GRAPHEVAL")).numpy()
+  assert COMPILED["GRAPHEVAL"] == [kernels]
+  np.testing.assert_array_equal(out, _softmax_loss(Tensor(x), Tensor(w)).numpy())
+
+
+def test_an_assignment_reads_the_old_value_and_later_reads_the_new():
+  """w.assign(w * 2 + 1) then w + w: the graph reads w's buffer before it writes it, and a later kernel of the same
+  graph reads what was written."""
+  for device in ("PYTHON", "GRAPHEVAL"):
+    w = Tensor(np.arange(6, dtype=np.float32), device=device).contiguous().realize()
+    old = w * 1
+    w.assign(w * 2 + 1)
+    both = (old + 0).realize(w, w2 := (w + w))
+    assert both.tolist() == list(np.arange(6.0)), device
+    assert w2.tolist() == list((np.arange(6.0) * 2 + 1) * 2), device
+    assert w.tolist() == list(np.arange(6.0) * 2 + 1), device
+
+
+def test_integers_signed_zeros_and_empty_tensors_as_on_the_reference():
+  ints = np.array([7, -7, -2 ** 31, 0, 5], np.int32)
+  zeros = np.array([-0.0, 0.0, np.nan, np.inf], np.float32)
+  for fn, data in ((lambda t: (t // 3, t % -3, t * t), ints), (lambda t: (t.maximum(-t), t.relu(), t.max()), zeros),
+                   (lambda t: (t.sum(), t.max(0) if t.numel() else t.sum()), np.zeros((0,), np.float32))):
+    expected = [e.numpy() for e in fn(Tensor(data))]
+    actual = [a.numpy() for a in fn(Tensor(data, device="GRAPHEVAL"))]
+    for a, e in zip(actual, expected):
+      assert a.tobytes() == e.tobytes(), (a, e)
+
+
+def test_a_jit_replays_the_graph_on_new_inputs():
+  step = TinyJit(lambda a, b: ((a * b).sum(1) + a.max()).realize())
+  rng = np.random.default_rng(1)
+  for i in range(4):
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    got = step(Tensor(a, device="GRAPHEVAL"), Tensor(b, device="GRAPHEVAL")).numpy()
+    np.testing.assert_array_equal(got, ((Tensor(a) * Tensor(b)).sum(1) + Tensor(a).max()).numpy(), f"call {i}")
+
+
+def test_an_unsupported_op_names_op_dtype_and_device_and_runs_nothing():
+  """b and c are one graph: c's ADD makes the whole graph unsupported, and nothing of it runs."""
+  a = Tensor([1.0, 2.0], device="GRAPHEVAL_NOADD").contiguous().realize()
+  b, c = a * 3, a + 1
+  with pytest.raises(UnsupportedOpError, match="GRAPHEVAL_NOADD cannot compute ADD on float32: planted") as raised:
+    b.realize(c)
+  assert isinstance(raised.value, NotImplementedError) and raised.value.op is Ops.ADD
+  assert b.uop.op is not Ops.BUFFER and a.tolist() == [1.0, 2.0]
+  assert b.tolist() == [3.0, 6.0]  # on its own, b has no ADD
+
+
+def test_a_symbolic_kernel_is_unsupported_not_wrong():
+  n = Variable("n", 1, 8).bind(3)
+  with pytest.raises(UnsupportedOpError, match="symbolic sizes"):
+    Tensor.ones(8, device="GRAPHEVAL").contiguous().shrink(((0, n),)).sum().item()
+
+
+def test_a_conformance_batch_marks_only_the_unsupported_op():
+  batch = next(b for b in all_batches([dtypes.float32]) if {"ADD", "MUL"} <= b.rows)
+  outcome = run_unit(batch, "GRAPHEVAL_NOADD")
+  status = {r.row: r.status for r in outcome.results}
+  assert status["ADD"] == UNSUPPORTED and status["MUL"] == PASS
+  assert {s for row, s in status.items() if row != "ADD"} == {PASS}
+
+
+def test_the_oracle_catches_a_wrong_graph_device():
+  x = np.array([1.5, -2.0, 0.0], np.float32)
+  check_against_reference(lambda t: t + 1, x, device="GRAPHEVAL")
+  with pytest.raises(ReferenceMismatch, match="GRAPHEVAL_SUB differs from the reference"):
+    check_against_reference(lambda t: t + 1, x, device="GRAPHEVAL_SUB")
+
+
+def test_a_device_returning_another_dtype_is_an_error_not_a_value():
+  with pytest.raises(GraphOutputError, match="returned float64.*stores float32"):
+    (Tensor([1.0, 2.0], device="GRAPHEVAL_WIDE") + 1).tolist()
+
+
+def test_devices_lists_the_kind(capsys):
+  assert main(["devices"]) == 0
+  lines = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()}
+  assert lines["GRAPHEVAL"] == "graph" and lines["PYTHON"] == "kernel"
+  assert "GRAPHEVAL" in Device.available("graph") and "GRAPHEVAL" not in Device.available("kernel")
