@@ -15,8 +15,9 @@ from refgrad.graph_device import GraphOutputError
 from refgrad.testing.conformance.batches import all_batches
 from refgrad.testing.conformance.results import PASS, UNSUPPORTED
 from refgrad.testing.conformance.run import run_unit
+from refgrad.testing.oracle.graph_check import GraphMismatch, check_graph_against_reference
 from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
-from refgrad.uop import Ops
+from refgrad.uop import GroupOp, Ops
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -117,3 +118,29 @@ def test_devices_lists_the_kind(capsys):
   lines = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()}
   assert lines["GRAPHEVAL"] == "graph" and lines["PYTHON"] == "kernel"
   assert "GRAPHEVAL" in Device.available("graph") and "GRAPHEVAL" not in Device.available("kernel")
+
+
+def test_a_whole_graph_check_passes_on_a_right_device_and_shrinks_a_wrong_one():
+  """Over the whole graph, bounds carried through exp and both sums; on the device that computes float32 ADD as a
+  subtraction the graph is shrunk to the one ADD and its inputs."""
+  x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+  program = lambda t: (((t * 3).exp() + 1).sum(1) * 2).relu().log2().sum()  # noqa: E731
+  report = check_graph_against_reference(program, x, device="GRAPHEVAL")
+  assert report.ok and report.outputs[0].checked == 1
+  with pytest.raises(GraphMismatch, match="GRAPHEVAL_SUB differs from the reference in output 0 of the whole graph"):
+    check_graph_against_reference(program, x, device="GRAPHEVAL_SUB")
+  report = check_graph_against_reference(program, x, device="GRAPHEVAL_SUB", raise_on_mismatch=False)
+  small = report.shrunk.graph
+  assert [u.op for u in small.toposort if u.op in GroupOp.ALU] == [Ops.ADD], small
+  expected = np.exp(np.float32(3) * x) + 1  # the cut input holds the reference's exp(3x): the ADD's inputs
+  np.testing.assert_allclose(report.shrunk.actual.reshape(3, 4), expected - 2, rtol=1e-6)
+
+
+def test_a_graph_that_differs_only_fused_keeps_what_it_needs():
+  """A planted difference that needs two ops together (float32 ADD feeding a MUL, on GRAPHEVAL_SUB only the ADD is
+  wrong): the shrink keeps the ADD under the output and cuts the rest."""
+  x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+  report = check_graph_against_reference(lambda t: ((t.exp() + t) * t).sum(1), x, device="GRAPHEVAL_SUB",
+                                         raise_on_mismatch=False)
+  kept = {u.op for u in report.shrunk.graph.toposort}
+  assert Ops.ADD in kept and Ops.EXP2 not in kept and report.shrunk.nodes < report.shrunk.nodes_before
