@@ -43,6 +43,13 @@ class TorchGraphCompiler:
       return [from_torch(r, value.dtype) for r, (_, value) in zip(results, outputs)]
     return run
 
+  def standalone(self, root: UOp, inputs: list[tuple[UOp, np.ndarray]], expected: np.ndarray, bound: np.ndarray,
+                 undefined: np.ndarray | None, title: str) -> dict[str, str]:
+    """A finding as a torch script that runs without refgrad (standalone.py)."""
+    from refgrad_torch.standalone import torch_script
+    return {"repro.py": torch_script(root, inputs, expected, bound, undefined, "compiled" if self.compiled else "eager",
+                                     self.options, f"{title}\n\ntorch {torch.__version__}")}
+
   def render(self, graph: UOp) -> str:
     """The graph as a report shows it: which torch path runs it, and its nodes."""
     how = f"torch.compile({', '.join(f'{k}={v!r}' for k, v in self.options.items()) or 'fullgraph=True'})" \

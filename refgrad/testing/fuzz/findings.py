@@ -9,11 +9,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from refgrad.registry import Device
 from refgrad.standalone import STANDALONE_SUFFIX
 from refgrad.testing.fuzz.program_check import random_opts_seeded_by
 from refgrad.testing.fuzz.report import FuzzReport
 from refgrad.testing.fuzz.results import Finding
 from refgrad.testing.fuzz.signatures import kernel_of
+from refgrad.testing.oracle.graph_check import check_graph_against_reference, write_graph_standalone
 from refgrad.testing.oracle.standalone_cases import failing_case, write_standalone
 from refgrad.testing.programs import array_source
 
@@ -126,6 +128,13 @@ class FindingsDir:
     """The failing kernel's reproducer in `folder` (replayed in this process, except a kernel that crashed or hung
     the worker, which is only rendered); one line saying where it is or why there is none."""
     program = finding.program
+    if Device[self.device].graph is not None and finding.kind == "mismatch":
+      try:
+        report = check_graph_against_reference(program.run, *program.inputs, device=self.device,
+                                               raise_on_mismatch=False)
+        return write_graph_standalone(report, folder)
+      except Exception as e:  # the pytest file is written whatever goes wrong here
+        return f"no standalone reproducer: writing it failed ({type(e).__name__}: {e})"
     crashed_in = kernel_of(finding.kind, program, finding.signature) if finding.kind in FATAL_KINDS else None
     if finding.kind in FATAL_KINDS and crashed_in is None:
       return "no standalone reproducer: the worker died outside a kernel it named (in a transfer, or before naming one)"

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from refgrad.codegen.contract import OptList
+from refgrad.codegen.contract import OptList, UnsupportedOpError
 from refgrad.codegen.pipeline import random_kernel_opts
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem
 from refgrad.testing.fuzz.coverage import kernel_pairs
 from refgrad.testing.oracle.compare import add_histogram
+from refgrad.testing.oracle.graph_check import GraphMismatch, check_graph_against_reference, raised_by_graph_device
 from refgrad.testing.oracle.prepare import (
   Plan,
   PlannedCheck,
@@ -95,6 +96,8 @@ def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = N
   `opts`, the device runs each kernel under a random legal opt list (random_opts_seeded_by). `on_item(index)` is
   told which schedule item runs next (check_against_reference); `schedule`: the program's, planned by
   prepare_programs."""
+  if Device[device].graph is not None:
+    return run_graph_one(program, device, coverage)
   chooser = random_opts_seeded_by(program.to_python(), device) if opts else None
   measured = transcendental_root(program) if ulp is not None else None
   try:
@@ -112,4 +115,29 @@ def run_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = N
         coverage |= kernel_pairs(kernel.ast)
   if measured is not None:
     add_histogram(ulp.setdefault(measured, {}), report.kernels[-1].lanes.verdicts.histogram())
+  return "ok", ""
+
+
+# device runs a graph finding's shrink may take: each compiles a graph (about a second on torch.compile), and the
+# campaign's own shrinking (hypothesis) runs a finding's smaller programs again
+SHRINK_RUNS = 12
+
+
+def run_graph_one(program: Any, device: str, coverage: set[tuple[str, str]] | None = None) -> tuple[str, str]:
+  """run_one on a graph device: the program computed whole and compared over the whole graph, a difference shrunk
+  (graph_check.py). ('unsupported', why) for a program with an op the device declares it cannot compute: not a
+  finding."""
+  try:
+    report = check_graph_against_reference(program.run, *program.inputs, device=device, budget=SHRINK_RUNS)
+  except GraphMismatch as e:
+    return "mismatch", str(e)
+  except UnsupportedOpError as e:
+    return "unsupported", str(e)
+  except Exception as e:
+    if not raised_by_graph_device(e):
+      raise
+    return "error", traceback.format_exc(limit=6)
+  if coverage is not None:
+    for root in report.roots:
+      coverage |= kernel_pairs(root)
   return "ok", ""

@@ -12,8 +12,10 @@ input holding its reference value.
 """
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ import numpy as np
 from refgrad.buffer import Buffer
 from refgrad.dtype import dtypes
 from refgrad.interp.graph import evaluate_graph
+from refgrad.registry import Device
 from refgrad.symbolic_shapes import concrete_graph
 from refgrad.symbolic_shapes import in_use as sizes_in_use
 from refgrad.testing.oracle.bounds import kernel_error_bounds
@@ -55,6 +58,7 @@ class Shrunk:
 @dataclass
 class GraphReport:
   device: str
+  roots: list[UOp]  # the program's outputs, as plain graphs on the reference
   outputs: list[Comparison] = field(default_factory=list)
   shrunk: Shrunk | None = None
   explanation: str = ""
@@ -91,15 +95,24 @@ def on_device(root: UOp, device: str) -> UOp:
   return root.substitute(swap)
 
 
-def device_value(root: UOp, device: str) -> np.ndarray:
-  """The graph's value computed on `device`, realized whole, flat."""
+def device_values(roots: list[UOp], device: str) -> list[np.ndarray]:
+  """The graphs' values computed on `device`, realized together (one schedule: the device gets them as one graph),
+  flat."""
   from refgrad.tensor import Tensor
-  return Tensor._from(on_device(root, device)).numpy().reshape(-1)
+  values = [Tensor._from(on_device(root, device)) for root in roots]
+  values[0].realize(*values[1:])
+  return [v.numpy().reshape(-1) for v in values]
+
+
+def raised_by_graph_device(error: BaseException) -> bool:
+  """True if `error` came out of computing a graph on the device under test, not out of the reference or the
+  comparison (a bug of refgrad itself)."""
+  return any(frame.f_code is device_values.__code__ for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
 def compare_on(root: UOp, device: str) -> tuple[np.ndarray, Comparison]:
   expected, bound, undefined = reference_bounds(root)
-  actual = device_value(root, device)
+  actual, = device_values([root], device)
   return actual, compare(actual, expected, undefined, abs_bound=bound)
 
 
@@ -204,12 +217,9 @@ def check_graph_against_reference(fn: Callable[..., Any], *inputs: Any, device: 
   tensors = [x if isinstance(x, Tensor) else Tensor(x, device="PYTHON") for x in inputs]
   out = fn(*tensors)
   roots = [plain_graph(t.uop) for t in (out if isinstance(out, (tuple, list)) else (out,))]
-  report = GraphReport(device)
-  values = [Tensor._from(on_device(root, device)) for root in roots]
-  Tensor.realize(*values)  # all outputs in one schedule: the device gets one graph
-  for index, (root, value) in enumerate(zip(roots, values)):
+  report = GraphReport(device, roots)
+  for index, (root, actual) in enumerate(zip(roots, device_values(roots, device))):
     expected, bound, undefined = reference_bounds(root)
-    actual = value.numpy().reshape(-1)
     comparison = compare(actual, expected, undefined, abs_bound=bound)
     report.outputs.append(comparison)
     if not comparison.ok and not report.explanation:
@@ -218,3 +228,31 @@ def check_graph_against_reference(fn: Callable[..., Any], *inputs: Any, device: 
   if raise_on_mismatch and not report.ok:
     raise GraphMismatch(report.explanation)
   return report
+
+
+def standalone_files(root: UOp, device: str, title: str) -> dict[str, str] | None:
+  """Files that reproduce graph `root` (a plain graph on the reference) on `device` without refgrad, in the
+  framework's own terms, written by the device's GraphCompiler (its optional `standalone`); None if it has none."""
+  write = getattr(Device[device].graph, "standalone", None)
+  if write is None:
+    return None
+  expected, bound, undefined = reference_bounds(root)
+  inputs = [(u, u.arg.numpy()) for u in root.toposort if u.op is Ops.BUFFER]
+  return write(root, inputs, expected, bound, undefined, title)
+
+
+def write_graph_standalone(report: GraphReport, folder: Path) -> str:
+  """A differing report's shrunk graph (or first differing output) as a reproducer in `folder`; one line saying
+  where it is or why there is none."""
+  if report.ok:
+    return "no standalone reproducer: the program agrees with the reference"
+  root = report.shrunk.graph if report.shrunk is not None else \
+    next(r for r, c in zip(report.roots, report.outputs) if not c.ok)
+  title = f"refgrad finding on {report.device}: {len(root.toposort)} nodes differ from the reference (docs/SPEC.md)"
+  files = standalone_files(root, report.device, title)
+  if files is None:
+    return f"no standalone reproducer: device {report.device}'s GraphCompiler writes none (no `standalone`)"
+  folder.mkdir(parents=True, exist_ok=True)
+  for name, text in files.items():
+    (folder / name).write_text(text)
+  return f"standalone reproducer: {folder}/{next(iter(files))}"
