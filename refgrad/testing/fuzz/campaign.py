@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from refgrad.dtype import DType
 from refgrad.plugin_loader import load_plugin_file
+from refgrad.registry import Device
 from refgrad.testing.fuzz.database import database_key, example_database
 from refgrad.testing.fuzz.program_check import compiles_apart
 from refgrad.testing.fuzz.results import (
@@ -30,13 +31,16 @@ from refgrad.testing.fuzz.worker import CUT, PREPARED, Worker, died_planning
 from refgrad.testing.strategies import ALL, alu_kernels, claimed_dtypes, tensor_programs
 
 
-def programs_strategy(focus: DType | None = None, allowed: tuple[DType, ...] = ALL) -> st.SearchStrategy[Any]:
+def programs_strategy(focus: DType | None = None, allowed: tuple[DType, ...] = ALL,
+                      whole_graphs: bool = False) -> st.SearchStrategy[Any]:
   """Random Tensor programs and random primitive-op kernels over the dtypes in `allowed` (those the device
   claims); with `focus`, their inputs and roots have that dtype. Campaigns rotate the focus through every allowed
   dtype, batch by batch: left to itself, generation favours the first choices, and a minute's campaign would never
-  reach the rarer dtypes' ops."""
+  reach the rarer dtypes' ops. For a graph device (`whole_graphs`) no program is sharded or of symbolic size: the
+  graph-device contract has neither yet."""
   choices = (focus,) if focus is not None else allowed
-  return st.one_of(tensor_programs(dtype_choices=choices, allowed=allowed),
+  plain = {"sharded": False, "symbolic_sizes": False} if whole_graphs else {}
+  return st.one_of(tensor_programs(dtype_choices=choices, allowed=allowed, **plain),
                    alu_kernels(dtype_choices=choices, allowed=allowed))
 
 
@@ -144,7 +148,8 @@ class Campaign:
 
   def _strategy(self, focus: DType) -> st.SearchStrategy[Any]:
     if focus not in self.strategies:
-      self.strategies[focus] = programs_strategy(focus, self.allowed)
+      whole = Device[self.config.device].graph is not None
+      self.strategies[focus] = programs_strategy(focus, self.allowed, whole)
       self.database_keys[focus] = database_key(self.config.device, focus, self.allowed)
     return self.strategies[focus]
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from refgrad.buffer import Buffer
+from refgrad.codegen.contract import UnsupportedOpError
 from refgrad.dtype import dtypes
 from refgrad.interp.graph import evaluate_graph
 from refgrad.registry import Device
@@ -217,6 +218,9 @@ def check_graph_against_reference(fn: Callable[..., Any], *inputs: Any, device: 
   tensors = [x if isinstance(x, Tensor) else Tensor(x, device="PYTHON") for x in inputs]
   out = fn(*tensors)
   roots = [plain_graph(t.uop) for t in (out if isinstance(out, (tuple, list)) else (out,))]
+  if sharded := next((u for root in roots for u in root.toposort if u.op in (Ops.MULTI, Ops.ALLREDUCE)), None):
+    raise UnsupportedOpError(device, sharded.op, sharded.dtype, "a program over several devices: the graph-device "
+                             "contract has no sharding yet")
   report = GraphReport(device, roots)
   for index, (root, actual) in enumerate(zip(roots, device_values(roots, device))):
     expected, bound, undefined = reference_bounds(root)
