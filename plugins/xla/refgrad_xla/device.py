@@ -30,26 +30,23 @@ class XlaGraphCompiler:
   def unsupported(self, node: UOp) -> str | None:
     return unsupported_reason(node)
 
-  def _lowered(self, graph: UOp) -> tuple[jax.stages.Lowered, list[np.ndarray]]:
+  def _lowered(self, graph: UOp) -> jax.stages.Lowered:
     inputs, outputs = graph_inputs(graph), graph_outputs(graph)
-    function, constants = xla_function([value for _, value in outputs], inputs)
+    function = xla_function([value for _, value in outputs], inputs)
     function.__name__ = graph_program(graph).name  # names the XLA module in dumps and profiles
-    specs = [jax.ShapeDtypeStruct((p.arg[1],), p.dtype.np) for p in inputs]
-    specs += [jax.ShapeDtypeStruct(c.shape, c.dtype) for c in constants]
-    return jax.jit(function).lower(*specs), constants
+    return jax.jit(function).lower(*[jax.ShapeDtypeStruct((p.arg[1],), p.dtype.np) for p in inputs])
 
   def compile(self, graph: UOp) -> Callable[..., Sequence[np.ndarray]]:
-    lowered, constants = self._lowered(graph)
-    executable = lowered.compile()
+    executable = self._lowered(graph).compile()
 
     def run(*arrays: np.ndarray) -> list[np.ndarray]:
-      return [np.asarray(r) for r in executable(*arrays, *constants)]
+      return [np.asarray(r) for r in executable(*arrays)]
     return run
 
   def render(self, graph: UOp) -> str:
-    """The graph as a report shows it: the StableHLO module jax lowers it to (CONSTs are its last arguments)."""
+    """The graph as a report shows it: the StableHLO module jax lowers it to (CONSTs are constants in it)."""
     return f"# jax {jax.__version__}, jaxlib {jaxlib.__version__}, XLA_FLAGS {' '.join(flags.FLAGS)}\n" + \
-      self._lowered(graph)[0].as_text()
+      self._lowered(graph).as_text()
 
 
 def check_no_contraction() -> None:

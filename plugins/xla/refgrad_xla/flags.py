@@ -1,5 +1,7 @@
 """The XLA flags the device needs, set in the environment before jax starts its CPU backend: XLA reads XLA_FLAGS
 once, when the backend is first made (the first computation, not `import jax`); make_device sets them first.
+They are configuration of the device under test, as refgrad's own C backends' -ffp-contract=off, not workarounds of
+XLA's optimizer (README.md):
 
 * `--xla_cpu_max_isa=AVX`: XLA's CPU compiler lets LLVM fuse a multiply and an add into an FMA (SPEC.md: no fused
   multiply-add), which a float32 `a*b + c` showed (`(1+2**-12)**2 - (1+2**-11)` gave 2**-24, not 0). No flag turns
