@@ -22,6 +22,10 @@ A device has four parts (see refgrad/codegen/contract.py for their exact methods
 
 Instead of renderer, compiler and runtime, a device may give ``interpret(program) -> runner``: it runs programs
 itself (the PYTHON device does). Its ``caps`` are then the defaults (every dtype).
+
+A **graph device** gives ``graph``, a ``GraphCompiler`` (``caps``, ``unsupported(node)``, ``compile(graph)``), and
+host memory instead: it takes whole tensor-level graphs and computes them with a framework's own compiler
+(refgrad/graph_device.py; docs/writing-a-backend.md, section 6). Its ``DeviceSpec`` says ``kind="graph"``.
 """
 from __future__ import annotations
 

@@ -140,8 +140,8 @@ HOW: dict[str, object] = {
   # README.md
   "from refgrad import Tensor, dtypes": Run(60),
   "pip install -e . && refgrad demo": Elsewhere(CI, "run in a bare virtualenv, as written"),
-  "pip install -e \".[test,ray]\" -e plugins/clang -e plugins/llvm -e plugins/opencl -e plugins/torch && "
-  "python -m pytest -n 3":
+  "pip install -e \".[test,ray]\" -e plugins/clang -e plugins/llvm -e plugins/opencl -e plugins/torch -e plugins/xla "
+  "&& python -m pytest -n 3":
     Elsewhere(CI, "the test command: CI runs it in a fresh virtualenv, and this file runs inside it"),
   "pip install -e plugins/clang        # device CLANG: C compiled by clang (or $CC, cc), run through ctypes":
     Elsewhere(CI, "installed by the test command"),
@@ -149,7 +149,9 @@ HOW: dict[str, object] = {
     Elsewhere(CI, "installed by the test command"),
   "pip install -e plugins/opencl       # device OPENCL (alias GPU): OpenCL C through pyopencl; PoCL on a CPU":
     Elsewhere(CI, "installed by the test command"),
-  "pip install -e plugins/torch        # not a device yet: refgrad's graph exported to torch ops (issue 46)":
+  "pip install -e plugins/torch        # graph devices TORCH (eager) and INDUCTOR (torch.compile)":
+    Elsewhere(CI, "installed by the test command"),
+  "pip install -e plugins/xla          # graph device XLA (jax.jit on the CPU)":
     Elsewhere(CI, "installed by the test command"),
   "refgrad devices                     # every device, its plugin and version, available or why not":
     Run(60, prints=("PYTHON", "CLANG", "LLVM")),
