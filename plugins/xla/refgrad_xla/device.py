@@ -43,6 +43,12 @@ class XlaGraphCompiler:
       return [np.asarray(r) for r in executable(*arrays)]
     return run
 
+  def standalone(self, root: UOp, inputs: list[tuple[UOp, np.ndarray]], expected: np.ndarray, bound: np.ndarray,
+                 undefined: np.ndarray | None, title: str) -> dict[str, str]:
+    """A finding as a jax script that runs without refgrad (standalone.py)."""
+    from refgrad_xla.standalone import jax_script
+    return {"repro.py": jax_script(root, inputs, expected, bound, undefined, title)}
+
   def render(self, graph: UOp) -> str:
     """The graph as a report shows it: the StableHLO module jax lowers it to (CONSTs are constants in it)."""
     return f"# jax {jax.__version__}, jaxlib {jaxlib.__version__}, XLA_FLAGS {' '.join(flags.FLAGS)}\n" + \

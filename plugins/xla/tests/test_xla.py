@@ -3,6 +3,9 @@ SPEC.md and the rules compose the answer, tensor programs realized whole, the co
 the disagreements that remain (README.md, "Disagreements"), each required still to differ."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from refgrad_xla.export import NOT_EXPORTED, RULES, unsupported_reason
@@ -14,8 +17,9 @@ from refgrad.interp.graph import EVALUATORS
 from refgrad.testing.conformance.batches import all_batches
 from refgrad.testing.conformance.results import FAIL, PASS
 from refgrad.testing.conformance.run import run_unit
+from refgrad.testing.oracle.graph_check import check_graph_against_reference, write_graph_standalone
 from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
-from refgrad.uop import Ops, UOp
+from refgrad.uop import GroupOp, Ops, UOp
 
 FLUSHED = "XLA's CPU runtime runs with FTZ/DAZ: subnormal inputs read as 0, subnormal results become 0"
 DIV_CONST = "algebraic simplifier: A / Const => A * (1 / Const), two roundings"
@@ -188,3 +192,18 @@ def test_subnormals_still_flush() -> None:
   """XLA's CPU runtime flushes subnormals (XLA_DIFFERS); SPEC keeps them."""
   with pytest.raises(ReferenceMismatch, match="XLA differs from the reference"):
     check_against_reference(lambda t: t * 1.0 + t, np.array([1e-45, 1e-40, 1.0], np.float32), device="XLA")
+
+
+def test_a_rewrite_is_found_in_a_program_shrunk_and_written_as_a_jax_script(tmp_path):
+  """XLA's `x / 3.0 => x * (1 / 3.0)` (README, disagreements) inside exp2(x / 3 * 2 + 1): the whole-graph check finds
+  it, shrinks it to the division, and writes a script that runs it with jax alone and exits 1."""
+  x = np.array([5.0, 1.0, 3.0, -0.0], np.float32)
+  report = check_graph_against_reference(lambda t: ((t / 3) * 2 + 1).exp2(), x, device="XLA", raise_on_mismatch=False)
+  assert not report.ok and [u.op for u in report.shrunk.graph.toposort if u.op in GroupOp.ALU] == [Ops.FDIV]
+  assert report.shrunk.actual[0] == np.float32(5.0) * (np.float32(1.0) / np.float32(3.0))
+  assert write_graph_standalone(report, tmp_path) == f"standalone reproducer: {tmp_path}/repro.py"
+  assert "refgrad" not in (tmp_path / "repro.py").read_text().split('"""', 2)[2]
+  run = subprocess.run([sys.executable, str(tmp_path / "repro.py")], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+  assert run.returncode == 1 and "lane 0: got np.float32(1.6666667), expected np.float32(1.6666666)" in run.stdout, \
+    run.stdout + run.stderr
