@@ -3,6 +3,10 @@ into the graph evaluator (tests/graph_devices.py): programs realized whole, assi
 ops named per cell, a wrong answer and a wrong output caught, the listing."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from graph_devices import COMPILED, registered
@@ -144,3 +148,19 @@ def test_a_graph_that_differs_only_fused_keeps_what_it_needs():
                                          raise_on_mismatch=False)
   kept = {u.op for u in report.shrunk.graph.toposort}
   assert Ops.ADD in kept and Ops.EXP2 not in kept and report.shrunk.nodes < report.shrunk.nodes_before
+
+
+def test_a_fuzz_campaign_on_a_graph_device_writes_whole_graph_findings(tmp_path):
+  """refgrad fuzz on the graph device with a planted wrong ADD: each program is checked whole, and the finding's
+  pytest file replays it with the whole-graph check (and fails)."""
+  plugin = Path(__file__).with_name("graph_devices.py")
+  findings = tmp_path / "findings"
+  run = subprocess.run([sys.executable, "-m", "refgrad.cli", "fuzz", "--plugin", str(plugin), "--device",
+                        "GRAPHEVAL_SUB", "--seconds", "20", "--findings", str(findings)],
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1 and "finding (mismatch)" in run.stdout, run.stdout + run.stderr
+  written = sorted(findings.glob("test_finding_grapheval_sub_mismatch_*.py"))
+  assert written and "check_graph_against_reference(program, *inputs, device='GRAPHEVAL_SUB')" in written[0].read_text()
+  replay = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(written[0])],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+  assert replay.returncode == 1 and "GraphMismatch" in replay.stdout, replay.stdout[-3000:]

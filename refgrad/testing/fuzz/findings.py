@@ -36,13 +36,16 @@ def _header_lines(kind: str, detail: str, keep: int = HEADER_LINES) -> list[str]
 
 
 def finding_source(kind: str, detail: str, program: Any, device: str, plugin_files: list[str],
-                   opts: bool = False, standalone: str = "") -> str:
+                   opts: bool = False, standalone: str = "", whole_graph: bool = False) -> str:
+  """A finding's pytest file: the program, its inputs, and the check that found it (on a graph device, the check
+  over the whole graph, which sees what the device fuses)."""
   arrays = ",\n      ".join(array_source(x) for x in program.inputs)
   params = ", ".join(f"v{i}" for i in range(len(program.inputs)))
   plugins = "".join(f"load_plugin_file({p!r})\n" for p in plugin_files)
   summary = textwrap.indent("\n".join([*_header_lines(kind, detail), *([standalone] if standalone else [])]), "# ")
   body = textwrap.indent(program.to_python(), "  ")
   replay_opts = f", opts=random_opts_seeded_by({program.to_python()!r}, {device!r})" if opts else ""
+  check = "check_graph_against_reference" if whole_graph else "check_against_reference"
   return f'''"""refgrad fuzz finding ({kind}) on {device}. Run: python -m pytest {{this file}}"""
 from math import inf, nan  # noqa: F401  (values print as inf and nan)
 
@@ -52,7 +55,8 @@ import numpy as np
 from refgrad import Variable, dtypes  # noqa: F401
 from refgrad.plugin_loader import load_plugin_file  # noqa: F401
 from refgrad.testing.fuzz.program_check import random_opts_seeded_by, run_one  # noqa: F401
-from refgrad.testing.oracle.reference import check_against_reference
+from refgrad.testing.oracle.graph_check import check_graph_against_reference  # noqa: F401
+from refgrad.testing.oracle.reference import check_against_reference  # noqa: F401
 from refgrad.testing.programs import TensorProgram  # noqa: F401
 from refgrad.uop import Ops, UOp  # noqa: F401
 
@@ -66,7 +70,7 @@ def program({params}):
 def test_finding():
   inputs = [
       {arrays}]
-  check_against_reference(program, *inputs, device={device!r}{replay_opts})
+  {check}(program, *inputs, device={device!r}{replay_opts})
 '''
 
 
@@ -121,7 +125,7 @@ class FindingsDir:
       self.path.mkdir(parents=True, exist_ok=True)
       standalone = self.write_standalone(finding, path.with_name(path.stem + STANDALONE_SUFFIX))
       path.write_text(finding_source(finding.kind, finding.detail, finding.program, self.device, self.plugin_files,
-                                     self.opts, standalone))
+                                     self.opts, standalone, Device[self.device].graph is not None))
     return path
 
   def write_standalone(self, finding: Finding, folder: Path) -> str:
