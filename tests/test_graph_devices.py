@@ -13,15 +13,16 @@ from graph_devices import COMPILED, registered
 
 from refgrad import Device, Tensor, TinyJit, Variable
 from refgrad.cli import main
-from refgrad.codegen.contract import UnsupportedOpError
+from refgrad.codegen.contract import Difference, UnsupportedOpError, declared_ulp
 from refgrad.dtype import dtypes
 from refgrad.graph_device import GraphOutputError
 from refgrad.testing.conformance.batches import all_batches
 from refgrad.testing.conformance.results import PASS, UNSUPPORTED
 from refgrad.testing.conformance.run import run_unit
-from refgrad.testing.oracle.graph_check import GraphMismatch, check_graph_against_reference
+from refgrad.testing.oracle.bounds import kernel_error_bounds, ulp_of
+from refgrad.testing.oracle.graph_check import GraphMismatch, check_graph_against_reference, plain_graph
 from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
-from refgrad.uop import GroupOp, Ops
+from refgrad.uop import GroupOp, Ops, UOp
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -164,3 +165,25 @@ def test_a_fuzz_campaign_on_a_graph_device_writes_whole_graph_findings(tmp_path)
   replay = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(written[0])],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
   assert replay.returncode == 1 and "GraphMismatch" in replay.stdout, replay.stdout[-3000:]
+
+
+def test_a_declared_difference_widens_the_bound_by_its_ulps_and_carries_it():
+  """A device's Difference on float16 MUL allows one ULP of each product's result, and the ADD after it inherits
+  that slack; float32, not declared, stays exact."""
+  x = np.array([1.5, 3.0, 100.0, -7.25], np.float16)
+  program = lambda t: (t * t + 1, t.cast("float32") * 3)  # noqa: E731
+  roots = [plain_graph(out.uop) for out in program(Tensor(x))]
+  declared = {(Ops.MUL, dtypes.float16): 1.0}
+  square = x.astype(np.float64) ** 2
+  out = UOp(Ops.PARAM, dtypes.float16, (), (0, 4))
+  sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, roots[0])),))
+  _, strict, _ = kernel_error_bounds(sink, {})
+  _, allowed, _ = kernel_error_bounds(sink, {}, None, declared)
+  assert not strict.any()
+  np.testing.assert_array_equal(allowed >= ulp_of(square, dtypes.float16), True)
+  out32 = UOp(Ops.PARAM, dtypes.float32, (), (0, 4))
+  sink32 = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out32, roots[1])),))
+  assert not kernel_error_bounds(sink32, {}, None, declared)[1].any()
+  assert declared_ulp([Difference(frozenset({Ops.MUL}), frozenset({dtypes.float16}), 1.0, "a"),
+                       Difference(frozenset({Ops.MUL, Ops.ADD}), frozenset({dtypes.float16}), 2.0, "b")]) == \
+    {(Ops.MUL, dtypes.float16): 2.0, (Ops.ADD, dtypes.float16): 2.0}

@@ -196,6 +196,28 @@ class Runtime(Protocol):
   def load(self, binary: bytes, program: Program) -> Runner: ...
 
 
+@dataclass(frozen=True)
+class Difference:
+  """A documented way a framework computes some ops on some dtypes differently from docs/SPEC.md, which its graph
+  device declares so that the oracle allows it: up to `ulp` more units in the last place of each such op's result
+  (a rounding the framework skips, a looser approximation), carried through the rest of the graph as any error is.
+  `source` is the sentence of the framework's documentation or source that says so, and where: never declared
+  without one."""
+  ops: frozenset[Ops]
+  dtypes: frozenset[DType]
+  ulp: float
+  source: str
+
+
+def declared_ulp(differences: Sequence[Difference]) -> dict[tuple[Ops, DType], float]:
+  """(op, dtype) -> the ULPs the differences allow on top of SPEC.md's bound (the largest, where several apply)."""
+  allowed: dict[tuple[Ops, DType], float] = {}
+  for difference in differences:
+    for key in ((op, dtype) for op in difference.ops for dtype in difference.dtypes):
+      allowed[key] = max(allowed.get(key, 0.0), difference.ulp)
+  return allowed
+
+
 # A compiled graph: the values of the graph's input PARAMs, in PARAM order, each a flat numpy array of its dtype, ->
 # the values its STOREs write, in the SINK's order, each a numpy array of the stored value's dtype and shape.
 GraphFunction = Callable[..., Sequence[Any]]
@@ -212,5 +234,6 @@ class GraphCompiler(Protocol):
   `unsupported(node)` is asked of every node before `compile`: a reason (naming op, dtype and the framework's
   documentation or source) makes the whole graph raise UnsupportedOpError, never a wrong answer."""
   caps: Capabilities  # the dtypes it claims (the rest of Capabilities is about kernels)
+  # optional: `differences`, a tuple of Difference (its framework's documented differences from SPEC.md)
   def unsupported(self, node: UOp) -> str | None: ...
   def compile(self, graph: UOp) -> GraphFunction: ...

@@ -5,9 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from refgrad_torch.device import ELIDED_HALF_ROUNDING
 
 from refgrad import Device, Tensor
 from refgrad.codegen.contract import UnsupportedOpError
@@ -75,3 +77,17 @@ def test_inductors_int8_maximum_is_found_shrunk_and_written(tmp_path):
   assert run.returncode == 1, run.stdout + run.stderr
   assert "eager torch: 0 of 1 lanes differ" in run.stdout and "lane 0: got 1, expected -128" in run.stdout
   assert "refgrad" not in run.stdout and "import refgrad" not in (tmp_path / "repro.py").read_text()
+
+
+def test_inductors_declared_half_precision_is_what_lets_a_fused_bfloat16_chain_pass(monkeypatch):
+  """sqrt(x) * y in bfloat16, fused by Inductor without rounding the square root (found by an INDUCTOR campaign):
+  within the declared difference (torch's own sentence, device.py), and a mismatch without it."""
+  x = np.array([1.25, 54.0, 7.0, 100.0, 3.0], np.float32).astype(ml_dtypes.bfloat16)
+  y = np.array([1.0, 3.5, 5.0, 0.75, 9.0], np.float32).astype(ml_dtypes.bfloat16)
+  program = lambda a, b: a.sqrt() * b  # noqa: E731
+  assert Device["INDUCTOR"].graph.differences == (ELIDED_HALF_ROUNDING,) and not Device["TORCH"].graph.differences
+  assert "elide the downcast-upcast pairs" in ELIDED_HALF_ROUNDING.source
+  check_graph_against_reference(program, x, y, device="INDUCTOR")
+  monkeypatch.setattr(Device["INDUCTOR"].graph, "differences", ())
+  report = check_graph_against_reference(program, x, y, device="INDUCTOR", raise_on_mismatch=False, shrink=False)
+  assert not report.ok

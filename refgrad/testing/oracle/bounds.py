@@ -12,7 +12,7 @@ the last place for every rounding that an inexact input can move.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -105,8 +105,10 @@ def _comparison(a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
 
 
 class _Bounds:
-  def __init__(self, values: dict[UOp, tuple[np.ndarray, np.ndarray | None]]):
+  def __init__(self, values: dict[UOp, tuple[np.ndarray, np.ndarray | None]],
+               declared: Mapping[tuple[Ops, DType], float] | None = None):
     self.values = values
+    self.declared = declared or {}  # (op, dtype) -> ULPs a device declares on top of SPEC.md (contract.Difference)
     self.err: dict[UOp, Bound] = {}
 
   def value(self, u: UOp) -> np.ndarray:
@@ -149,14 +151,21 @@ class _Bounds:
     top = np.abs(_f64(self.value(u))) + moved  # the larger magnitude has the larger ulp
     return np.where(moved > 0, moved + ulp_of(top, u.dtype), 0.0)
 
+  def declared_error(self, u: UOp) -> Bound | float:
+    """What a device's declared difference allows on u's own result: its ULPs of the result (finite results only)."""
+    if not (extra := self.declared.get((u.op, u.dtype), 0.0)):
+      return 0.0
+    result = _f64(self.value(u))
+    return np.where(np.isfinite(result), extra * ulp_of(result, u.dtype), 0.0)
+
   def alu(self, u: UOp) -> Bound:
     errs = [self.bound(s) for s in u.src]
     srcs = [_f64(self.value(s)) if s.dtype != dtypes.bool else self.value(s) for s in u.src]
-    own = 0.0
+    own = self.declared_error(u)
     if (facts := OP_FACTS[u.op]).transcendental:
       result = _f64(self.value(u))
       allowed = facts.ulp_bound[u.dtype] * ulp_of(result, u.dtype)
-      own = np.where(np.isfinite(result), allowed, 0.0)  # inf and NaN results are exact
+      own = own + np.where(np.isfinite(result), allowed, 0.0)  # inf and NaN results are exact
       if facts.ulp_range < math.inf:  # beyond it any number in the op's range will do
         own = np.where(np.abs(srcs[0]) <= facts.ulp_range, own, np.inf)
     if not any(np.any(e) for e in errs):
@@ -176,7 +185,7 @@ class _Bounds:
     src = u.src[0]
     e = self.bound(src)
     if not np.any(e):
-      return np.zeros(())
+      return np.asarray(self.declared_error(u), dtype=np.float64) if u.op is Ops.CAST else np.zeros(())
     if u.op is Ops.BITCAST:
       return np.where(e > 0, np.inf, 0.0)
     x = _f64(self.value(src))
@@ -184,7 +193,7 @@ class _Bounds:
       return np.where((x - e > 0) | (x + e < 0), 0.0, np.inf)
     if not dtypes.is_float(u.dtype):
       return np.where(np.trunc(x - e) == np.trunc(x + e), 0.0, np.inf)
-    return self.own_rounding(u, e)
+    return self.own_rounding(u, e) + self.declared_error(u)
 
   def reduce(self, u: UOp) -> Bound:
     op, axes = u.arg
@@ -219,17 +228,19 @@ class _Bounds:
 
 
 def kernel_error_bounds(ast: UOp, inputs: dict[int, np.ndarray], undefined_inputs: dict[int, np.ndarray | None] | None
-                        = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                        = None, declared: Mapping[tuple[Ops, DType], float] | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
   """(reference value, error bound, undefined lanes) of a scheduled kernel's output, flat.
 
   `ast` is SINK(STORE(PARAM 0, value)); `inputs[i]` holds the flat contents of PARAM i, `undefined_inputs[i]` (if
-  given) its undefined lanes, which the output's inherit."""
+  given) its undefined lanes, which the output's inherit. `declared`: (op, dtype) -> ULPs a device declares on top of
+  SPEC.md's bounds (codegen/contract.py's Difference), allowed on each such op's result."""
   value_node = ast.src[0].src[1]
   masks = undefined_inputs or {}
   leaves = {u: (inputs[u.arg[0]], masks.get(u.arg[0])) for u in value_node.toposort if u.op is Ops.PARAM}
   values = evaluate_nodes(value_node, leaves)
   with np.errstate(all="ignore"):  # inf - inf and 0 * inf are NaN, which every test treats as "no bound" (skipped)
-    bound = _Bounds(values).compute(value_node)
+    bound = _Bounds(values, declared).compute(value_node)
   value, undefined = values[value_node]
   flat = lambda x: np.broadcast_to(x, value_node.shape).reshape(-1)  # noqa: E731
   return flat(value), flat(bound).astype(np.float64), (flat(undefined) if undefined is not None else None)

@@ -29,7 +29,7 @@ from refgrad.symbolic_shapes import concrete_graph
 from refgrad.symbolic_shapes import in_use as sizes_in_use
 from refgrad.testing.oracle.bounds import kernel_error_bounds
 from refgrad.testing.oracle.compare import Comparison, compare
-from refgrad.testing.oracle.reference import ReferenceMismatch, lane_text
+from refgrad.testing.oracle.reference import ReferenceMismatch, declared_differences, lane_text
 from refgrad.uop import GroupOp, Ops, UOp
 
 LEAVES = (Ops.BUFFER, Ops.CONST, Ops.DEVICE)
@@ -78,10 +78,13 @@ def plain_graph(root: UOp) -> UOp:
   return root
 
 
-def reference_bounds(root: UOp) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-  """(flat reference value, flat absolute error bound, flat undefined lanes or None) of a graph (plain_graph's)."""
+def reference_bounds(root: UOp, device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+  """(flat reference value, flat absolute error bound, flat undefined lanes or None) of a graph (plain_graph's); with
+  `device`, the bound allows the differences from SPEC.md it declares."""
   out = UOp(Ops.PARAM, root.dtype, (), (0, int(np.prod(root.shape))))
-  return kernel_error_bounds(UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, root)),)), {})
+  declared = declared_differences(device) if device is not None else None
+  return kernel_error_bounds(UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, root)),)), {}, None,
+                             declared)
 
 
 def on_device(root: UOp, device: str) -> UOp:
@@ -112,7 +115,7 @@ def raised_by_graph_device(error: BaseException) -> bool:
 
 
 def compare_on(root: UOp, device: str) -> tuple[np.ndarray, Comparison]:
-  expected, bound, undefined = reference_bounds(root)
+  expected, bound, undefined = reference_bounds(root, device)
   actual, = device_values([root], device)
   return actual, compare(actual, expected, undefined, abs_bound=bound)
 
@@ -223,7 +226,7 @@ def check_graph_against_reference(fn: Callable[..., Any], *inputs: Any, device: 
                              "contract has no sharding yet")
   report = GraphReport(device, roots)
   for index, (root, actual) in enumerate(zip(roots, device_values(roots, device))):
-    expected, bound, undefined = reference_bounds(root)
+    expected, bound, undefined = reference_bounds(root, device)
     comparison = compare(actual, expected, undefined, abs_bound=bound)
     report.outputs.append(comparison)
     if not comparison.ok and not report.explanation:
@@ -240,7 +243,7 @@ def standalone_files(root: UOp, device: str, title: str) -> dict[str, str] | Non
   write = getattr(Device[device].graph, "standalone", None)
   if write is None:
     return None
-  expected, bound, undefined = reference_bounds(root)
+  expected, bound, undefined = reference_bounds(root, device)
   inputs = [(u, u.arg.numpy()) for u in root.toposort if u.op is Ops.BUFFER]
   return write(root, inputs, expected, bound, undefined, title)
 

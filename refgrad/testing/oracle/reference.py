@@ -18,8 +18,9 @@ import numpy as np
 
 from refgrad.alu import ulp_distance
 from refgrad.buffer import Buffer
-from refgrad.codegen.contract import OptList, Program, opts_text
+from refgrad.codegen.contract import OptList, Program, declared_ulp, opts_text
 from refgrad.codegen.pipeline import compile_ast
+from refgrad.dtype import DType
 from refgrad.execute import kernel_opts, run_schedule, run_transfer
 from refgrad.registry import Device
 from refgrad.schedule import ScheduleItem, create_schedule
@@ -202,6 +203,13 @@ def explain_transfer(item: ScheduleItem, index: int, device: str, actual: np.nda
   return "\n".join(lines)
 
 
+def declared_differences(device: str) -> dict[tuple[Ops, DType], float]:
+  """The differences from SPEC.md the device under test declares (a graph device's `differences`, with their
+  sources): (op, dtype) -> ULPs allowed on top of SPEC.md's bounds. Empty for every kernel device."""
+  graph = Device[device].graph
+  return declared_ulp(getattr(graph, "differences", ())) if graph is not None else {}
+
+
 def undefined_lanes(t: Any) -> np.ndarray | None:
   """Where a tensor computed on the reference (PYTHON) holds UNDEFINED results (docs/SPEC.md), shaped like the
   tensor (realizes it); None when no lane is undefined. A device may give anything there: skip those lanes."""
@@ -368,6 +376,7 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
   already (oracle/prepare.py plans it to compile the kernels ahead) and not run yet."""
   device = Device.canonicalize(device)
   report = ReferenceReport(device)
+  declared = declared_differences(device)
   for index, item in enumerate(reference_schedule(fn, *inputs) if schedule is None else schedule):
     if on_item is not None:
       on_item(index)
@@ -380,9 +389,11 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
       continue
     shape, inside = _output_region(item)
     values = dict(item.var_vals)  # a kernel compiled for Variables: its bounds are those of this schedule's values
-    graph, bound, undefined = kernel_error_bounds(concrete_graph(item.ast, values) if values else item.ast,
-                                                  dict(enumerate(contents)),
-                                                  {i: b.undefined for i, b in enumerate(item.buffers) if i})
+    ast = concrete_graph(item.ast, values) if values else item.ast
+    masks = {i: b.undefined for i, b in enumerate(item.buffers) if i}
+    graph, bound, undefined = kernel_error_bounds(ast, dict(enumerate(contents)), masks)
+    # what the device is allowed: SPEC.md's bounds, and the differences a graph device declares on top
+    allowed = bound if not declared else kernel_error_bounds(ast, dict(enumerate(contents)), masks, declared)[1]
     rewrite_error, rewrites = check_rewrites(item, index, contents, inside, graph, undefined, bound)
     if rewrite_error and raise_on_mismatch:
       raise RewriteMismatch(rewrite_error)
@@ -392,7 +403,7 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
       undefined = reference_undefined if undefined is None else undefined | reference_undefined
     chosen = device_opts(item, device, opts)
     if on_case is not None:
-      if (case := kernel_case(item, device, contents, bound, undefined, chosen, inside)) is not None:
+      if (case := kernel_case(item, device, contents, allowed, undefined, chosen, inside)) is not None:
         on_case(index, case)
     actual, program = _device_run(item, device, contents, chosen)
     if subnormals_flushed():
@@ -401,7 +412,7 @@ def check_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, r
         "built with -ffast-math does it): docs/SPEC.md requires subnormals, and the reference, which runs in this "
         "process, can no longer be trusted. Build the backend without -ffast-math (or restore the FP mode).")
     actual, expected = inside(actual), inside(contents[0])
-    verdicts = compare_lanes(actual, expected, undefined, abs_bound=bound)
+    verdicts = compare_lanes(actual, expected, undefined, abs_bound=allowed)
     result = verdicts.summary()
     kernel = KernelResult(program.name, result, program, rewrite_error=rewrite_error)
     if keep_lanes:
