@@ -3,6 +3,7 @@ into the graph evaluator (tests/graph_devices.py): programs realized whole, assi
 ops named per cell, a wrong answer and a wrong output caught, the listing."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -187,3 +188,24 @@ def test_a_declared_difference_widens_the_bound_by_its_ulps_and_carries_it():
   assert declared_ulp([Difference(frozenset({Ops.MUL}), frozenset({dtypes.float16}), 1.0, "a"),
                        Difference(frozenset({Ops.MUL, Ops.ADD}), frozenset({dtypes.float16}), 2.0, "b")]) == \
     {(Ops.MUL, dtypes.float16): 2.0, (Ops.ADD, dtypes.float16): 2.0}
+
+
+HIDE_FRAMEWORKS = """
+import importlib.util
+found = importlib.util.find_spec
+importlib.util.find_spec = lambda name, package=None: None if name.split(".")[0] in ("torch", "jax", "jaxlib") \\
+  else found(name, package)
+from refgrad.cli import main
+main(["devices"])
+"""
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(p) is None for p in ("refgrad_torch", "refgrad_xla")),
+                    reason="the graph-device plugins are not installed")
+def test_without_torch_or_jax_the_graph_devices_are_listed_unavailable_with_the_reason():
+  run = subprocess.run([sys.executable, "-c", HIDE_FRAMEWORKS], capture_output=True, text=True, timeout=120)
+  lines = {line.split()[0]: line for line in run.stdout.splitlines()}
+  for device, reason in (("TORCH", "torch is not installed"), ("INDUCTOR", "torch is not installed"),
+                         ("XLA", "jax and jaxlib not installed")):
+    assert "unavailable" in lines[device] and reason in lines[device], run.stdout + run.stderr
+  assert "available" in lines["PYTHON"]
