@@ -11,11 +11,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 from refgrad_torch.export import Unsupported, run_on_torch
-from torch_oracle import check_on_torch, reference_with_bounds
+from torch_oracle import check_on_torch
 
 from refgrad.tensor import Tensor
 from refgrad.testing.conformance.batches import Batch, Segment, all_batches
 from refgrad.testing.oracle.compare import Comparison, compare_lanes
+from refgrad.testing.oracle.graph_check import plain_graph, reference_bounds
 from refgrad.testing.strategies import ALL
 
 
@@ -46,7 +47,7 @@ def _verdict(row: str, column: str, result: Comparison) -> Cell:
 def check_batch(batch: Batch, compile: bool = True) -> list[Cell]:
   """A whole batch as one graph (compiling costs seconds per graph), each cell judged on its own lanes."""
   sizes: list[int] = []
-  root = batch.program(sizes)(*(Tensor(x) for x in batch.inputs)).uop
+  root = plain_graph(batch.program(sizes)(*(Tensor(x) for x in batch.inputs)).uop)
   try:
     actual = run_on_torch(root, compile).reshape(-1)
   except Unsupported as why:
@@ -54,7 +55,7 @@ def check_batch(batch: Batch, compile: bool = True) -> list[Cell]:
   except Exception as error:  # noqa: BLE001 -- the compiler failing on a graph eager torch runs is a finding
     return [Cell(s.row, s.column, "error", f"{type(error).__name__}: {str(error).splitlines()[0]}")
             for s in batch.segments]
-  expected, bound, undefined = reference_with_bounds(root)
+  expected, bound, undefined = reference_bounds(root)
   verdicts = compare_lanes(actual, expected, undefined, abs_bound=bound)
   starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
   return [_verdict(s.row, s.column, verdicts.summary(slice(starts[i], starts[i + 1])))
