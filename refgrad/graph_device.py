@@ -11,6 +11,7 @@ what it returns, after checking each output's dtype and size.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,27 @@ def graph_inputs(graph: UOp) -> list[UOp]:
 def graph_outputs(graph: UOp) -> list[tuple[UOp, UOp]]:
   """(output PARAM, stored value) of each STORE, in the SINK's order: what the compiled function returns."""
   return [(store.src[0], store.src[1]) for store in graph.src]
+
+
+def step_function(outputs: Sequence[UOp], leaves: Sequence[UOp],
+                  step_of: Callable[[UOp], Callable[..., Any]]) -> Callable[..., tuple[Any, ...]]:
+  """A function computing `outputs` from the values of `leaves` (its arguments, in that order): every other node,
+  sources first, by the step `step_of(node)` made for it, called on its sources' values. How a graph device runs its
+  framework's ops over a graph; the framework then traces or compiles the function whole."""
+  nodes = list(dict.fromkeys(u for out in outputs for u in out.toposort))
+  slot = {u: i for i, u in enumerate(nodes)}
+  given = set(leaves)
+  plan = [(slot[u], step_of(u), tuple(slot[s] for s in u.src)) for u in nodes if u not in given]
+  leaf_slots, out_slots = [slot[u] for u in leaves], [slot[u] for u in outputs]
+
+  def run(*arguments: Any) -> tuple[Any, ...]:
+    values: list[Any] = [None] * len(nodes)
+    for i, value in zip(leaf_slots, arguments):
+      values[i] = value
+    for i, step, sources in plan:
+      values[i] = step(*(values[s] for s in sources))
+    return tuple(values[i] for i in out_slots)
+  return run
 
 
 def graph_program(graph: UOp) -> Program:

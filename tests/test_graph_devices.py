@@ -153,12 +153,12 @@ def test_a_graph_that_differs_only_fused_keeps_what_it_needs():
 
 
 def test_a_fuzz_campaign_on_a_graph_device_writes_whole_graph_findings(tmp_path):
-  """refgrad fuzz on the graph device with a planted wrong ADD: each program is checked whole, and the finding's
-  pytest file replays it with the whole-graph check (and fails)."""
+  """refgrad fuzz on the graph device with a planted wrong ADD, up to its first finding: each program is checked
+  whole, and the finding's pytest file replays it with the whole-graph check (and fails)."""
   plugin = Path(__file__).with_name("graph_devices.py")
   findings = tmp_path / "findings"
   run = subprocess.run([sys.executable, "-m", "refgrad.cli", "fuzz", "--plugin", str(plugin), "--device",
-                        "GRAPHEVAL_SUB", "--seconds", "20", "--findings", str(findings)],
+                        "GRAPHEVAL_SUB", "--seconds", "60", "--max-findings", "1", "--findings", str(findings)],
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 1 and "finding (mismatch)" in run.stdout, run.stdout + run.stderr
   written = sorted(findings.glob("test_finding_grapheval_sub_mismatch_*.py"))

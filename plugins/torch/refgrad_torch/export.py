@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from refgrad.dtype import DType, dtypes
+from refgrad.graph_device import step_function
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_torch import unsigned
 from refgrad_torch.casts import SIGNED_OF_SIZE, cast, from_torch, to_torch, torch_dtype
@@ -222,29 +223,16 @@ def unsupported_reason(u: UOp) -> str | None:
   return None
 
 
+def _checked_step(u: UOp) -> Step:
+  check_supported(u)
+  return RULES[u.op](u)
+
+
 def torch_function(outputs: list[UOp], leaves: list[UOp]) -> Callable[..., tuple[torch.Tensor, ...]]:
   """A function computing `outputs` with torch ops from the tensors of `leaves` (nodes the rules do not compute:
   BUFFERs, or a graph's input PARAMs), given in that order. Raises Unsupported for a node torch cannot compute as
   SPEC.md says."""
-  nodes = list(dict.fromkeys(u for out in outputs for u in out.toposort))
-  slot = {u: i for i, u in enumerate(nodes)}
-  inputs = set(leaves)
-  plan = []
-  for u in nodes:
-    if u not in inputs:
-      check_supported(u)
-      plan.append((slot[u], RULES[u.op](u), tuple(slot[s] for s in u.src)))
-  leaf_slots = [slot[u] for u in leaves]
-  out_slots = [slot[u] for u in outputs]
-
-  def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    values: list = [None] * len(nodes)
-    for i, t in zip(leaf_slots, tensors):
-      values[i] = t
-    for i, step, srcs in plan:
-      values[i] = step(*(values[s] for s in srcs))
-    return tuple(values[i] for i in out_slots)
-  return run
+  return step_function(outputs, leaves, _checked_step)
 
 
 def to_torch_function(root: UOp) -> tuple[Callable[..., torch.Tensor], list[UOp]]:

@@ -16,7 +16,6 @@ NaN-propagating max reductions.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +24,7 @@ from jax import lax
 
 from refgrad.alu import reduce_identity
 from refgrad.dtype import DType, dtypes
+from refgrad.graph_device import step_function
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_xla.casts import cast
 
@@ -223,18 +223,4 @@ RULES: dict[Ops, Rule] = {
 def xla_function(outputs: Sequence[UOp], leaves: Sequence[UOp]) -> Callable[..., tuple[Array, ...]]:
   """A function computing `outputs` with lax ops from the arrays of `leaves` (a graph's input PARAMs, flat, in that
   order); CONSTs are constants inside it. The caller has asked unsupported_reason of every node."""
-  nodes = list(dict.fromkeys(u for out in outputs for u in out.toposort))
-  slot = {u: i for i, u in enumerate(nodes)}
-  arguments = [slot[u] for u in leaves]
-  given = set(leaves)
-  plan = [(slot[u], RULES[u.op](u), tuple(slot[s] for s in u.src)) for u in nodes if u not in given]
-  out_slots = [slot[u] for u in outputs]
-
-  def run(*arrays: Any) -> tuple[Array, ...]:
-    values: list = [None] * len(nodes)
-    for i, array in zip(arguments, arrays):
-      values[i] = array
-    for i, step, srcs in plan:
-      values[i] = step(*(values[s] for s in srcs))
-    return tuple(values[i] for i in out_slots)
-  return run
+  return step_function(outputs, leaves, lambda u: RULES[u.op](u))
