@@ -186,6 +186,8 @@ HOW: dict[str, object] = {
   "from refgrad import Tensor, Variable": Run(60),
   # docs/testing.md
   "import numpy as np": Run(120, needs=(MYDEV,)),
+  "from refgrad.testing.oracle.graph_check import check_graph_against_reference, write_graph_standalone":
+    Elsewhere("plugins/torch/tests/test_devices.py", "runs this check on INDUCTOR, shrinks and writes the script"),
   "MYDEV differs from the reference in kernel 0 (E_4, output float32[4]): 1 of 4 checked lanes (0 undefined, 0 "
   "unbounded skipped)": Sample("refgrad/testing/oracle/reference.py"),
   "def test_my_kernel(refgrad_device):": Pytest(),
