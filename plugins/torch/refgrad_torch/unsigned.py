@@ -67,8 +67,15 @@ def _divide(mod: bool) -> Callable[[DType], Step]:
   return rule
 
 
+def _where(dt: DType) -> Step:
+  """WHERE on the signed views: torch.compile cannot compile a where over uint16/32/64 values ('Promotion for
+  uint16, uint32, uint64 types is not supported, attempted to promote Bool and UInt32', found by an INDUCTOR
+  campaign), which eager torch computes."""
+  return lambda c, a, b: torch.where(c, _signed(a), _signed(b)).view(torch_dtype(dt))
+
+
 def _max(dt: DType) -> Step:
-  return lambda a, b: torch.where(_ordered(a) < _ordered(b), b, a)
+  return lambda a, b: _where(dt)(_ordered(a) < _ordered(b), b, a)
 
 
 # op -> (operand dtype -> step over the operands' tensors)
@@ -80,6 +87,7 @@ ALU: dict[Ops, Callable[[DType], Step]] = {
   Ops.IDIV: _divide(mod=False),
   Ops.MOD: _divide(mod=True),
   Ops.MAX: _max,
+  Ops.WHERE: _where,
   Ops.CMPLT: lambda dt: lambda a, b: _ordered(a) < _ordered(b),
 }
 NO_WAY = {(Ops.IDIV, dtypes.uint64): "torch has no CPU kernel for uint64 division (div_trunc_cpu not implemented), "

@@ -13,6 +13,7 @@ from refgrad_torch.device import ELIDED_HALF_ROUNDING
 
 from refgrad import Device, Tensor
 from refgrad.codegen.contract import UnsupportedOpError
+from refgrad.dtype import dtypes
 from refgrad.testing.oracle.graph_check import check_graph_against_reference, write_graph_standalone
 from refgrad.testing.oracle.reference import check_against_reference
 from refgrad.testing.strategies import tensor_programs
@@ -26,12 +27,13 @@ def test_both_devices_are_graph_devices():
 
 def _program(x: Tensor, w: Tensor, i: Tensor, e: Tensor) -> tuple[Tensor, ...]:
   """Several kernels' worth as one graph: softmax over a matmul, C-style integer division at the edges, signed
-  zeros, NaN and infinities, movement ops, an empty reduction and a 0-d value."""
+  zeros, NaN and infinities, movement ops, an empty reduction, a 0-d value and a where over uint32."""
   return (((x @ w).softmax(1) * 2).sum(0),
           (i // 3) + (i % -3) * i, i.maximum(-i), i >> 2,
           e.maximum(-e), e * 0, e.relu(), e.max(), e.sum(),
           x.reshape(5, 6).T[::2, 1:].pad(((1, 1), (2, 0))), x.cumsum(1),
-          Tensor.zeros(0, 3, device=x.device).sum(0), x[0, 0] * 2)
+          Tensor.zeros(0, 3, device=x.device).sum(0), x[0, 0] * 2,
+          (i > 0).where(i.cast(dtypes.uint32), 7))  # Inductor cannot compile a where over uint32 (unsigned.py)
 
 
 @pytest.mark.parametrize("device", ["TORCH", "INDUCTOR"])
@@ -41,7 +43,7 @@ def test_a_program_realized_whole_matches_the_reference(device):
             np.array([7, -7, -2 ** 31, 0, 2 ** 31 - 1, 5], np.int32),
             np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e-45, 3.4e38], np.float32))
   report = check_graph_against_reference(_program, *inputs, device=device)
-  assert len(report.outputs) == 13 and sum(c.checked for c in report.outputs) == 108  # e.sum() is unbounded
+  assert len(report.outputs) == 14 and sum(c.checked for c in report.outputs) == 114  # e.sum() is unbounded
 
 
 def test_random_bits_on_torch_are_the_references():
