@@ -209,6 +209,8 @@ HOW: dict[str, object] = {
   "the reference's kernel path disagrees with the graph evaluator in kernel 0 (E_16, output float32): 1 of 16 ...":
     Sample("refgrad/testing/oracle/reference.py"),
   # docs/writing-a-backend.md
+  "DeviceImpl(\"INDUCTOR\", HostAllocator(), graph=TorchGraphCompiler(compiled=True))":
+    Elsewhere("plugins/torch/refgrad_torch/__init__.py", "make_device and refgrad_devices there, for both devices"),
   "pytest --refgrad-device PYLOOPS":
     Elsewhere("tests/test_plugins.py", "runs the suite's device tests on the example PYLOOPS plugin"),
 }
