@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from refgrad_torch.device import ELIDED_HALF_ROUNDING
+from torch_oracle import torch_may_differ
 
 from refgrad import Device, Tensor
 from refgrad.codegen.contract import UnsupportedOpError
@@ -57,9 +58,12 @@ def test_random_bits_on_torch_are_the_references():
 @given(tensor_programs(sharded=False, transcendentals=False, symbolic_sizes=False))
 def test_random_programs_on_torch_kernel_by_kernel(program):
   try:
-    check_against_reference(program.run, *program.inputs, device="TORCH")
+    report = check_against_reference(program.run, *program.inputs, device="TORCH", raise_on_mismatch=False)
   except UnsupportedOpError as e:  # uint64 division: named, never computed
     assert e.dtype.name == "uint64" and e.op.name in ("IDIV", "MOD"), e
+    return
+  for kernel in report.kernels:  # a differing kernel passes only where a pinned disagreement of torch can be the cause
+    assert kernel.ok or torch_may_differ(kernel.ast), kernel.explanation
 
 
 def test_inductors_int8_maximum_is_found_shrunk_and_written(tmp_path):
