@@ -2,7 +2,9 @@
 (refgrad/interp/graph.py), so the contract (refgrad/graph_device.py) is tested on its own. GRAPHEVAL is right;
 GRAPHEVAL_NOADD cannot compute float32 ADD (an unsupported op); GRAPHEVAL_SUB computes float32 ADD as a subtraction
 (a planted wrong answer the oracle must catch); GRAPHEVAL_WIDE returns float64 for every output (a device returning
-the wrong dtype). Each counts the graphs it compiles and the stores they hold.
+the wrong dtype); GRAPHEVAL_FUSING is right but sums float rows in an order chosen by the whole graph, as a fusing
+compiler does (reversed in every other graph), so the same sum in two graphs may differ in its last bit. Each
+counts the graphs it compiles and the stores they hold.
 """
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ COMPILED: dict[str, list[int]] = {}  # device -> the number of stores of each gr
 
 
 class EvaluatorGraph:
-  def __init__(self, name: str, unsupported_add: bool = False, add_as_sub: bool = False, wide: bool = False):
+  def __init__(self, name: str, unsupported_add: bool = False, add_as_sub: bool = False, wide: bool = False,
+               fusing: bool = False):
     self.name, self.unsupported_add, self.add_as_sub, self.wide = name, unsupported_add, add_as_sub, wide
+    self.fusing = fusing
     self.caps = Capabilities()
 
   def unsupported(self, node: UOp) -> str | None:
@@ -42,6 +46,10 @@ class EvaluatorGraph:
       graph = graph.substitute({u: UOp(Ops.ADD, u.dtype, (u.src[0], u.src[1].alu(Ops.NEG))) for u in graph.toposort
                                 if u.op is Ops.ADD and u.dtype == dtypes.float32})
       outputs = [(param, store.src[1]) for (param, _), store in zip(outputs, graph.src)]
+    if self.fusing and graph.digest[0] % 2:
+      graph = graph.substitute({u: _reversed_sum(u) for u in graph.toposort if u.op is Ops.REDUCE_AXIS
+                                and u.arg[0] is Ops.ADD and dtypes.is_float(u.dtype)})
+      outputs = [(param, store.src[1]) for (param, _), store in zip(outputs, graph.src)]
 
     def run(*arrays: np.ndarray) -> list[np.ndarray]:
       leaves = {param: (array.reshape(param.shape), None) for param, array in zip(inputs, arrays)}
@@ -53,8 +61,15 @@ class EvaluatorGraph:
     return run
 
 
+def _reversed_sum(u: UOp) -> UOp:
+  """The same sum over its rows reversed: another order of the terms, which SPEC.md allows."""
+  axes = u.arg[1]
+  flipped = UOp(Ops.FLIP, u.src[0].dtype, (u.src[0],), tuple(i in axes for i in range(len(u.src[0].shape))))
+  return UOp(u.op, u.dtype, (flipped,), u.arg)
+
+
 DEVICES = {"GRAPHEVAL": {}, "GRAPHEVAL_NOADD": {"unsupported_add": True}, "GRAPHEVAL_SUB": {"add_as_sub": True},
-           "GRAPHEVAL_WIDE": {"wide": True}}
+           "GRAPHEVAL_WIDE": {"wide": True}, "GRAPHEVAL_FUSING": {"fusing": True}}
 
 
 def make(name: str) -> DeviceImpl:

@@ -17,11 +17,14 @@ from refgrad.cli import main
 from refgrad.codegen.contract import Difference, UnsupportedOpError, declared_ulp
 from refgrad.dtype import dtypes
 from refgrad.graph_device import GraphOutputError
+from refgrad.jit import tensors_in
 from refgrad.testing.conformance.batches import all_batches
+from refgrad.testing.conformance.corpus import _other_inputs, _stateful_case
 from refgrad.testing.conformance.results import PASS, UNSUPPORTED
 from refgrad.testing.conformance.run import run_unit
 from refgrad.testing.oracle.bounds import kernel_error_bounds, ulp_of
 from refgrad.testing.oracle.graph_check import GraphMismatch, check_graph_against_reference, plain_graph
+from refgrad.testing.oracle.jit_replay import ReplayMismatch, check_jit_state
 from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
 from refgrad.uop import GroupOp, Ops, UOp
 
@@ -80,6 +83,27 @@ def test_a_jit_replays_the_graph_on_new_inputs():
     a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
     got = step(Tensor(a, device="GRAPHEVAL"), Tensor(b, device="GRAPHEVAL")).numpy()
     np.testing.assert_array_equal(got, ((Tensor(a) * Tensor(b)).sum(1) + Tensor(a).max()).numpy(), f"call {i}")
+
+
+def test_a_jitted_step_with_state_replays_on_a_device_that_fuses_each_graph_its_own_way():
+  """A jit realizes a step's results and state in other pieces than the plain step, and a graph device compiles each
+  piece its own way (GRAPHEVAL_FUSING's sums differ in their last bits between the two, GRAPHEVAL's do not): there
+  the jitted values are checked against the reference's bounds over their whole lazy graphs, which a right device
+  meets and a wrong one does not."""
+  make_step, inputs, state = _stateful_case()
+  calls = [inputs] + _other_inputs(inputs, 3)
+  lazily = {device: _lazy_chain_outputs(make_step, state, calls, device) for device in ("GRAPHEVAL", "PYTHON")}
+  assert lazily["GRAPHEVAL"] == lazily["PYTHON"] != _lazy_chain_outputs(make_step, state, calls, "GRAPHEVAL_FUSING")
+  assert check_jit_state(make_step, state, calls, "GRAPHEVAL_FUSING") == (2, 40)
+  with pytest.raises(ReplayMismatch, match="outside the reference's bounds"):
+    check_jit_state(make_step, state, calls, "GRAPHEVAL_SUB")
+
+
+def _lazy_chain_outputs(make_step, state, calls, device) -> list[bytes]:
+  """Each call's outputs of the plain step with its state left lazy between calls."""
+  step = make_step(*(Tensor(x.copy(), device=device) for x in state))
+  return [b"".join(t.numpy().tobytes() for t in tensors_in(step(*(Tensor(x, device=device) for x in call))))
+          for call in calls]
 
 
 def test_an_unsupported_op_names_op_dtype_and_device_and_runs_nothing():

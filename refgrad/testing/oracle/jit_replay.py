@@ -17,19 +17,41 @@ A set of inputs is a sequence of arrays (passed positionally) or a mapping of pa
 keywords, in the mapping's order, which may differ from call to call); one array object given twice in a call is
 one tensor passed twice. The first two calls run and capture; give at least three, with different values, so that
 replays are checked.
+
+On a graph device (refgrad/graph_device.py) a jitted call is not the plain call's binaries replayed: the jit realizes
+what a call returns and the state it updates in other pieces than a plain call does, and each piece is a graph the
+device's compiler fuses its own way (a float sum in another order). There each jitted value is compared instead with
+the reference's value and bound over its whole lazy graph (graph_check.reference_bounds), which holds however the
+graph is cut into realizes.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from refgrad.jit import TinyJit, tensors_in
+from refgrad.registry import Device
 from refgrad.tensor import Tensor
+from refgrad.testing.oracle.compare import compare
+from refgrad.testing.oracle.graph_check import plain_graph, reference_bounds
 from refgrad.testing.oracle.reference import check_against_reference
 
 Call = Sequence[np.ndarray] | Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Bounded:
+  """A reference value (flat) and how far a graph device's may be from it, lane by lane; its undefined lanes."""
+  shape: tuple[int, ...]
+  value: np.ndarray
+  bound: np.ndarray
+  undefined: np.ndarray | None
+
+
+Want = np.ndarray | Bounded  # what a jitted value must be: the plain call's bits, or within the reference's bounds
 
 
 class ReplayMismatch(AssertionError):
@@ -75,14 +97,38 @@ def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return ~((a == b) | ((a != a) & (b != b))).reshape(-1)
 
 
-def _explain(call: str, device: str, index: int, results: int, want: np.ndarray, got: np.ndarray) -> str:
-  what = f"output {index}" if index < results else f"input {index - results} after the call"
-  if want.shape != got.shape or want.dtype != got.dtype:
-    return (f"{call} on {device}: {what} is {list(got.shape)} {got.dtype}, the function's own is "
-            f"{list(want.shape)} {want.dtype}")
+def _mismatch(want: Want, got: np.ndarray) -> str | None:
+  """Why `got` is not what `want` says (None if it is): another shape or dtype, or the first differing lanes."""
+  shape, dtype = (want.shape, want.value.dtype) if isinstance(want, Bounded) else (want.shape, want.dtype)
+  if tuple(got.shape) != tuple(shape) or got.dtype != dtype:
+    return f"is {list(got.shape)} {got.dtype}, the function's own is {list(shape)} {dtype}"
+  flat = got.reshape(-1)
+  if isinstance(want, Bounded):
+    where = compare(flat, want.value, want.undefined, abs_bound=want.bound).mismatches
+    return (f"is outside the reference's bounds (its whole lazy graph) at flat lanes {where}: "
+            f"{flat[where].tolist()} against {want.value[where].tolist()} +- {want.bound[where].tolist()}"
+            if where else None)
   where = np.flatnonzero(_differing(want, got))[:5]
-  return (f"{call} on {device}: {what} differs from the function's own on fresh tensors at flat lanes "
-          f"{where.tolist()}: {got.reshape(-1)[where].tolist()} against {want.reshape(-1)[where].tolist()}")
+  return (f"differs from the plain run's (fresh tensors) at flat lanes {where.tolist()}: "
+          f"{flat[where].tolist()} against {want.reshape(-1)[where].tolist()}" if len(where) else None)
+
+
+def _is_graph_device(device: str) -> bool:
+  return Device[device].kind == "graph"
+
+
+def _bounded(tensors: list[Tensor], device: str) -> list[Bounded]:
+  """Lazy PYTHON tensors' reference values and bounds over their whole graphs, with the device's declared
+  differences."""
+  return [Bounded(tuple(t.shape), *reference_bounds(plain_graph(t.uop), device)) for t in tensors]
+
+
+def _reference_run(fn: Callable[..., Any], call: Call, device: str) -> list[Bounded]:
+  """_run's values as the reference's bounds for a graph device: the call on PYTHON, nothing realized."""
+  distinct = _distinct(call)
+  tensors = {id(x): Tensor(x.copy(), device="PYTHON") for x in distinct}
+  result = _apply(fn, call, tensors)
+  return _bounded(list(tensors_in(result)) + [tensors[id(x)] for x in distinct], device)
 
 
 def check_jit_replay(fn: Callable[..., Any], calls: Sequence[Call], device: str,
@@ -92,25 +138,27 @@ def check_jit_replay(fn: Callable[..., Any], calls: Sequence[Call], device: str,
   compared. `jit` wraps fn (TinyJit, or a jit under test)."""
   if len(calls) < 3:
     raise ValueError(f"check_jit_replay needs at least 3 sets of inputs (2 run and capture), got {len(calls)}")
-  jitted, lanes, passed = jit(fn), 0, []
+  jitted, lanes, passed, graph = jit(fn), 0, [], _is_graph_device(device)
   for number, call in enumerate(calls):
     check_against_reference(_observed(fn, call), *(x.copy() for x in _distinct(call)), device=device)
-    (plain, _), (replayed, tensors) = _run(fn, call, device), _run(jitted, call, device)
+    plain = _reference_run(fn, call, device) if graph else _run(fn, call, device)[0]
+    replayed, tensors = _run(jitted, call, device)
     _compare(f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit)", device, call, plain, replayed)
-    lanes += sum(x.size for x in plain) if number >= 2 else 0
+    lanes += sum(x.size for x in replayed) if number >= 2 else 0
     passed.append(tensors)
   _check_afterwards(fn, calls, device, passed)
   return len(calls) - 2, lanes
 
 
-def _compare(what: str, device: str, call: Call, want: list[np.ndarray], got: list[np.ndarray]) -> None:
+def _compare(what: str, device: str, call: Call, want: Sequence[Want], got: list[np.ndarray]) -> None:
   results = len(want) - len(_distinct(call))
   if len(want) != len(got):
     raise ReplayMismatch(f"{what} on {device}: {len(got) - len(_distinct(call))} tensors returned, the function's "
                          f"own {results}")
   for index, (w, g) in enumerate(zip(want, got)):
-    if w.shape != g.shape or w.dtype != g.dtype or _differing(w, g).any():
-      raise ReplayMismatch(_explain(what, device, index, results, w, g))
+    if why := _mismatch(w, g):
+      name = f"output {index}" if index < results else f"input {index - results} after the call"
+      raise ReplayMismatch(f"{what} on {device}: {name} {why}")
 
 
 def _check_afterwards(fn: Callable[..., Any], calls: Sequence[Call], device: str,
@@ -130,23 +178,22 @@ def check_jit_state(make_step: Callable[..., Callable[..., Any]], state: Sequenc
   """`make_step(*state_tensors)` returns a step function of a call's inputs that reads and updates the state tensors it
   closes over. The plain step and the jitted one each run every call of `calls`, each on its own fresh state tensors
   made from `state` and on fresh input tensors; what a call returns is read after it, the state only after the last
-  call. Raise ReplayMismatch at the first call whose jitted result differs from the plain one bit for bit, or if the
-  state then differs; return the number of replayed calls checked and of the lanes they and the state compared."""
+  call. Raise ReplayMismatch at the first call whose jitted result differs from the plain one bit for bit (on a graph
+  device: is outside the reference's bounds), or if the state then differs; return the number of replayed calls
+  checked and of the lanes they and the state compared."""
   if len(calls) < 3:
     raise ValueError(f"check_jit_state needs at least 3 sets of inputs (2 run and capture), got {len(calls)}")
-  (plain, plain_state), (jitted, jitted_state) = (_stateful_run(make_step, state, calls, device, wrap)
-                                                  for wrap in (None, jit))
+  jitted, jitted_state = _stateful_run(make_step, state, calls, device, jit)
+  plain, plain_state = (_stateful_reference(make_step, state, calls, device) if _is_graph_device(device) else
+                        _stateful_run(make_step, state, calls, device, None))
   lanes = 0
   for number, (call, want, got) in enumerate(zip(calls, plain, jitted)):
     _compare(f"call {number} ({'replayed' if number >= 2 else 'run'} by the jit)", device, call, want, got)
-    lanes += sum(x.size for x in want) if number >= 2 else 0
+    lanes += sum(x.size for x in got) if number >= 2 else 0
   for index, (want, got) in enumerate(zip(plain_state, jitted_state)):
-    if want.shape != got.shape or want.dtype != got.dtype or _differing(want, got).any():
-      where = np.flatnonzero(_differing(want, got))[:5] if want.shape == got.shape else []
-      raise ReplayMismatch(f"state tensor {index} on {device}, after {len(calls)} calls of the jitted step, differs "
-                           f"from the plain step's at flat lanes {list(where)}: {got.reshape(-1)[where].tolist()} "
-                           f"against {want.reshape(-1)[where].tolist()}")
-  return len(calls) - 2, lanes + sum(x.size for x in plain_state)
+    if why := _mismatch(want, got):
+      raise ReplayMismatch(f"state tensor {index} on {device}, after {len(calls)} calls of the jitted step, {why}")
+  return len(calls) - 2, lanes + sum(x.size for x in jitted_state)
 
 
 def _stateful_run(make_step: Callable[..., Callable[..., Any]], state: Sequence[np.ndarray], calls: Sequence[Call],
@@ -158,3 +205,12 @@ def _stateful_run(make_step: Callable[..., Callable[..., Any]], state: Sequence[
   step = wrap(step) if wrap is not None else step
   results = [_run(step, call, device)[0] for call in calls]
   return results, [t.numpy() for t in tensors]
+
+
+def _stateful_reference(make_step: Callable[..., Callable[..., Any]], state: Sequence[np.ndarray],
+                        calls: Sequence[Call], device: str) -> tuple[list[list[Bounded]], list[Bounded]]:
+  """_stateful_run's values as the reference's bounds for a graph device: the plain step on PYTHON, nothing
+  realized, so each value's bound covers its whole lazy graph from the initial state."""
+  tensors = [Tensor(x.copy(), device="PYTHON") for x in state]
+  step = make_step(*tensors)
+  return [_reference_run(step, call, device) for call in calls], _bounded(tensors, device)
