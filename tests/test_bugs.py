@@ -42,6 +42,10 @@ BUGS = [
   Reproducer("llvm-loop-vectorizer-compile-time", "LLVM",
              present=lambda run: run.returncode == 1 and "still optimizing after" in run.stdout,
              fixed=lambda run: run.returncode == 0 and "with loop vectorization: optimized in" in run.stdout),
+  Reproducer("xla-constant-integer-division-sigfpe", "XLA",
+             present=lambda run: run.returncode == 1 and "with constants: got SIGFPE" in run.stdout,
+             fixed=lambda run: run.returncode == 0 and run.stdout.count("with constants: got") == 2
+             and "SIGFPE" not in run.stdout),
 ]
 
 
