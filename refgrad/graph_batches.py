@@ -67,7 +67,7 @@ def stitch_graph_runs(items: list[ScheduleItem], is_graph: Callable[[str], bool]
       run.clear()
   for item in items:
     device = item.buffers[0].device
-    if not _stitchable(item) or not is_graph(device):
+    if not is_graph(device) or not _stitchable(item):  # the cheap test first: most devices are kernel devices
       flush()
       merged.append(item)
     elif run and run[0].buffers[0].device != device:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from refgrad.dtype import DType, dtypes
-from refgrad.graph_device import step_function
+from refgrad.graph_device import operand_dtype, step_function
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_torch import unsigned
 from refgrad_torch.casts import SIGNED_OF_SIZE, cast, from_torch, to_torch, torch_dtype
@@ -40,11 +40,6 @@ UNSUPPORTED: dict[tuple[Ops, DType], str] = dict(unsigned.NO_WAY)
 # Sharded graphs span several devices; an exported graph runs on one torch device.
 NOT_EXPORTED = {Ops.MULTI: "a tensor over several devices: the graph-device contract has no sharding yet",
                 Ops.ALLREDUCE: "a reduction across devices: the graph-device contract has no sharding yet"}
-
-
-def operand_dtype(u: UOp) -> DType:
-  """The dtype an op computes in: its value operands' (a comparison's output is bool, WHERE's condition too)."""
-  return u.src[-1].dtype if u.op in GroupOp.ALU else u.dtype
 
 
 def check_supported(u: UOp) -> None:

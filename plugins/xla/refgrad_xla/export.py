@@ -24,7 +24,7 @@ from jax import lax
 
 from refgrad.alu import reduce_identity
 from refgrad.dtype import DType, dtypes
-from refgrad.graph_device import step_function
+from refgrad.graph_device import operand_dtype, step_function
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_xla.casts import cast
 
@@ -39,11 +39,6 @@ NOT_EXPORTED = {Ops.MULTI: "a tensor over several devices: the graph-device cont
                 Ops.ALLREDUCE: "a reduction across devices: the graph-device contract has no sharding yet"}
 # (op, operand dtype) -> why XLA cannot compute it as SPEC.md says; none found so far (README.md, "Unsupported")
 UNSUPPORTED: dict[tuple[Ops, DType], str] = {}
-
-
-def operand_dtype(u: UOp) -> DType:
-  """The dtype an op computes in: its value operands' (a comparison's output is bool, WHERE's condition too)."""
-  return u.src[-1].dtype if u.op in GroupOp.ALU else u.dtype
 
 
 def unsupported_reason(u: UOp) -> str | None:
