@@ -80,7 +80,7 @@ def _neg(g: Builder, dt: DType, x: str) -> str:
 
 def _trunc(g: Builder, dt: DType, x: str) -> str:
   """ONNX has no Trunc: Ceil below zero, Floor from zero up (-0.0 and NaN go to Floor, which keeps them)."""
-  return g.op("Where", g.op("Less", x, g.const(0, dt)), g.op("Ceil", x), g.op("Floor", x))
+  return _where(g, dt, g.op("Less", x, g.const(0, dt)), g.op("Ceil", x), g.op("Floor", x))
 
 
 def _exp2(g: Builder, dt: DType, x: str) -> str:
@@ -96,7 +96,7 @@ def _float_max(g: Builder, dt: DType, a: str, b: str) -> str:
   is +0.0 in both orders, which is their sum."""
   zero = g.const(0, dt)
   both_zero = g.op("And", g.op("Equal", a, zero), g.op("Equal", b, zero))
-  return g.op("Where", both_zero, g.op("Add", a, b), g.op("Max", a, b))
+  return _where(g, dt, both_zero, g.op("Add", a, b), g.op("Max", a, b))
 
 
 def _max(g: Builder, dt: DType, a: str, b: str) -> str:
@@ -154,6 +154,17 @@ def _shift(direction: str) -> Emit:
   return emit
 
 
+def _where(g: Builder, dt: DType, c: str, a: str, b: str) -> str:
+  """onnxruntime's Where returns +0.0 for a -0.0 it selects from X (onnxruntime issue #32191, open; README.md):
+  floats are selected as their bits, in the int of their size (int16 has no Where kernel: in int32)."""
+  if not dtypes.is_float(dt):
+    return g.op("Where", c, a, b)
+  bits = SIGNED_OF_SIZE[dt.itemsize]
+  select_in = dtypes.int32 if bits == dtypes.int16 else bits
+  a, b = (g.cast(g.bitcast(x, bits), select_in) for x in (a, b))
+  return g.bitcast(cast(g, g.op("Where", c, a, b), select_in, bits), dt)
+
+
 _ALU: dict[Ops, Emit] = {
   Ops.NEG: _neg,  # ints wrap: -MIN == MIN
   Ops.RECIP: _plain("Reciprocal"),
@@ -175,7 +186,7 @@ _ALU: dict[Ops, Emit] = {
   Ops.XOR: _by_kind("Xor", "BitwiseXor"),
   Ops.SHL: _shift("LEFT"),
   Ops.SHR: _shift("RIGHT"),
-  Ops.WHERE: _plain("Where"),
+  Ops.WHERE: _where,
 }
 
 
@@ -212,6 +223,13 @@ def _pad(g: Builder, u: UOp, x: str) -> str:
   return g.cast(g.op("Pad", g.cast(x, dtypes.int32), pads), u.dtype)
 
 
+def _expand_to(g: Builder, dt: DType, x: str, shape: tuple[int, ...]) -> str:
+  """Expand has no bfloat16 kernel: the bits are expanded as uint16."""
+  if dt != dtypes.bfloat16:
+    return g.op("Expand", x, g.ints(shape))
+  return g.bitcast(g.op("Expand", g.bitcast(x, dtypes.uint16), g.ints(shape)), dtypes.bfloat16)
+
+
 def _shrink(g: Builder, u: UOp, x: str) -> str:
   starts, ends = [start for start, _ in u.arg], [end for _, end in u.arg]
   return g.op("Slice", x, g.ints(starts), g.ints(ends), g.ints(range(len(u.arg))))
@@ -227,15 +245,31 @@ def _flip(g: Builder, u: UOp, x: str) -> str:
 
 
 # ---- reductions, keepdims=1 (the reduced dims stay as size 1, as REDUCE_AXIS's shape)
-# (op, dtype) -> the dtype the reduction is computed in, where the operator's schema or onnxruntime's kernels lack
-# the dtype: sums and products of ints wrap, so any wider int gives the same low bits; maxima of wider ints are exact
-REDUCE_IN: dict[tuple[Ops, DType], DType] = {
-  **{(op, dt): dtypes.int32 for op in (Ops.ADD, Ops.MUL)
-     for dt in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)},
-  **{(op, dt): dtypes.int64 for op in (Ops.ADD, Ops.MUL) for dt in (dtypes.uint32, dtypes.uint64)},
-  (Ops.MAX, dtypes.int16): dtypes.int32, (Ops.MAX, dtypes.uint16): dtypes.int32, (Ops.MAX, dtypes.uint32): dtypes.int64,
-  **{(op, dtypes.bfloat16): dtypes.float32 for op in GroupOp.ReduceOps},
-}
+# maxima where the operator's schema or onnxruntime's kernels lack the dtype: in a wider dtype, which is exact
+MAX_IN: dict[DType, DType] = {dtypes.int16: dtypes.int32, dtypes.uint16: dtypes.int32, dtypes.uint32: dtypes.int64,
+                              dtypes.bfloat16: dtypes.float32}
+
+
+def _tree_fold(g: Builder, op_type: str, x: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> str:
+  """An integer sum or product over `axes` as a tree of elementwise Adds or Muls, which wrap modulo 2**bits.
+  onnxruntime's ReduceSum and ReduceProd saturate on int32 and int64 instead (INT32_MAX + 1 gives INT32_MAX;
+  README.md), and their schemas have no 8- or 16-bit ints: the reduced axes go last, flattened into one, which is
+  halved until one element is left (an odd one out is set aside and folded in at the end)."""
+  kept = [i for i in range(len(shape)) if i not in axes]
+  n = int(np.prod([shape[a] for a in axes]))
+  x = g.op("Reshape", g.op("Transpose", x, perm=kept + list(axes)), g.ints([shape[i] for i in kept] + [n]),
+           allowzero=1)
+  last, odd_ones = g.ints([-1]), []
+  while n > 1:
+    if n % 2:
+      odd_ones.append(g.op("Slice", x, g.ints([n - 1]), g.ints([n]), last))
+      n -= 1
+    x = g.op(op_type, g.op("Slice", x, g.ints([0]), g.ints([n // 2]), last),
+             g.op("Slice", x, g.ints([n // 2]), g.ints([n]), last))
+    n //= 2
+  for odd in odd_ones:
+    x = g.op(op_type, x, odd)
+  return g.op("Reshape", x, g.ints([1 if i in axes else size for i, size in enumerate(shape)]), allowzero=1)
 
 
 def _float_max_reduce(g: Builder, dt: DType, x: str, axes: str) -> str:
@@ -245,9 +279,9 @@ def _float_max_reduce(g: Builder, dt: DType, x: str, axes: str) -> str:
   zero = g.const(0, dt)
   positive = g.op("Not", g.op("Less", g.bitcast(x, SIGNED_OF_SIZE[dt.itemsize]), g.const(0, SIGNED_OF_SIZE[dt.itemsize])))
   any_positive_zero = g.op("ReduceMax", g.op("And", g.op("Equal", x, zero), positive), axes, keepdims=1)
-  found = g.op("Where", g.op("And", g.op("Equal", found, zero), any_positive_zero), zero, found)
+  found = _where(g, dt, g.op("And", g.op("Equal", found, zero), any_positive_zero), zero, found)
   any_nan = g.op("ReduceMax", g.op("IsNaN", x), axes, keepdims=1)
-  return g.op("Where", any_nan, g.const(np.nan, dt), found)
+  return _where(g, dt, any_nan, g.const(np.nan, dt), found)
 
 
 def _uint64_max_reduce(g: Builder, x: str, axes: str) -> str:
@@ -257,23 +291,30 @@ def _uint64_max_reduce(g: Builder, x: str, axes: str) -> str:
   return g.cast(g.op("BitwiseXor", g.op("ReduceMax", keys, axes, keepdims=1), flip), dtypes.uint64)
 
 
-def _fold(g: Builder, op: Ops, dt: DType, x: str, axes: str) -> str:
-  if dt == dtypes.bool:  # any / all
-    return g.op("ReduceMin" if op is Ops.MUL else "ReduceMax", x, axes, keepdims=1)
-  if op is Ops.MAX and dtypes.is_float(dt):
-    return _float_max_reduce(g, dt, x, axes)
-  if op is Ops.MAX and dt == dtypes.uint64:
+def _max_reduce(g: Builder, dt: DType, x: str, axes: str) -> str:
+  if dt == dtypes.bool or dtypes.is_int(dt) and dt not in (dtypes.uint64, *MAX_IN):
+    return g.op("ReduceMax", x, axes, keepdims=1)  # bool: any
+  if dt == dtypes.uint64:
     return _uint64_max_reduce(g, x, axes)
-  return g.op({Ops.ADD: "ReduceSum", Ops.MUL: "ReduceProd", Ops.MAX: "ReduceMax"}[op], x, axes, keepdims=1)
+  if dt in MAX_IN:
+    return cast(g, _max_reduce(g, MAX_IN[dt], cast(g, x, dt, MAX_IN[dt]), axes), MAX_IN[dt], dt)
+  return _float_max_reduce(g, dt, x, axes)
 
 
 def _reduce(g: Builder, u: UOp, x: str) -> str:
   op, axes = u.arg
-  if any(u.src[0].shape[a] == 0 for a in axes):  # an empty reduction is its identity (bool's ReduceMax raises)
-    return g.op("Expand", g.const(reduce_identity(op, u.dtype), u.dtype), g.ints(u.shape))
-  wide = REDUCE_IN.get((op, u.dtype), u.dtype)
-  folded = _fold(g, op, wide, cast(g, x, u.dtype, wide) if wide != u.dtype else x, g.ints(axes))
-  return cast(g, folded, wide, u.dtype) if wide != u.dtype else folded
+  dt, shape = u.dtype, u.src[0].shape
+  if any(shape[a] == 0 for a in axes):  # an empty reduction is its identity (bool's ReduceMax raises on one)
+    return _expand_to(g, dt, g.const(reduce_identity(op, dt), dt), u.shape)
+  if op is Ops.MAX:
+    return _max_reduce(g, dt, x, g.ints(axes))
+  if dt == dtypes.bool:  # any / all
+    return g.op("ReduceMin" if op is Ops.MUL else "ReduceMax", x, g.ints(axes), keepdims=1)
+  if dtypes.is_int(dt):
+    return _tree_fold(g, "Add" if op is Ops.ADD else "Mul", x, shape, tuple(axes))
+  wide = dtypes.float32 if dt == dtypes.bfloat16 else dt  # no bfloat16 kernel: in float32, rounded once at the end
+  folded = g.op("ReduceSum" if op is Ops.ADD else "ReduceProd", cast(g, x, dt, wide), g.ints(axes), keepdims=1)
+  return cast(g, folded, wide, dt)
 
 
 def _same(g: Builder, u: UOp, x: str, *rest: str) -> str:
@@ -287,7 +328,7 @@ RULES: dict[Ops, Rule] = {
   Ops.DEVICE: lambda g, u: "",  # only names where a CONST lives; the CONST's rule does not read it
   Ops.RESHAPE: lambda g, u, x: g.op("Reshape", x, g.ints(u.arg), allowzero=1),  # a 0 in the shape is a size
   Ops.PERMUTE: lambda g, u, x: g.op("Transpose", x, perm=list(u.arg)),
-  Ops.EXPAND: lambda g, u, x: g.op("Expand", x, g.ints(u.arg)),
+  Ops.EXPAND: lambda g, u, x: _expand_to(g, u.dtype, x, u.arg),
   Ops.PAD: _pad,
   Ops.SHRINK: _shrink,
   Ops.FLIP: _flip,
