@@ -277,7 +277,8 @@ def _float_max_reduce(g: Builder, dt: DType, x: str, axes: str) -> str:
   either zero of -0.0 and +0.0: NaN where any term is NaN, +0.0 where the maximum is a zero and a term is +0.0."""
   found = g.op("ReduceMax", x, axes, keepdims=1)
   zero = g.const(0, dt)
-  positive = g.op("Not", g.op("Less", g.bitcast(x, SIGNED_OF_SIZE[dt.itemsize]), g.const(0, SIGNED_OF_SIZE[dt.itemsize])))
+  bits = SIGNED_OF_SIZE[dt.itemsize]
+  positive = g.op("Not", g.op("Less", g.bitcast(x, bits), g.const(0, bits)))  # the sign bit clear
   any_positive_zero = g.op("ReduceMax", g.op("And", g.op("Equal", x, zero), positive), axes, keepdims=1)
   found = _where(g, dt, g.op("And", g.op("Equal", found, zero), any_positive_zero), zero, found)
   any_nan = g.op("ReduceMax", g.op("IsNaN", x), axes, keepdims=1)
