@@ -25,7 +25,7 @@ from onnx import ModelProto, helper
 
 from refgrad.alu import reduce_identity
 from refgrad.dtype import DType, dtypes
-from refgrad.graph_device import operand_dtype, step_function
+from refgrad.graph_device import SHARDED, operand_dtype, rule_gap, step_function
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_onnx.builder import ONNX_TYPE, OPSET, Builder
 from refgrad_onnx.casts import cast
@@ -33,8 +33,7 @@ from refgrad_onnx.casts import cast
 Emit = Callable[..., str]  # (Builder, the dtype it computes in, *source names) -> result name
 Rule = Callable[..., str]  # (Builder, node, *source names) -> result name
 
-NOT_EXPORTED = {Ops.MULTI: "a tensor over several devices: the graph-device contract has no sharding yet",
-                Ops.ALLREDUCE: "a reduction across devices: the graph-device contract has no sharding yet"}
+NOT_EXPORTED = SHARDED
 # (op, operand dtype) -> why ONNX or onnxruntime cannot compute it as SPEC.md says (README.md, "Unsupported")
 UNSUPPORTED: dict[tuple[Ops, DType], str] = {}
 
@@ -58,11 +57,7 @@ COMPUTE_IN: dict[tuple[Ops, DType], DType] = {
 
 def unsupported_reason(u: UOp) -> str | None:
   """Why ONNX Runtime cannot compute node `u` as SPEC.md says, or None if it can."""
-  if u.op in NOT_EXPORTED:
-    return NOT_EXPORTED[u.op]
-  if u.op not in RULES:
-    return f"no export rule for {u.op.name}"
-  return UNSUPPORTED.get((u.op, operand_dtype(u)))
+  return rule_gap(u, RULES, UNSUPPORTED)
 
 
 # ---- ALU ops, each emitted in the dtype it computes in

@@ -11,6 +11,7 @@ import onnx
 import onnxruntime as ort
 
 from refgrad.dtype import dtypes
+from refgrad.graph_device import bits_literal
 from refgrad.uop import UOp
 from refgrad_onnx.export import onnx_model, transport_dtype
 
@@ -65,12 +66,6 @@ if __name__ == "__main__":
 '''
 
 
-def _bits_literal(values: np.ndarray) -> str:
-  array = np.ascontiguousarray(values)
-  bits = array.reshape(-1).view(f"i{array.dtype.itemsize}").tolist()
-  return f"from_bits({bits}, {str(array.dtype)!r}, {tuple(array.shape)})"
-
-
 def reproducer(root: UOp, inputs: list[tuple[UOp, np.ndarray]], expected: np.ndarray, bound: np.ndarray,
                undefined: np.ndarray | None, title: str, level: ort.GraphOptimizationLevel) -> dict[str, str | bytes]:
   """repro.py and repro.onnx (see the module's docstring) for graph `root` over leaves `inputs` ((leaf node, its
@@ -85,8 +80,8 @@ def reproducer(root: UOp, inputs: list[tuple[UOp, np.ndarray]], expected: np.nda
            "python repro.py (exit status 1 if onnxruntime's result differs). repro.onnx is the model, printed below.",
            '"""', _HEADER, "# The model (onnx.printer):", textwrap.indent(onnx.printer.to_text(model), "#   "),
            f"LEVEL = ort.GraphOptimizationLevel.{level.name}  # the device's graph optimizations", "INPUTS = {"]
-  lines += [f"    {value.name!r}: {_bits_literal(a)}," for value, a in zip(model.graph.input, arrays)]
-  lines += ["}", f"EXPECTED = {_bits_literal(reference)}  # the reference",
+  lines += [f"    {value.name!r}: {bits_literal(a)}," for value, a in zip(model.graph.input, arrays)]
+  lines += ["}", f"EXPECTED = {bits_literal(reference)}  # the reference",
             f"BFLOAT16_BITS = {root.dtype == dtypes.bfloat16}  # values given as bfloat16's uint16 bits",
             f"BOUND = np.array({np.where(skipped, 0.0, bound).tolist()})  # |error| allowed per lane",
             f"SKIPPED = np.array({skipped.tolist()})  # undefined in docs/SPEC.md, or unbounded", _CHECK]
