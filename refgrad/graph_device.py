@@ -60,6 +60,30 @@ def step_function(outputs: Sequence[UOp], leaves: Sequence[UOp],
   return run
 
 
+# Sharded graphs span several devices; a graph device computes each graph on one
+SHARDED = {Ops.MULTI: "a tensor over several devices: the graph-device contract has no sharding yet",
+           Ops.ALLREDUCE: "a reduction across devices: the graph-device contract has no sharding yet"}
+
+
+def rule_gap(node: UOp, rules: dict[Ops, Any], unsupported: dict[tuple[Ops, DType], str]) -> str | None:
+  """Why a graph device that exports a graph by `rules` (op -> its rule) cannot compute `node` as SPEC.md says: a
+  sharded node, an op without a rule, or an (op, operand dtype) its framework lacks (`unsupported`, with the
+  reason); None if it can. What a GraphCompiler's `unsupported(node)` answers."""
+  if node.op in SHARDED:
+    return SHARDED[node.op]
+  if node.op not in rules:
+    return f"no export rule for {node.op.name}"
+  return unsupported.get((node.op, operand_dtype(node)))
+
+
+def bits_literal(values: np.ndarray) -> str:
+  """An array as Python source for a standalone reproducer: `from_bits(bit patterns, dtype, shape)`, exact for NaN,
+  -0.0 and bfloat16 (the script defines from_bits)."""
+  array = np.ascontiguousarray(values)
+  bits = array.reshape(-1).view(f"i{array.dtype.itemsize}").tolist()
+  return f"from_bits({bits}, {str(array.dtype)!r}, {tuple(array.shape)})"
+
+
 def graph_program(graph: UOp) -> Program:
   """What run_kernel returns for a graph: named by its structure (the same in every process), its key the graph."""
   return Program(f"graph_{graph.digest.hex()[:12]}", (), (), graph)

@@ -24,7 +24,7 @@ from jax import lax
 
 from refgrad.alu import reduce_identity
 from refgrad.dtype import DType, dtypes
-from refgrad.graph_device import operand_dtype, step_function
+from refgrad.graph_device import SHARDED, operand_dtype, rule_gap, step_function
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_xla.casts import cast
 
@@ -35,19 +35,14 @@ Step = Callable[..., Array]
 Rule = Callable[[UOp], Step]
 
 # Sharded graphs span several devices; an exported graph runs on one XLA CPU device.
-NOT_EXPORTED = {Ops.MULTI: "a tensor over several devices: the graph-device contract has no sharding yet",
-                Ops.ALLREDUCE: "a reduction across devices: the graph-device contract has no sharding yet"}
+NOT_EXPORTED = SHARDED
 # (op, operand dtype) -> why XLA cannot compute it as SPEC.md says; none found so far (README.md, "Unsupported")
 UNSUPPORTED: dict[tuple[Ops, DType], str] = {}
 
 
 def unsupported_reason(u: UOp) -> str | None:
   """Why XLA cannot compute node `u` as SPEC.md says, or None if it can."""
-  if u.op in NOT_EXPORTED:
-    return NOT_EXPORTED[u.op]
-  if u.op not in RULES:
-    return f"no export rule for {u.op.name}"
-  return UNSUPPORTED.get((u.op, operand_dtype(u)))
+  return rule_gap(u, RULES, UNSUPPORTED)
 
 
 # ---- ALU ops

@@ -10,6 +10,7 @@ import textwrap
 import jax
 import numpy as np
 
+from refgrad.graph_device import bits_literal
 from refgrad.uop import UOp
 from refgrad_xla.export import xla_function
 from refgrad_xla.flags import FLAGS
@@ -59,12 +60,6 @@ if __name__ == "__main__":
 '''
 
 
-def _bits_literal(values: np.ndarray) -> str:
-  array = np.ascontiguousarray(values)
-  bits = array.reshape(-1).view(f"i{array.dtype.itemsize}").tolist()
-  return f"from_bits({bits}, {str(array.dtype)!r}, {tuple(array.shape)})"
-
-
 def jax_script(root: UOp, inputs: list[tuple[UOp, np.ndarray]], expected: np.ndarray, bound: np.ndarray,
                undefined: np.ndarray | None, title: str) -> str:
   """The script (see the module's docstring) for graph `root` over leaves `inputs` ((leaf node, its values, flat)),
@@ -80,9 +75,9 @@ def jax_script(root: UOp, inputs: list[tuple[UOp, np.ndarray]], expected: np.nda
            "python repro.py (exit status 1 if jax.jit's result differs).", '"""', _HEADER.format(flags=" ".join(FLAGS)),
            "# The program (jax.make_jaxpr), run below as the StableHLO module jax.export made of it:", jaxpr,
            f'MODULE = "{module}"', "INPUTS = ["]
-  lines += [f"    {_bits_literal(a)}," for a in arrays]
+  lines += [f"    {bits_literal(a)}," for a in arrays]
   reference = np.asarray(expected, root.dtype.np).reshape(root.shape)
-  lines += ["]", f"EXPECTED = {_bits_literal(reference)}  # the reference",
+  lines += ["]", f"EXPECTED = {bits_literal(reference)}  # the reference",
             f"BOUND = np.array({np.where(skipped, 0.0, bound).tolist()})  # |error| allowed per lane",
             f"SKIPPED = np.array({skipped.tolist()})  # undefined in docs/SPEC.md, or unbounded", _CHECK]
   return "\n".join(lines)

@@ -237,9 +237,10 @@ def check_graph_against_reference(fn: Callable[..., Any], *inputs: Any, device: 
   return report
 
 
-def standalone_files(root: UOp, device: str, title: str) -> dict[str, str] | None:
+def standalone_files(root: UOp, device: str, title: str) -> dict[str, str | bytes] | None:
   """Files that reproduce graph `root` (a plain graph on the reference) on `device` without refgrad, in the
-  framework's own terms, written by the device's GraphCompiler (its optional `standalone`); None if it has none."""
+  framework's own terms, written by the device's GraphCompiler (its optional `standalone`): text, or bytes for a
+  binary file such as an ONNX model; None if it has none."""
   write = getattr(Device[device].graph, "standalone", None)
   if write is None:
     return None
@@ -260,6 +261,9 @@ def write_graph_standalone(report: GraphReport, folder: Path) -> str:
   if files is None:
     return f"no standalone reproducer: device {report.device}'s GraphCompiler writes none (no `standalone`)"
   folder.mkdir(parents=True, exist_ok=True)
-  for name, text in files.items():
-    (folder / name).write_text(text)
+  for name, content in files.items():
+    if isinstance(content, bytes):
+      (folder / name).write_bytes(content)
+    else:
+      (folder / name).write_text(content)
   return f"standalone reproducer: {folder}/{next(iter(files))}"
