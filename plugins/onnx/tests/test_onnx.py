@@ -22,7 +22,11 @@ from refgrad.interp.graph import EVALUATORS
 from refgrad.testing.conformance.batches import all_batches
 from refgrad.testing.conformance.results import FAIL, PASS
 from refgrad.testing.conformance.run import run_unit
-from refgrad.testing.oracle.graph_check import check_graph_against_reference, write_graph_standalone
+from refgrad.testing.oracle.graph_check import (
+  check_graph_against_reference,
+  write_graph_standalone,
+  write_program_standalone,
+)
 from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
 from refgrad.uop import GroupOp, Ops, UOp
 
@@ -209,3 +213,17 @@ def test_a_finding_is_shrunk_and_written_as_a_standalone_onnx_reproducer(tmp_pat
                        cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
   assert run.returncode == 1 and "lane 0: got np.float16(-0.00293), expected np.float16(-0.003906)" in run.stdout, \
     run.stdout + run.stderr
+
+
+def test_a_program_without_an_answer_is_written_whole_one_reproducer_per_output(tmp_path):
+  """A graph device's crash, hang or compile error cannot be run here to see which output it was in, nor shrunk:
+  each output's whole graph is written as a reproducer. Here output 0 has the unrounded float16 product (its script
+  exits 1), output 1 is right (exits 0)."""
+  x, y = np.array([3.0, 1.0], np.float16), np.array([-1.0009765625, 2.0], np.float16)
+  line = write_program_standalone(lambda a, b: (a * b + a, a * 2), [x, y], "ORT", tmp_path, "it killed the process")
+  assert line == (f"standalone reproducers, one per output (which one fails is not known): "
+                  f"{tmp_path}/output_0/repro.py, {tmp_path}/output_1/repro.py")
+  runs = [subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path / f"output_{k}") for k in (0, 1)]
+  assert [run.returncode for run in runs] == [1, 0], [run.stdout + run.stderr for run in runs]
+  assert "it killed the process (the program's output 0" in (tmp_path / "output_0" / "repro.py").read_text()

@@ -62,11 +62,12 @@ def _bits_literal(t: torch.Tensor) -> str:
 
 
 def _forward_source(graph_module: torch.fx.GraphModule) -> tuple[str, dict[str, torch.Tensor]]:
-  """make_fx's code as a plain function (no `self`), and the constant tensors it reads, by name."""
+  """make_fx's code as a plain function (no `self`), and the constant tensors it reads, by their names in the script
+  (module-level CONST_ names: make_fx's code assigns `_tensor_constant0 = self._tensor_constant0` to a local)."""
   code = re.sub(r"def forward\(self(, )?", "def forward(", graph_module.code)
   names = sorted(set(re.findall(r"self\.(_tensor_constant\d+)", code)))
-  code = re.sub(r"self\.(_tensor_constant\d+)", r"\1", code)
-  return code.strip() + "\n", {name: getattr(graph_module, name) for name in names}
+  code = re.sub(r"self\.(_tensor_constant\d+)", r"CONST\1", code)
+  return code.strip() + "\n", {f"CONST{name}": getattr(graph_module, name) for name in names}
 
 
 def torch_script(root: UOp, inputs: list[tuple[UOp, np.ndarray]], expected: np.ndarray, bound: np.ndarray,

@@ -15,7 +15,11 @@ from torch_oracle import torch_may_differ
 from refgrad import Device, Tensor
 from refgrad.codegen.contract import UnsupportedOpError
 from refgrad.dtype import dtypes
-from refgrad.testing.oracle.graph_check import check_graph_against_reference, write_graph_standalone
+from refgrad.testing.oracle.graph_check import (
+  check_graph_against_reference,
+  write_graph_standalone,
+  write_program_standalone,
+)
 from refgrad.testing.oracle.reference import check_against_reference
 from refgrad.testing.strategies import tensor_programs
 from refgrad.uop import Ops
@@ -97,3 +101,17 @@ def test_inductors_declared_half_precision_is_what_lets_a_fused_bfloat16_chain_p
   monkeypatch.setattr(Device["INDUCTOR"].graph, "differences", ())
   report = check_graph_against_reference(program, x, y, device="INDUCTOR", raise_on_mismatch=False, shrink=False)
   assert not report.ok
+
+
+def test_a_program_without_an_answer_is_written_whole_as_a_torch_script_that_runs(tmp_path):
+  """A graph device's crash, hang or compile error has no answer to shrink by: the program's whole graph is written
+  as a script (found on XLA's crash findings). Integer division composes tensor constants, which make_fx lifts as
+  `self._tensor_constant0` (a script once read them into a local of the same name: UnboundLocalError). The script of
+  a right program passes eagerly and compiled."""
+  program = lambda t: (t < 0).cast("int32").sum(0) // (t > 5).cast("int32").sum(0)  # noqa: E731
+  line = write_program_standalone(program, [np.array([1.0, -2.0, 7.0], np.float32)], "INDUCTOR", tmp_path,
+                                  "its compiler raised")
+  assert line == f"standalone reproducer: {tmp_path}/repro.py"
+  assert "CONST_tensor_constant0 = from_bits(" in (tmp_path / "repro.py").read_text()
+  run = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+  assert run.returncode == 0 and "torch.compile: 0 of 1 lanes differ" in run.stdout, run.stdout + run.stderr

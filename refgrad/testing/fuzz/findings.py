@@ -15,12 +15,19 @@ from refgrad.testing.fuzz.program_check import random_opts_seeded_by
 from refgrad.testing.fuzz.report import FuzzReport
 from refgrad.testing.fuzz.results import Finding
 from refgrad.testing.fuzz.signatures import kernel_of
-from refgrad.testing.oracle.graph_check import check_graph_against_reference, write_graph_standalone
+from refgrad.testing.oracle.graph_check import (
+  check_graph_against_reference,
+  write_graph_standalone,
+  write_program_standalone,
+)
 from refgrad.testing.oracle.standalone_cases import failing_case, write_standalone
 from refgrad.testing.programs import array_source
 
 # findings whose kernel took the worker process down: their reproducer is written without running that kernel here
 FATAL_KINDS = ("crash", "hang")
+# what a graph device's finding without an answer was, as its standalone reproducers' title says
+GRAPH_FAILURES = {"crash": "it killed the process", "hang": "no answer within the time limit",
+                  "error": "its compiler raised"}
 # lines of a finding's report quoted in its file's header (the test prints the whole report when it fails)
 HEADER_LINES = 12
 
@@ -132,8 +139,11 @@ class FindingsDir:
     """The failing kernel's reproducer in `folder` (replayed in this process, except a kernel that crashed or hung
     the worker, which is only rendered); one line saying where it is or why there is none."""
     program = finding.program
-    if Device[self.device].graph is not None and finding.kind == "mismatch":
+    if Device[self.device].graph is not None:
       try:
+        if finding.kind != "mismatch":  # the worker died or hung, or the compiler raised: the program, whole
+          return write_program_standalone(program.run, program.inputs, self.device, folder,
+                                          GRAPH_FAILURES[finding.kind])
         report = check_graph_against_reference(program.run, *program.inputs, device=self.device,
                                                raise_on_mismatch=False)
         return write_graph_standalone(report, folder)

@@ -13,7 +13,7 @@ input holding its reference value.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,15 @@ def _explain(device: str, index: int, root: UOp, actual: np.ndarray, comparison:
   return "\n".join(lines)
 
 
+def program_roots(fn: Callable[..., Any], *inputs: Any) -> list[UOp]:
+  """The plain graphs of `fn(*tensors)`'s outputs (one Tensor or a tuple of them) on the reference, nothing
+  realized; `inputs` as check_graph_against_reference takes them."""
+  from refgrad.tensor import Tensor
+  tensors = [x if isinstance(x, Tensor) else Tensor(x, device="PYTHON") for x in inputs]
+  out = fn(*tensors)
+  return [plain_graph(t.uop) for t in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
 def check_graph_against_reference(fn: Callable[..., Any], *inputs: Any, device: str, shrink: bool = True,
                                   raise_on_mismatch: bool = True, budget: int = MAX_SHRINK_RUNS) -> GraphReport:
   """Run `fn(*tensors)` (one Tensor or a tuple of them) whole on `device` and compare each output with the
@@ -217,10 +226,7 @@ def check_graph_against_reference(fn: Callable[..., Any], *inputs: Any, device: 
   carried through every op; undefined lanes skipped). On a difference, with `shrink`, the first differing output is
   shrunk (shrink_graph, at most `budget` device runs). Raises GraphMismatch explaining it (the lanes, the shrunk
   graph), or with `raise_on_mismatch=False` returns the report with the explanation."""
-  from refgrad.tensor import Tensor
-  tensors = [x if isinstance(x, Tensor) else Tensor(x, device="PYTHON") for x in inputs]
-  out = fn(*tensors)
-  roots = [plain_graph(t.uop) for t in (out if isinstance(out, (tuple, list)) else (out,))]
+  roots = program_roots(fn, *inputs)
   if sharded := next((u for root in roots for u in root.toposort if u.op in (Ops.MULTI, Ops.ALLREDUCE)), None):
     raise UnsupportedOpError(device, sharded.op, sharded.dtype, "a program over several devices: the graph-device "
                              "contract has no sharding yet")
@@ -249,6 +255,34 @@ def standalone_files(root: UOp, device: str, title: str) -> dict[str, str | byte
   return write(root, inputs, expected, bound, undefined, title)
 
 
+def _write_files(files: dict[str, str | bytes], folder: Path) -> Path:
+  """The files in `folder`; the path of the first (the script to run)."""
+  folder.mkdir(parents=True, exist_ok=True)
+  for name, content in files.items():
+    if isinstance(content, bytes):
+      (folder / name).write_bytes(content)
+    else:
+      (folder / name).write_text(content)
+  return folder / next(iter(files))
+
+
+def write_program_standalone(fn: Callable[..., Any], inputs: Sequence[Any], device: str, folder: Path,
+                             what: str) -> str:
+  """A program the device failed on without an answer to compare (`what`: it crashed or hung the process, or its
+  compiler raised) as reproducers in `folder`, each output's whole graph: it is neither run here nor shrunk, since
+  running it could take this process down with it. One line saying where they are or why there are none."""
+  roots = program_roots(fn, *inputs)
+  written = []
+  for index, root in enumerate(roots):
+    title = f"refgrad finding on {device}: {what} (the program's output {index}, {len(root.toposort)} nodes)"
+    if (files := standalone_files(root, device, title)) is None:
+      return f"no standalone reproducer: device {device}'s GraphCompiler writes none (no `standalone`)"
+    written.append(_write_files(files, folder / f"output_{index}" if len(roots) > 1 else folder))
+  shown = ", ".join(str(path) for path in written)
+  return f"standalone reproducer{'s, one per output (which one fails is not known)' if len(written) > 1 else ''}: " \
+         f"{shown}"
+
+
 def write_graph_standalone(report: GraphReport, folder: Path) -> str:
   """A differing report's shrunk graph (or first differing output) as a reproducer in `folder`; one line saying
   where it is or why there is none."""
@@ -260,10 +294,4 @@ def write_graph_standalone(report: GraphReport, folder: Path) -> str:
   files = standalone_files(root, report.device, title)
   if files is None:
     return f"no standalone reproducer: device {report.device}'s GraphCompiler writes none (no `standalone`)"
-  folder.mkdir(parents=True, exist_ok=True)
-  for name, content in files.items():
-    if isinstance(content, bytes):
-      (folder / name).write_bytes(content)
-    else:
-      (folder / name).write_text(content)
-  return f"standalone reproducer: {folder}/{next(iter(files))}"
+  return f"standalone reproducer: {_write_files(files, folder)}"
