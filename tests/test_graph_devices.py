@@ -14,7 +14,7 @@ from graph_devices import COMPILED, registered
 
 from refgrad import Device, Tensor, TinyJit, Variable
 from refgrad.cli import main
-from refgrad.codegen.contract import Difference, UnsupportedOpError, declared_ulp
+from refgrad.codegen.contract import Allowance, Difference, UnsupportedOpError, declared_allowances
 from refgrad.dtype import dtypes
 from refgrad.graph_device import GraphOutputError
 from refgrad.testing.conformance.batches import all_batches
@@ -174,7 +174,7 @@ def test_a_declared_difference_widens_the_bound_by_its_ulps_and_carries_it():
   x = np.array([1.5, 3.0, 100.0, -7.25], np.float16)
   program = lambda t: (t * t + 1, t.cast("float32") * 3)  # noqa: E731
   roots = [plain_graph(out.uop) for out in program(Tensor(x))]
-  declared = {(Ops.MUL, dtypes.float16): 1.0}
+  declared = {(Ops.MUL, dtypes.float16): Allowance(ulp=1.0)}
   square = x.astype(np.float64) ** 2
   out = UOp(Ops.PARAM, dtypes.float16, (), (0, 4))
   sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, roots[0])),))
@@ -185,9 +185,10 @@ def test_a_declared_difference_widens_the_bound_by_its_ulps_and_carries_it():
   out32 = UOp(Ops.PARAM, dtypes.float32, (), (0, 4))
   sink32 = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out32, roots[1])),))
   assert not kernel_error_bounds(sink32, {}, None, declared)[1].any()
-  assert declared_ulp([Difference(frozenset({Ops.MUL}), frozenset({dtypes.float16}), 1.0, "a"),
-                       Difference(frozenset({Ops.MUL, Ops.ADD}), frozenset({dtypes.float16}), 2.0, "b")]) == \
-    {(Ops.MUL, dtypes.float16): 2.0, (Ops.ADD, dtypes.float16): 2.0}
+  assert declared_allowances([Difference(frozenset({Ops.MUL}), frozenset({dtypes.float16}), 1.0, "a"),
+                              Difference(frozenset({Ops.MUL, Ops.ADD}), frozenset({dtypes.float16}), 2.0, "b"),
+                              Difference(frozenset({Ops.ADD}), frozenset({dtypes.float16}), 0.0, "c", True)]) == \
+    {(Ops.MUL, dtypes.float16): Allowance(2.0), (Ops.ADD, dtypes.float16): Allowance(2.0, flushes_subnormals=True)}
 
 
 HIDE_FRAMEWORKS = """

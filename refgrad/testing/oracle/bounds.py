@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 import ml_dtypes
 import numpy as np
 
+from refgrad.codegen.contract import Allowance
 from refgrad.dtype import DType, dtypes
 from refgrad.interp.graph import evaluate_nodes
 from refgrad.ops import OP_FACTS
@@ -106,9 +107,10 @@ def _comparison(a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
 
 class _Bounds:
   def __init__(self, values: dict[UOp, tuple[np.ndarray, np.ndarray | None]],
-               declared: Mapping[tuple[Ops, DType], float] | None = None):
+               declared: Mapping[tuple[Ops, DType], Allowance] | None = None):
     self.values = values
-    self.declared = declared or {}  # (op, dtype) -> ULPs a device declares on top of SPEC.md (contract.Difference)
+    # (op, dtype) -> what a device declares on top of SPEC.md (contract.Difference): ULPs, flushed subnormals
+    self.declared = declared or {}
     self.err: dict[UOp, Bound] = {}
 
   def value(self, u: UOp) -> np.ndarray:
@@ -153,7 +155,7 @@ class _Bounds:
 
   def declared_error(self, u: UOp) -> Bound | float:
     """What a device's declared difference allows on u's own result: its ULPs of the result (finite results only)."""
-    if not (extra := self.declared.get((u.op, u.dtype), 0.0)):
+    if not (extra := self.declared.get((u.op, u.dtype), Allowance()).ulp):
       return 0.0
     result = _f64(self.value(u))
     return np.where(np.isfinite(result), extra * ulp_of(result, u.dtype), 0.0)
@@ -228,13 +230,14 @@ class _Bounds:
 
 
 def kernel_error_bounds(ast: UOp, inputs: dict[int, np.ndarray], undefined_inputs: dict[int, np.ndarray | None] | None
-                        = None, declared: Mapping[tuple[Ops, DType], float] | None = None
+                        = None, declared: Mapping[tuple[Ops, DType], Allowance] | None = None
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
   """(reference value, error bound, undefined lanes) of a scheduled kernel's output, flat.
 
   `ast` is SINK(STORE(PARAM 0, value)); `inputs[i]` holds the flat contents of PARAM i, `undefined_inputs[i]` (if
-  given) its undefined lanes, which the output's inherit. `declared`: (op, dtype) -> ULPs a device declares on top of
-  SPEC.md's bounds (codegen/contract.py's Difference), allowed on each such op's result."""
+  given) its undefined lanes, which the output's inherit. `declared`: (op, dtype) -> the Allowance a device declares
+  on top of SPEC.md's bounds (codegen/contract.py's Difference, declared_allowances): its ULPs on each such op's
+  result, and flushed subnormal operands and results."""
   value_node = ast.src[0].src[1]
   masks = undefined_inputs or {}
   leaves = {u: (inputs[u.arg[0]], masks.get(u.arg[0])) for u in value_node.toposort if u.op is Ops.PARAM}
