@@ -248,6 +248,7 @@ class _Bounds:
     if not dtypes.is_float(u.dtype):
       return np.where(sum(np.asarray(e) for e in errs) > 0, np.inf, 0.0)
     moved = _unary_float(u, srcs[0], errs[0]) if u.op in GroupOp.Unary else _binary_float(u, *srcs, *errs)
+    moved = np.where(np.isnan(moved), np.inf, moved)  # 0 * inf, inf - inf: no bound (0 / a flushed x, times 0)
     # a zero whose sign may flip: the smallest step lets either zero pass (and tells later ops that it may move)
     flips = _zero_sign_may_flip(u, srcs, errs) & (_f64(self.value(u)) == 0)
     moved = np.where(flips, np.maximum(moved, float(ml_dtypes.finfo(u.dtype.np).smallest_subnormal)), moved)
