@@ -1,6 +1,7 @@
 """The graph-device contract (refgrad/graph_device.py, refgrad/graph_batches.py) on test devices that compile a graph
 into the graph evaluator (tests/graph_devices.py): programs realized whole, assignments, a jit's replay, unsupported
-ops named per cell, a wrong answer and a wrong output caught, the listing."""
+ops named per cell, a wrong answer and a wrong output caught, the listing, declared differences (ULPs, flushed
+subnormals) allowed and nothing more."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,7 +15,7 @@ from graph_devices import COMPILED, registered
 
 from refgrad import Device, Tensor, TinyJit, Variable
 from refgrad.cli import main
-from refgrad.codegen.contract import Difference, UnsupportedOpError, declared_ulp
+from refgrad.codegen.contract import Allowance, Difference, UnsupportedOpError, declared_allowances
 from refgrad.dtype import dtypes
 from refgrad.graph_device import GraphOutputError
 from refgrad.jit import tensors_in
@@ -22,8 +23,18 @@ from refgrad.testing.conformance.batches import all_batches
 from refgrad.testing.conformance.corpus import _other_inputs, _stateful_case
 from refgrad.testing.conformance.results import PASS, UNSUPPORTED
 from refgrad.testing.conformance.run import run_unit
-from refgrad.testing.oracle.bounds import kernel_error_bounds, ulp_of
-from refgrad.testing.oracle.graph_check import GraphMismatch, check_graph_against_reference, plain_graph
+from refgrad.testing.oracle.bounds import (
+  kernel_error_bounds,
+  subnormal_partial_products,
+  subnormal_partial_sums,
+  ulp_of,
+)
+from refgrad.testing.oracle.graph_check import (
+  GraphMismatch,
+  check_graph_against_reference,
+  plain_graph,
+  reference_bounds,
+)
 from refgrad.testing.oracle.jit_replay import ReplayMismatch, check_jit_state
 from refgrad.testing.oracle.reference import ReferenceMismatch, check_against_reference
 from refgrad.uop import GroupOp, Ops, UOp
@@ -198,7 +209,7 @@ def test_a_declared_difference_widens_the_bound_by_its_ulps_and_carries_it():
   x = np.array([1.5, 3.0, 100.0, -7.25], np.float16)
   program = lambda t: (t * t + 1, t.cast("float32") * 3)  # noqa: E731
   roots = [plain_graph(out.uop) for out in program(Tensor(x))]
-  declared = {(Ops.MUL, dtypes.float16): 1.0}
+  declared = {(Ops.MUL, dtypes.float16): Allowance(ulp=1.0)}
   square = x.astype(np.float64) ** 2
   out = UOp(Ops.PARAM, dtypes.float16, (), (0, 4))
   sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, roots[0])),))
@@ -209,9 +220,10 @@ def test_a_declared_difference_widens_the_bound_by_its_ulps_and_carries_it():
   out32 = UOp(Ops.PARAM, dtypes.float32, (), (0, 4))
   sink32 = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out32, roots[1])),))
   assert not kernel_error_bounds(sink32, {}, None, declared)[1].any()
-  assert declared_ulp([Difference(frozenset({Ops.MUL}), frozenset({dtypes.float16}), 1.0, "a"),
-                       Difference(frozenset({Ops.MUL, Ops.ADD}), frozenset({dtypes.float16}), 2.0, "b")]) == \
-    {(Ops.MUL, dtypes.float16): 2.0, (Ops.ADD, dtypes.float16): 2.0}
+  assert declared_allowances([Difference(frozenset({Ops.MUL}), frozenset({dtypes.float16}), 1.0, "a"),
+                              Difference(frozenset({Ops.MUL, Ops.ADD}), frozenset({dtypes.float16}), 2.0, "b"),
+                              Difference(frozenset({Ops.ADD}), frozenset({dtypes.float16}), 0.0, "c", True)]) == \
+    {(Ops.MUL, dtypes.float16): Allowance(2.0), (Ops.ADD, dtypes.float16): Allowance(2.0, flushes_subnormals=True)}
 
 
 HIDE_FRAMEWORKS = """
@@ -233,3 +245,113 @@ def test_without_torch_or_jax_the_graph_devices_are_listed_unavailable_with_the_
                          ("XLA", "jax and jaxlib not installed")):
     assert "unavailable" in lines[device] and reason in lines[device], run.stdout + run.stderr
   assert "available" in lines["PYTHON"]
+
+
+# ---- flushed subnormals (FTZ/DAZ) declared by a graph device (codegen/contract.py's Difference.flushes_subnormals)
+F32 = np.finfo(np.float32)
+# 0.0, -0.0, the smallest and the largest subnormal (both signs), 1e-40, tiny (both signs), the float after tiny, and
+# normal numbers: the lanes with a subnormal are 2, 3, 4, 5 and 9
+EDGES = np.array([0.0, -0.0, F32.smallest_subnormal, -F32.smallest_subnormal, F32.tiny - F32.smallest_subnormal,
+                  -(F32.tiny - F32.smallest_subnormal), F32.tiny, -F32.tiny, np.nextafter(F32.tiny, np.float32(1)),
+                  1e-40, 0.5, 1.0, 3.0, -7.25], np.float32)
+SUBNORMAL = np.array([i in (2, 3, 4, 5, 9) for i in range(len(EDGES))])
+FLUSHED_PROGRAMS = {  # each differs on a device that flushes
+  "t * 1 + t": lambda t: t * 1.0 + t,
+  "t / 3": lambda t: t / 3,
+  "t < 0": lambda t: t < 0,
+  "t != 0, max(t, -t)": lambda t: (t != 0, t.maximum(-t)),
+  "sqrt(|t|), log2(|t|), 1 / t": lambda t: (t.abs().sqrt(), t.abs().log2(), 1 / t),
+  "casts": lambda t: (t.cast(dtypes.float64), t.cast(dtypes.float16), t.cast(dtypes.bool), t.cast(dtypes.int32)),
+  "t / 1000, via float64 to float32": lambda t: (t / 1000, (t.cast(dtypes.float64) / 1000).cast(dtypes.float32)),
+  "sums of subnormals": lambda t: (t[2:6].sum(), t[2:6].reshape(2, 2).sum(1), t[2:6].max(), (t[2:6] * 2).prod()),
+  "(t + -t[::-1]) * 0, trunc(t - t[::-1])": lambda t: ((t + -t.flip(0)) * 0.0, (t - t.flip(0)).trunc()),
+  "(0 / t) * 0": lambda t: (0 / t) * 0.0,  # 0 / a subnormal read as 0 is NaN: no bound, however it is used
+}
+
+
+def _checks(device: str, fn, *inputs) -> tuple[bool, bool]:
+  """Whether the whole-graph check and the kernel-by-kernel check pass `fn` on `device`."""
+  with np.errstate(all="ignore"):
+    whole = check_graph_against_reference(fn, *inputs, device=device, shrink=False, raise_on_mismatch=False).ok
+    kernels = check_against_reference(fn, *inputs, device=device, raise_on_mismatch=False).ok
+  return whole, kernels
+
+
+@pytest.mark.parametrize("name", FLUSHED_PROGRAMS)
+def test_a_declared_flush_passes_a_flushing_device_and_an_undeclared_one_fails(name):
+  """GRAPHEVAL_FTZ flushes every float32/float64 subnormal operand and result and declares it: both checks pass, on
+  float32 and float64 lanes; GRAPHEVAL_FTZ_UNDECLARED flushes the same without the declaration and fails both."""
+  fn = FLUSHED_PROGRAMS[name]
+  for x in (EDGES, EDGES.astype(np.float64) * 2.0 ** -896):  # float32's tiny times 2**-896 is float64's
+    assert _checks("GRAPHEVAL_FTZ", fn, x) == (True, True), x.dtype
+    assert _checks("GRAPHEVAL_FTZ_UNDECLARED", fn, x) == (False, False), x.dtype
+
+
+def _declared_bound(fn, x: np.ndarray, device: str = "GRAPHEVAL_FTZ") -> tuple[np.ndarray, np.ndarray]:
+  root = plain_graph(fn(Tensor(x)).uop)
+  with np.errstate(all="ignore"):
+    return reference_bounds(root)[1], reference_bounds(root, device)[1]
+
+
+def test_a_declared_flush_loosens_only_lanes_that_can_be_subnormal():
+  """Exact zeros, tiny and the normal numbers keep a zero bound; a subnormal operand of a comparison makes its lane
+  unbounded (skipped, never passed); a subnormal result may be its zero, |x| away; a result that rounds to tiny may
+  have been below it before rounding, so it may be zero too (x86 flushes float32 tiny * (1 - 2**-24) to 0)."""
+  for fn in (lambda t: t < 0, lambda t: t != 0, lambda t: t.cast(dtypes.bool)):
+    strict, declared = _declared_bound(fn, EDGES)
+    assert not strict.any()
+    np.testing.assert_array_equal(declared, np.where(SUBNORMAL, np.inf, 0.0))
+  strict, declared = _declared_bound(lambda t: t + t, EDGES)
+  assert not strict.any() and not declared[~SUBNORMAL].any()
+  assert (declared[SUBNORMAL] >= 2 * np.abs(EDGES[SUBNORMAL].astype(np.float64))).all()
+  below = np.array([F32.tiny, 1.0, 0.0], np.float32)  # times 1 - 2**-24: tiny rounded up from below, 1 - 2**-24, 0
+  _, declared = _declared_bound(lambda t: t * np.float32(1 - 2 ** -24), below)
+  np.testing.assert_array_equal(declared, [F32.tiny, 0.0, 0.0])
+  _, declared = _declared_bound(lambda t: t.cast(dtypes.float32), EDGES.astype(np.float64))  # float32 -> float64 -> 32
+  np.testing.assert_array_equal(declared != 0, SUBNORMAL | (np.abs(EDGES) == F32.tiny))
+
+
+def test_a_flushed_partial_sum_is_allowed_only_where_one_can_happen():
+  """1.5 tiny - tiny is subnormal: summed one by one with every partial sum flushed, [1.5t, -t, 1.5t, -t, 4t] gives
+  4t where SPEC gives 5t, though every term is normal. Terms that are multiples of a power of two >= tiny have no
+  subnormal partial sum in any order, and keep the exact bound."""
+  rows = np.array([[1.5, -1.0, 1.5, -1.0, 4.0], [4.0, -2.0, 1.0, 1.0, 8.0]], np.float32) * np.float32(F32.tiny)
+  fn = lambda t: t.sum(1)  # noqa: E731
+  assert _checks("GRAPHEVAL_FTZ", fn, rows) == (True, True)
+  assert _checks("GRAPHEVAL_FTZ_UNDECLARED", fn, rows) == (False, False)
+  strict, declared = _declared_bound(fn, rows)
+  assert not strict.any() and declared[0] > 0 and declared[1] == 0
+
+
+def test_a_flushing_device_that_gets_a_normal_lane_wrong_still_fails():
+  """The declaration allows flushed subnormals and nothing more: a flushing device whose ADD gives the float after
+  1.0 for 0.5 * 1 + 0.5, or the smallest subnormal for 0.0 * 1 + 0.0, fails on that lane alone."""
+  fn = FLUSHED_PROGRAMS["t * 1 + t"]
+  for device, lane in (("GRAPHEVAL_FTZ_ULP", 10), ("GRAPHEVAL_FTZ_ZERO", 0)):
+    report = check_graph_against_reference(fn, EDGES, device=device, shrink=False, raise_on_mismatch=False)
+    assert report.outputs[0].mismatches == [lane], device
+    with pytest.raises(ReferenceMismatch, match=f"{device} differs from the reference"):
+      check_against_reference(fn, EDGES, device=device)
+
+
+def test_a_declared_flush_on_empty_and_zero_dimensional_tensors():
+  fn = lambda t: (t * 1.0 + t, t.sum(), t.max(), t.cast(dtypes.float64))  # noqa: E731
+  assert _checks("GRAPHEVAL_FTZ", fn, np.zeros((0, 3), np.float32)) == (True, True)
+  for x in (np.array(1e-45, np.float32), np.array(-1e-40, np.float32), np.array(-5e-324)):
+    assert _checks("GRAPHEVAL_FTZ", fn, x) == (True, True), x
+    assert _checks("GRAPHEVAL_FTZ_UNDECLARED", fn, x) == (False, False), x
+
+
+def test_partial_sums_and_products_that_may_be_subnormal():
+  """Where a sum's or a product's partial results may be nonzero subnormals in some order, with each term anywhere
+  within its bound: a sum of exact multiples of tiny has none, unless a term may move; a product has one where its
+  factors below one, at their smallest, multiply to less than tiny (an exact zero factor makes every product with it
+  zero)."""
+  t = float(F32.tiny)
+  sums = np.array([[2 * t, -t], [2 * t, -t], [1.5 * t, -t]])
+  moved = np.array([[0.0, 0.0], [t / 2, 0.0], [0.0, 0.0]])
+  np.testing.assert_array_equal(subnormal_partial_sums(sums, moved, (1,), t).reshape(-1), [False, True, True])
+  products = np.array([[2 * t, 0.75], [2 * t, 0.75], [0.0, 0.5]])
+  moved = np.array([[0.0, 0.0], [t, 0.0], [0.0, 0.0]])
+  np.testing.assert_array_equal(subnormal_partial_products(products, moved, (1,), 0.0, t).reshape(-1),
+                                [False, True, False])

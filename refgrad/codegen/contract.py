@@ -199,22 +199,40 @@ class Runtime(Protocol):
 @dataclass(frozen=True)
 class Difference:
   """A documented way a framework computes some ops on some dtypes differently from docs/SPEC.md, which its graph
-  device declares so that the oracle allows it: up to `ulp` more units in the last place of each such op's result
-  (a rounding the framework skips, a looser approximation), carried through the rest of the graph as any error is.
+  device declares so that the oracle allows it, carried through the rest of the graph as any error is:
+
+  * up to `ulp` more units in the last place of each such op's result (a rounding the framework skips, a looser
+    approximation);
+  * with `flushes_subnormals` (FTZ/DAZ, `ulp` may then be 0.0): subnormal operands of the listed ops on the listed
+    dtypes read as zero of the same sign, and subnormal results are written as zero of the same sign. An operand is
+    keyed by its own dtype (a CAST from float32 flushes its float32 input, a comparison its float operands), a result
+    by the op's.
+
   `source` is the sentence of the framework's documentation or source that says so, and where: never declared
   without one."""
   ops: frozenset[Ops]
   dtypes: frozenset[DType]
   ulp: float
   source: str
+  flushes_subnormals: bool = False
 
 
-def declared_ulp(differences: Sequence[Difference]) -> dict[tuple[Ops, DType], float]:
-  """(op, dtype) -> the ULPs the differences allow on top of SPEC.md's bound (the largest, where several apply)."""
-  allowed: dict[tuple[Ops, DType], float] = {}
+@dataclass(frozen=True)
+class Allowance:
+  """What the differences a device declares allow on one (op, dtype), on top of SPEC.md's bounds."""
+  ulp: float = 0.0
+  flushes_subnormals: bool = False
+
+
+def declared_allowances(differences: Sequence[Difference]) -> dict[tuple[Ops, DType], Allowance]:
+  """(op, dtype) -> what the differences allow there, merged where several apply: the most ULPs, and a flush if any
+  of them flushes."""
+  allowed: dict[tuple[Ops, DType], Allowance] = {}
   for difference in differences:
     for key in ((op, dtype) for op in difference.ops for dtype in difference.dtypes):
-      allowed[key] = max(allowed.get(key, 0.0), difference.ulp)
+      before = allowed.get(key, Allowance())
+      allowed[key] = Allowance(max(before.ulp, difference.ulp),
+                               before.flushes_subnormals or difference.flushes_subnormals)
   return allowed
 
 

@@ -8,14 +8,30 @@ import jax
 import jaxlib
 import numpy as np
 
-from refgrad.codegen.contract import Capabilities
-from refgrad.dtype import ALL_DTYPES
+from refgrad.codegen.contract import Capabilities, Difference
+from refgrad.dtype import ALL_DTYPES, dtypes
 from refgrad.graph_device import graph_inputs, graph_outputs, graph_program
-from refgrad.uop import UOp
+from refgrad.ops import OP_FACTS
+from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_xla import flags
 from refgrad_xla.export import unsupported_reason, xla_function
 
 XLA_DTYPES = frozenset(ALL_DTYPES.values())  # jax has every refgrad dtype (bfloat16 is ml_dtypes', as refgrad's)
+# XLA's CPU runtime computes with the processor's FTZ/DAZ flags set (README.md, "Disagreements found"): its arithmetic
+# reads float32/float64/bfloat16 subnormals as zeros and writes subnormal results as zeros. float16 is computed in
+# float32, where its subnormals are normal. NEG (a sign-bit flip) and WHERE (a select) do no arithmetic and keep
+# subnormals (measured), so they are not declared.
+FLUSHED_SUBNORMALS = Difference(
+  ops=frozenset({op for op in GroupOp.ALU if "f" in OP_FACTS[op].kinds} - {Ops.NEG, Ops.WHERE}) |
+      {Ops.CAST, Ops.REDUCE_AXIS},
+  dtypes=frozenset({dtypes.float32, dtypes.float64, dtypes.bfloat16}),
+  ulp=0.0,
+  flushes_subnormals=True,
+  source="jax-ml/jax#16200 (\"Subnormal `jax.numpy` arrays equal to 0\"), a maintainer: \"This is working as intended: "
+         "JAX sets the CPU mode [...]\"; jax-ml/jax#37762: \"JAX's CPU backend enables the processor's DAZ "
+         "(Denormals-Are-Zero) flag [...] It does **not** affect `float16`\"; xla/pjrt/cpu/cpu_client.cc, around "
+         "every execution: \"Set denormal and rounding behavior to match the default TF ThreadPool behavior.\" "
+         "(tsl::port::ScopedFlushDenormal)")
 
 
 class XlaGraphCompiler:
@@ -25,6 +41,7 @@ class XlaGraphCompiler:
 
   def __init__(self) -> None:
     self.caps = Capabilities(dtypes=XLA_DTYPES)
+    self.differences = (FLUSHED_SUBNORMALS,)
     check_no_contraction()
 
   def unsupported(self, node: UOp) -> str | None:

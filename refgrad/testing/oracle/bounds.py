@@ -8,15 +8,23 @@ allows slack, and inf where no bound can be given (a comparison or cast whose in
 decision point); callers skip inf lanes and count them. The bounds are first-principles: interval corners
 for monotonic ops, gamma_n * sum|x| for sums (twice: both the reference and the device round), one unit in
 the last place for every rounding that an inexact input can move.
+
+A graph device may declare documented differences from SPEC.md (codegen/contract.py's Difference): more ULPs on some
+ops' results, added where each such op rounds, or flushed subnormals (FTZ/DAZ), modelled as error too: an operand or
+result that may be a nonzero subnormal may read or be written as a zero, |x| from the reference's x, and a sum's or
+product's partial results may be flushed on the way. Values that cannot be subnormal keep their bound, so nothing
+else loosens; what the zeros make of later ops (a division by one, a comparison with one) is carried as any error.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 
 import ml_dtypes
 import numpy as np
 
+from refgrad.codegen.contract import Allowance
 from refgrad.dtype import DType, dtypes
 from refgrad.interp.graph import evaluate_nodes
 from refgrad.ops import OP_FACTS
@@ -37,6 +45,19 @@ def ulp_of(x: np.ndarray, dtype: DType) -> np.ndarray:
 def _f64(x: np.ndarray) -> np.ndarray:
   with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one: that is the point
     return np.asarray(x).astype(np.float64)
+
+
+def flush_widened(x: np.ndarray, e: Bound, dtype: DType, result: bool = False) -> Bound:
+  """Bound `e` of a value of a float dtype whose reference value is `x` (float64), widened by what flushing subnormals
+  may do to it: where the device's value may be a nonzero subnormal (within e of x and below the smallest normal,
+  tiny, in magnitude), it may become a zero, |x| from the reference. Exact zeros and values further than e from the
+  subnormal range keep their bound. An operand of tiny itself is normal; a `result` that rounds to tiny may be below
+  it with the exponent unbounded, which is how IEEE 754 decides that a result is tiny, and be flushed (XLA gives 0.0
+  for float32 tiny * (1 - 2**-24) and for float64 1.1754942807573643e-38 cast to float32)."""
+  tiny = float(ml_dtypes.finfo(dtype.np).tiny)
+  magnitude = np.abs(x)
+  near = magnitude - e <= tiny if result else magnitude - e < tiny
+  return np.where(near, np.maximum(e, magnitude), e)
 
 
 def _spread(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray, e: Bound) -> np.ndarray:
@@ -78,6 +99,17 @@ def _binary_float(u: UOp, a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) ->
   return np.full(np.broadcast_shapes(np.shape(a), np.shape(b)), np.inf)
 
 
+def _zero_sign_may_flip(u: UOp, srcs: list[np.ndarray], errs: list[Bound]) -> np.ndarray | bool:
+  """Lanes where an operand that moved may change the sign of u's result but not its magnitude, zero: a product with
+  an exact zero factor whose other factor may have either sign ((0.0 + -1e-45) * 0.0 is -0.0, and +0.0 where the
+  subnormal reads as -0.0), the truncation of a value that may have either sign."""
+  if u.op is Ops.MUL:
+    return functools.reduce(np.logical_or, [(e > 0) & (np.abs(x) <= e) for x, e in zip(srcs, errs)])
+  if u.op is Ops.TRUNC:
+    return (errs[0] > 0) & (np.abs(srcs[0]) <= errs[0])
+  return False
+
+
 def lowest_bit(x: np.ndarray) -> np.ndarray:
   """The value of the lowest set bit of each finite nonzero float64 (inf for zeros, infinities and NaNs)."""
   finite = np.isfinite(x) & (x != 0)
@@ -98,6 +130,23 @@ def exact_in_every_order(x: np.ndarray, axes: tuple[int, ...], dtype: DType) -> 
   return np.abs(x).sum(axis=axes, keepdims=True) < grain * 2.0 ** digits
 
 
+def subnormal_partial_sums(x: np.ndarray, e: np.ndarray, axes: tuple[int, ...], tiny: float) -> np.ndarray:
+  """Rows of a sum (terms x within e) whose partial sums may be nonzero subnormals in some order: all but rows of
+  exact terms that are multiples of a power of two g >= tiny (the smallest lowest bit among them), whose every partial
+  sum, rounded or not, is a multiple of g: zero or normal."""
+  return e.any(axis=axes, keepdims=True) | (lowest_bit(x).min(axis=axes, keepdims=True, initial=np.inf) < tiny)
+
+
+def subnormal_partial_products(x: np.ndarray, e: np.ndarray, axes: tuple[int, ...], gamma: float,
+                               tiny: float) -> np.ndarray:
+  """Rows of a product (magnitudes x within e) where a partial product may be a nonzero subnormal in some order: the
+  factors below one, at their smallest, may multiply to less than tiny (with every rounding down on the way). Exact
+  zeros are left out: a partial product with one is zero."""
+  smallest = np.where((x == 0) & (e == 0), 1.0, np.maximum(x - e, 0.0))
+  shrinks = np.where(smallest < 1, smallest, 1.0).prod(axis=axes, keepdims=True)
+  return shrinks * (1 - gamma) < tiny
+
+
 def _comparison(a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
   """A comparison is exact unless the inputs' intervals overlap, where the answer could flip."""
   apart = (a + ea < b - eb) | (b + eb < a - ea)
@@ -106,9 +155,10 @@ def _comparison(a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
 
 class _Bounds:
   def __init__(self, values: dict[UOp, tuple[np.ndarray, np.ndarray | None]],
-               declared: Mapping[tuple[Ops, DType], float] | None = None):
+               declared: Mapping[tuple[Ops, DType], Allowance] | None = None):
     self.values = values
-    self.declared = declared or {}  # (op, dtype) -> ULPs a device declares on top of SPEC.md (contract.Difference)
+    # (op, dtype) -> what a device declares on top of SPEC.md (contract.Difference): ULPs, flushed subnormals
+    self.declared = declared or {}
     self.err: dict[UOp, Bound] = {}
 
   def value(self, u: UOp) -> np.ndarray:
@@ -119,8 +169,21 @@ class _Bounds:
 
   def compute(self, root: UOp) -> Bound:
     for node in root.toposort:
-      self.err[node] = self.rule(node)
+      self.err[node] = self.flushed_result(node, self.rule(node))
     return self.err[root]
+
+  def flushes(self, op: Ops, dtype: DType) -> bool:
+    """The device declares that `op` flushes subnormals of `dtype` (its operands' or its result's)."""
+    return dtypes.is_float(dtype) and self.declared.get((op, dtype), Allowance()).flushes_subnormals
+
+  def operand(self, u: UOp, s: UOp) -> Bound:
+    """The bound of source s as op u reads it: widened where u flushes a subnormal operand of s's dtype."""
+    e = self.bound(s)
+    return flush_widened(_f64(self.value(s)), e, s.dtype) if self.flushes(u.op, s.dtype) else e
+
+  def flushed_result(self, u: UOp, e: Bound) -> Bound:
+    """u's bound, widened where u may write a subnormal result as zero."""
+    return flush_widened(_f64(self.value(u)), e, u.dtype, result=True) if self.flushes(u.op, u.dtype) else e
 
   def rule(self, u: UOp) -> Bound:
     if u.op in (Ops.PARAM, Ops.BUFFER, Ops.CONST, Ops.DEVICE):
@@ -153,13 +216,13 @@ class _Bounds:
 
   def declared_error(self, u: UOp) -> Bound | float:
     """What a device's declared difference allows on u's own result: its ULPs of the result (finite results only)."""
-    if not (extra := self.declared.get((u.op, u.dtype), 0.0)):
+    if not (extra := self.declared.get((u.op, u.dtype), Allowance()).ulp):
       return 0.0
     result = _f64(self.value(u))
     return np.where(np.isfinite(result), extra * ulp_of(result, u.dtype), 0.0)
 
   def alu(self, u: UOp) -> Bound:
-    errs = [self.bound(s) for s in u.src]
+    errs = [self.operand(u, s) for s in u.src]
     srcs = [_f64(self.value(s)) if s.dtype != dtypes.bool else self.value(s) for s in u.src]
     own = self.declared_error(u)
     if (facts := OP_FACTS[u.op]).transcendental:
@@ -170,6 +233,13 @@ class _Bounds:
         own = np.where(np.abs(srcs[0]) <= facts.ulp_range, own, np.inf)
     if not any(np.any(e) for e in errs):
       return np.asarray(own, dtype=np.float64)
+    # the op is elementwise: a lane whose operands are exact is exact as above, whatever moved in other lanes (a
+    # flushed subnormal)
+    exact = functools.reduce(np.logical_and, [np.asarray(e) == 0 for e in errs])
+    return np.where(exact, own, self.moved(u, srcs, errs, own))
+
+  def moved(self, u: UOp, srcs: list[np.ndarray], errs: list[Bound], own: Bound | float) -> Bound:
+    """The bound of ALU op u's result where an operand may have moved."""
     if u.op is Ops.WHERE:
       cond_err, ea, eb = errs
       return np.where(np.asarray(cond_err) > 0, np.inf, np.where(self.value(u.src[0]), ea, eb))
@@ -178,19 +248,23 @@ class _Bounds:
     if not dtypes.is_float(u.dtype):
       return np.where(sum(np.asarray(e) for e in errs) > 0, np.inf, 0.0)
     moved = _unary_float(u, srcs[0], errs[0]) if u.op in GroupOp.Unary else _binary_float(u, *srcs, *errs)
+    moved = np.where(np.isnan(moved), np.inf, moved)  # 0 * inf, inf - inf: no bound (0 / a flushed x, times 0)
+    # a zero whose sign may flip: the smallest step lets either zero pass (and tells later ops that it may move)
+    flips = _zero_sign_may_flip(u, srcs, errs) & (_f64(self.value(u)) == 0)
+    moved = np.where(flips, np.maximum(moved, float(ml_dtypes.finfo(u.dtype.np).smallest_subnormal)), moved)
     finite = np.isfinite(_f64(self.value(u)))
     return np.where(finite, self.own_rounding(u, moved) + own, np.where(moved > 0, np.inf, own))
 
   def cast(self, u: UOp) -> Bound:
     src = u.src[0]
-    e = self.bound(src)
+    e = self.operand(u, src) if u.op is Ops.CAST else self.bound(src)  # BITCAST keeps the bits, subnormal or not
     if not np.any(e):
       return np.asarray(self.declared_error(u), dtype=np.float64) if u.op is Ops.CAST else np.zeros(())
     if u.op is Ops.BITCAST:
       return np.where(e > 0, np.inf, 0.0)
     x = _f64(self.value(src))
     if u.dtype == dtypes.bool:
-      return np.where((x - e > 0) | (x + e < 0), 0.0, np.inf)
+      return np.where((e == 0) | (x - e > 0) | (x + e < 0), 0.0, np.inf)
     if not dtypes.is_float(u.dtype):
       return np.where(np.trunc(x - e) == np.trunc(x + e), 0.0, np.inf)
     return self.own_rounding(u, e) + self.declared_error(u)
@@ -198,7 +272,7 @@ class _Bounds:
   def reduce(self, u: UOp) -> Bound:
     op, axes = u.arg
     src = u.src[0]
-    e = np.broadcast_to(self.bound(src), src.shape)
+    e = np.broadcast_to(self.operand(u, src), src.shape)
     if not dtypes.is_float(u.dtype):
       return np.where(e.any(axis=axes, keepdims=True), np.inf, 0.0) if e.size else np.zeros(())
     x = np.abs(_f64(self.value(src)))
@@ -217,6 +291,9 @@ class _Bounds:
         bound = np.where(magnitude == 0, float(info.smallest_subnormal), bound)
         if not np.any(e):  # exact terms whose every partial sum is exact: the sum is exact in every order
           bound = np.where(exact_in_every_order(_f64(self.value(src)), axes, u.dtype) & (magnitude > 0), 0.0, bound)
+        if self.flushes(u.op, u.dtype):  # a flushed partial sum loses less than tiny: n * tiny covers the n - 1
+          # partial sums and what later roundings make of the loss
+          bound = bound + np.where(subnormal_partial_sums(_f64(self.value(src)), e, axes, tiny), n * tiny, 0.0)
         return np.where(magnitude <= largest, bound, np.inf)  # a partial sum may overflow in some orders
       widest = (x + e).prod(axis=axes, keepdims=True)
       bound = 2 * gamma * widest + (widest - x.prod(axis=axes, keepdims=True))
@@ -224,17 +301,20 @@ class _Bounds:
       nonzero = np.where(x > 0, x + e, 1.0)
       grows = np.where(nonzero > 1, nonzero, 1.0).prod(axis=axes, keepdims=True)
       shrinks = np.where(nonzero < 1, nonzero, 1.0).prod(axis=axes, keepdims=True)
+      if self.flushes(u.op, u.dtype):  # a partial product below tiny flushed: the product is a zero, |x| away
+        bound = np.where(subnormal_partial_products(x, e, axes, gamma, tiny), np.maximum(bound, widest), bound)
       return np.where((grows <= largest) & (shrinks >= tiny), bound, np.inf)
 
 
 def kernel_error_bounds(ast: UOp, inputs: dict[int, np.ndarray], undefined_inputs: dict[int, np.ndarray | None] | None
-                        = None, declared: Mapping[tuple[Ops, DType], float] | None = None
+                        = None, declared: Mapping[tuple[Ops, DType], Allowance] | None = None
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
   """(reference value, error bound, undefined lanes) of a scheduled kernel's output, flat.
 
   `ast` is SINK(STORE(PARAM 0, value)); `inputs[i]` holds the flat contents of PARAM i, `undefined_inputs[i]` (if
-  given) its undefined lanes, which the output's inherit. `declared`: (op, dtype) -> ULPs a device declares on top of
-  SPEC.md's bounds (codegen/contract.py's Difference), allowed on each such op's result."""
+  given) its undefined lanes, which the output's inherit. `declared`: (op, dtype) -> the Allowance a device declares
+  on top of SPEC.md's bounds (codegen/contract.py's Difference, declared_allowances): its ULPs on each such op's
+  result, and flushed subnormal operands and results."""
   value_node = ast.src[0].src[1]
   masks = undefined_inputs or {}
   leaves = {u: (inputs[u.arg[0]], masks.get(u.arg[0])) for u in value_node.toposort if u.op is Ops.PARAM}

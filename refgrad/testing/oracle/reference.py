@@ -18,7 +18,7 @@ import numpy as np
 
 from refgrad.alu import ulp_distance
 from refgrad.buffer import Buffer
-from refgrad.codegen.contract import OptList, Program, declared_ulp, opts_text
+from refgrad.codegen.contract import Allowance, OptList, Program, declared_allowances, opts_text
 from refgrad.codegen.pipeline import compile_ast
 from refgrad.dtype import DType
 from refgrad.execute import kernel_opts, run_schedule, run_transfer
@@ -203,11 +203,12 @@ def explain_transfer(item: ScheduleItem, index: int, device: str, actual: np.nda
   return "\n".join(lines)
 
 
-def declared_differences(device: str) -> dict[tuple[Ops, DType], float]:
+def declared_differences(device: str) -> dict[tuple[Ops, DType], Allowance]:
   """The differences from SPEC.md the device under test declares (a graph device's `differences`, with their
-  sources): (op, dtype) -> ULPs allowed on top of SPEC.md's bounds. Empty for every kernel device."""
+  sources): (op, dtype) -> what is allowed on top of SPEC.md's bounds (ULPs, flushed subnormals). Empty for every
+  kernel device."""
   graph = Device[device].graph
-  return declared_ulp(getattr(graph, "differences", ())) if graph is not None else {}
+  return declared_allowances(getattr(graph, "differences", ())) if graph is not None else {}
 
 
 def undefined_lanes(t: Any) -> np.ndarray | None:
