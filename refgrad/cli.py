@@ -470,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
   fz.add_argument("--seed", type=int, default=0)
   fz.add_argument("--jobs", type=int, default=1, help="parallel campaigns (processes)")
   fz.add_argument("--findings", default="refgrad-findings", metavar="DIR", help="where findings are written")
-  fz.add_argument("--timeout", type=float, default=30.0, help="seconds before a program counts as a hang")
+  fz.add_argument("--timeout", type=float, help="seconds before a program counts as a hang (default: 30 on a kernel "
+                  "device, 120 on a graph device, which compiles each program whole as it runs it)")
   fz.add_argument("--max-findings", type=int, default=None, help="stop a campaign after this many findings")
   fz.add_argument("--max-programs", type=int, default=None,
                   help="stop a campaign after the batch (40 programs) in which it ran this many programs")

@@ -203,6 +203,13 @@ def test_a_fuzz_campaign_on_a_graph_device_writes_whole_graph_findings(tmp_path)
   assert replay.returncode == 1 and "GraphMismatch" in replay.stdout, replay.stdout[-3000:]
 
 
+def test_a_graph_device_gets_longer_before_a_program_is_a_hang():
+  """A graph device compiles each program as it runs it (INDUCTOR's first graph in a new worker took over 30 s on a
+  loaded machine: a false hang), a kernel device compiles ahead: the default --timeout follows the device's kind."""
+  from refgrad.testing.fuzz.campaign import hang_seconds
+  assert hang_seconds("GRAPHEVAL") == 120.0 and hang_seconds("PYTHON") == 30.0
+
+
 def test_a_declared_difference_widens_the_bound_by_its_ulps_and_carries_it():
   """A device's Difference on float16 MUL allows one ULP of each product's result, and the ADD after it inherits
   that slack; float32, not declared, stays exact."""

@@ -52,6 +52,17 @@ SHRINK_SECONDS = 20.0  # at least this long to shrink a finding, even if the chu
 GRACE_SECONDS = 10.0
 
 
+# Seconds before a program counts as a hang, by the kind of device (refgrad fuzz --timeout overrides it). A graph
+# device compiles each program whole with a framework's compiler as it runs it: torch.compile's first graph in a new
+# worker took over 30 s on a loaded machine (a "hang" that replayed in 22 s), where a kernel device compiles ahead.
+HANG_SECONDS = {"kernel": 30.0, "graph": 120.0}
+
+
+def hang_seconds(device: str) -> float:
+  """The default --timeout of a campaign on `device`."""
+  return HANG_SECONDS[Device[device].kind]
+
+
 @dataclass(frozen=True)
 class CampaignConfig:
   device: str

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from refgrad.plugin_loader import load_plugin_file
-from refgrad.testing.fuzz.campaign import GRACE_SECONDS, CampaignConfig
+from refgrad.testing.fuzz.campaign import GRACE_SECONDS, CampaignConfig, hang_seconds
 from refgrad.testing.fuzz.dashboard import Dashboard
 from refgrad.testing.fuzz.engines import engine_for
 from refgrad.testing.fuzz.findings import FindingsDir
@@ -18,14 +18,15 @@ from refgrad.testing.strategies import claimed_dtypes
 
 
 def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findings_dir: str = "refgrad-findings",
-         plugin_files: list[str] | None = None, timeout: float = 30.0, max_findings: int | None = None,
+         plugin_files: list[str] | None = None, timeout: float | None = None, max_findings: int | None = None,
          opts: bool = False, *, database: str | None = None, shared: tuple[str, ...] = (), ray: str | None = None,
          workers: int | None = None, html: str | None = None, quiet: bool = True, stream: Any = None,
          started: float | None = None, compile_ahead: bool = True, max_programs: int | None = None,
          grace: float = GRACE_SECONDS) -> FuzzReport:
   """Campaigns on `device` until `seconds` after `started` (a time.time(), default now: the command's start, so
   its start-up counts): `jobs` local processes, or with `ray` (an address or "auto") `workers` Ray actors; each stops
-  early after `max_findings` findings, or after the batch in which it ran `max_programs` programs. Each distinct
+  early after `max_findings` findings (a program is a hang after `timeout` seconds, by default
+  campaign.HANG_SECONDS of the device's kind), or after the batch in which it ran `max_programs` programs. Each distinct
   finding (by signature) is written to `findings_dir` as soon as it arrives. With `opts`, every kernel runs under a
   random legal opt list; with `database` (a directory or redis://host:port) failing examples are saved there and
   replayed first, `shared` databases are only read. `html`: the campaign report. Unless `quiet`, a live dashboard
@@ -35,6 +36,7 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, jobs: int = 1, findin
   plugin_files = [str(Path(p).resolve()) for p in (plugin_files or [])]
   for path in plugin_files:
     load_plugin_file(path)
+  timeout = hang_seconds(device) if timeout is None else timeout
   origin = time.time() if started is None else started
   ends_at = origin + seconds
   config = CampaignConfig(device, tuple(plugin_files), timeout, opts, 40, compile_ahead, max_findings, database,
