@@ -203,6 +203,17 @@ def test_a_fuzz_campaign_on_a_graph_device_writes_whole_graph_findings(tmp_path)
   assert replay.returncode == 1 and "GraphMismatch" in replay.stdout, replay.stdout[-3000:]
 
 
+def test_a_lane_without_a_bound_is_skipped_not_checked_bit_exact():
+  """0 * inf in the bounds walk is NaN, which is no bound: the lane is skipped (an XLA campaign's false alarm: a
+  product over fmod(x, 5e-324), NaN with the divisor flushed, was checked bit for bit against the reference's 0.0)."""
+  a, b = np.array([1.0, 0.0, 2.0]), np.array([5e-324, 1.0, 3.0])
+  program = lambda x, y: (x % y).prod()  # noqa: E731
+  _, bound, _ = reference_bounds(plain_graph(program(Tensor(a), Tensor(b)).uop), "GRAPHEVAL_FTZ")
+  assert np.isinf(bound).all()
+  report = check_graph_against_reference(program, a, b, device="GRAPHEVAL_FTZ")
+  assert report.outputs[0].unbounded == 1 and report.outputs[0].checked == 0
+
+
 def test_a_graph_device_gets_longer_before_a_program_is_a_hang():
   """A graph device compiles each program as it runs it (INDUCTOR's first graph in a new worker took over 30 s on a
   loaded machine: a false hang), a kernel device compiles ahead: the default --timeout follows the device's kind."""
