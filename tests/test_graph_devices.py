@@ -214,6 +214,16 @@ def test_a_lane_without_a_bound_is_skipped_not_checked_bit_exact():
   assert report.outputs[0].unbounded == 1 and report.outputs[0].checked == 0
 
 
+def test_a_sum_or_product_with_an_exact_nan_term_is_nan_exactly():
+  """A NaN term with no error makes a float sum or product NaN in every order: checked (bound 0), not skipped, even
+  where the walk's own arithmetic meets inf * 0 (an INDUCTOR campaign's finding: a float16 inf / inf in a product,
+  which Inductor keeps finite in float32, was skipped once NaN bounds became unbounded)."""
+  nan_term = np.array([np.nan, 1.5, 65504.0], np.float16)
+  for program in (lambda t: (t * 3).prod(), lambda t: (t / 3).sum(), lambda t: ((t * 2) * t).prod()):
+    _, bound, _ = reference_bounds(plain_graph(program(Tensor(nan_term)).uop))
+    assert bound.tolist() == [0.0], bound
+
+
 def test_a_graph_device_gets_longer_before_a_program_is_a_hang():
   """A graph device compiles each program as it runs it (INDUCTOR's first graph in a new worker took over 30 s on a
   loaded machine: a false hang), a kernel device compiles ahead: the default --timeout follows the device's kind."""

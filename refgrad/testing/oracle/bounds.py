@@ -84,11 +84,16 @@ def _unary_float(u: UOp, x: np.ndarray, e: Bound) -> Bound:
   return moved
 
 
+def _scaled(magnitude: np.ndarray, e: Bound) -> Bound:
+  """magnitude * e, 0 where e is 0 (whatever the magnitude)."""
+  return np.where(e > 0, magnitude * e, 0.0)
+
+
 def _binary_float(u: UOp, a: np.ndarray, b: np.ndarray, ea: Bound, eb: Bound) -> Bound:
   if u.op is Ops.ADD:
     return ea + eb
-  if u.op is Ops.MUL:
-    return np.abs(a) * eb + np.abs(b) * ea + ea * eb
+  if u.op is Ops.MUL:  # an exact operand adds nothing, even an infinite one (inf * 0 would be a NaN "bound")
+    return _scaled(np.abs(a), eb) + _scaled(np.abs(b), ea) + ea * eb
   if u.op is Ops.MAX:
     return np.maximum(ea, eb)
   if u.op is Ops.FDIV:
@@ -294,16 +299,20 @@ class _Bounds:
         if self.flushes(u.op, u.dtype):  # a flushed partial sum loses less than tiny: n * tiny covers the n - 1
           # partial sums and what later roundings make of the loss
           bound = bound + np.where(subnormal_partial_sums(_f64(self.value(src)), e, axes, tiny), n * tiny, 0.0)
-        return np.where(magnitude <= largest, bound, np.inf)  # a partial sum may overflow in some orders
-      widest = (x + e).prod(axis=axes, keepdims=True)
-      bound = 2 * gamma * widest + (widest - x.prod(axis=axes, keepdims=True))
-      # partial products may overflow or underflow in some orders (then 0 * inf, or lost digits)
-      nonzero = np.where(x > 0, x + e, 1.0)
-      grows = np.where(nonzero > 1, nonzero, 1.0).prod(axis=axes, keepdims=True)
-      shrinks = np.where(nonzero < 1, nonzero, 1.0).prod(axis=axes, keepdims=True)
-      if self.flushes(u.op, u.dtype):  # a partial product below tiny flushed: the product is a zero, |x| away
-        bound = np.where(subnormal_partial_products(x, e, axes, gamma, tiny), np.maximum(bound, widest), bound)
-      return np.where((grows <= largest) & (shrinks >= tiny), bound, np.inf)
+        bound = np.where(magnitude <= largest, bound, np.inf)  # a partial sum may overflow in some orders
+      else:
+        widest = (x + e).prod(axis=axes, keepdims=True)
+        bound = 2 * gamma * widest + (widest - x.prod(axis=axes, keepdims=True))
+        # partial products may overflow or underflow in some orders (then 0 * inf, or lost digits)
+        nonzero = np.where(x > 0, x + e, 1.0)
+        grows = np.where(nonzero > 1, nonzero, 1.0).prod(axis=axes, keepdims=True)
+        shrinks = np.where(nonzero < 1, nonzero, 1.0).prod(axis=axes, keepdims=True)
+        if self.flushes(u.op, u.dtype):  # a partial product below tiny flushed: the product is a zero, |x| away
+          bound = np.where(subnormal_partial_products(x, e, axes, gamma, tiny), np.maximum(bound, widest), bound)
+        bound = np.where((grows <= largest) & (shrinks >= tiny), bound, np.inf)
+    # a term that is exactly NaN makes the sum or product NaN in every order (the walk's own arithmetic says NaN)
+    exact_nan = (np.isnan(_f64(self.value(src))) & (e == 0)).any(axis=axes, keepdims=True)
+    return np.where(exact_nan, 0.0, bound)
 
 
 def kernel_error_bounds(ast: UOp, inputs: dict[int, np.ndarray], undefined_inputs: dict[int, np.ndarray | None] | None
