@@ -46,6 +46,10 @@ BUGS = [
              present=lambda run: run.returncode == 1 and "with constants: got SIGFPE" in run.stdout,
              fixed=lambda run: run.returncode == 0 and run.stdout.count("with constants: got") == 2
              and "SIGFPE" not in run.stdout),
+  Reproducer("xla-narrowing-convert-or-segv", "XLA",
+             present=lambda run: run.returncode == 1 and "with jax.jit: got SIGSEGV" in run.stdout,
+             fixed=lambda run: run.returncode == 0 and run.stdout.count("with jax.jit: got [") == 2
+             and "SIGSEGV" not in run.stdout),
 ]
 
 
