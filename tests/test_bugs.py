@@ -46,6 +46,9 @@ BUGS = [
              present=lambda run: run.returncode == 1 and "with constants: got SIGFPE" in run.stdout,
              fixed=lambda run: run.returncode == 0 and run.stdout.count("with constants: got") == 2
              and "SIGFPE" not in run.stdout),
+  Reproducer("inductor-narrow-int-truncdiv-max", "INDUCTOR",
+             present=lambda run: run.returncode == 1 and "max_propagate_nan(int16_t&, int&)" in run.stdout,
+             fixed=lambda run: run.returncode == 0 and "got 3, expected 3" in run.stdout),
 ]
 
 
