@@ -50,6 +50,14 @@ BUGS = [
              present=lambda run: run.returncode == 1 and "with jax.jit: got SIGSEGV" in run.stdout,
              fixed=lambda run: run.returncode == 0 and run.stdout.count("with jax.jit: got [") == 2
              and "SIGSEGV" not in run.stdout),
+  Reproducer("inductor-narrow-int-truncdiv-max", "INDUCTOR",
+             present=lambda run: run.returncode == 1 and "max_propagate_nan(int16_t&, int&)" in run.stdout,
+             fixed=lambda run: run.returncode == 0 and "got 3, expected 3" in run.stdout),
+  Reproducer("inductor-int-compare-pad-vecmask", "INDUCTOR",
+             present=lambda run: run.returncode == 1 and "have different types" in run.stdout
+             and "VecMask<int, 1>" in run.stdout,
+             fixed=lambda run: run.returncode == 0
+             and run.stdout.count("got [[False, False, False], [True, False, True]], expected") == 2),
 ]
 
 
