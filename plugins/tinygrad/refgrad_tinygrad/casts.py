@@ -81,9 +81,21 @@ def rounds_twice(src: DType, to: DType) -> bool:
   return src == dtypes.float64 or (dtypes.is_int(src) and src.itemsize >= 4 and to == dtypes.bfloat16)
 
 
+def _finite_or_zero(x: Tensor, src: DType) -> Tensor:
+  """x with 0 in its NaN and infinite lanes: a float -> int cast is UNDEFINED there in SPEC, and tinygrad's PYTHON
+  emulator raises on them ("ValueError: cannot convert float NaN to integer", its int() of each lane). By bits, not
+  by a WHERE: tinygrad moves a cast into both sides of a WHERE, and the emulator computes both."""
+  bits = tg_dtype(UNSIGNED_OF_SIZE[src.itemsize])
+  finite = _less(x, x.const_like(float("inf"))).alu(TgOps.AND, _less(x.const_like(float("-inf")), x))  # NaN: False
+  keep = finite.cast(bits).alu(TgOps.MUL, x.bitcast(bits).const_like(2 ** (8 * src.itemsize) - 1))
+  return x.bitcast(bits).alu(TgOps.AND, keep).bitcast(tg_dtype(src))
+
+
 def cast(x: Tensor, src: DType, to: DType) -> Tensor:
   """CAST src -> to as alu.exec_cast: tinygrad's own cast, except where it rounds twice. float -> int lanes out of
-  range are UNDEFINED in SPEC, so whatever tinygrad gives there is as good as any."""
+  range are UNDEFINED in SPEC, so whatever tinygrad gives there is as good as any (NaN and inf become 0 first)."""
+  if dtypes.is_float(src) and (dtypes.is_int(to)):
+    return _finite_or_zero(x, src).cast(tg_dtype(to))
   if not rounds_twice(src, to):
     return x.cast(tg_dtype(to))
   wide = _wide_int_to_f64(x, src.kind == "i") if dtypes.is_int(src) and src.itemsize == 8 else x.cast(tg.float64)

@@ -8,15 +8,12 @@ from importlib.metadata import version
 import numpy as np
 
 from refgrad.codegen.contract import Capabilities
-from refgrad.dtype import ALL_DTYPES
 from refgrad.graph_device import graph_inputs, graph_outputs
 from refgrad.uop import UOp
 from refgrad_tinygrad.export import tinygrad_function, unsupported_reason
 from refgrad_tinygrad.program import program_source
-from refgrad_tinygrad.runtime import run_program
+from refgrad_tinygrad.runtime import device_dtypes, run_program
 from refgrad_tinygrad.targets import Target
-
-TINYGRAD_DTYPES = frozenset(ALL_DTYPES.values())  # tinygrad has every refgrad dtype
 
 
 class TinygradGraphCompiler:
@@ -26,7 +23,7 @@ class TinygradGraphCompiler:
 
   def __init__(self, target: Target) -> None:
     self.target = target
-    self.caps = Capabilities(dtypes=TINYGRAD_DTYPES)
+    self.caps = Capabilities(dtypes=device_dtypes(target))  # what tinygrad declares it computes here
 
   def unsupported(self, node: UOp) -> str | None:
     return unsupported_reason(node)

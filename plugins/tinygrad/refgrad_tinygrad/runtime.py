@@ -12,6 +12,8 @@ tinygrad's Context and caches belong to the whole process.
 """
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,8 +24,9 @@ from tinygrad import Tensor
 from tinygrad import dtypes as tg
 from tinygrad.helpers import Context
 
-from refgrad.dtype import DType, dtypes
-from refgrad_tinygrad.targets import Target
+from refgrad.dtype import ALL_DTYPES, DType, dtypes
+from refgrad_tinygrad.casts import tg_dtype
+from refgrad_tinygrad.targets import TARGETS, Target
 
 _LOCK = threading.Lock()
 
@@ -43,6 +46,41 @@ def on(target: Target) -> Iterator[None]:
   """tinygrad's settings for `target`, for the time of one graph (and one thread at a time)."""
   with _LOCK, Context(DEV=target.dev, PARALLEL=0):
     yield
+
+
+def renderer_dtypes(target: Target) -> frozenset[DType]:
+  """The refgrad dtypes the target's renderer declares (`Renderer.supported_dtypes()`): tinygrad 0.14's CPULLVMRenderer
+  leaves out float16 off macOS ("FIXME: fp16 works on non-osx, but only if the cpu supports it", renderer/llvmir.py)
+  and its PYTHON renderer float16 before Python 3.12 (runtime/ops_python.py); tinygrad still runs such a graph, but
+  emulates the dtype (float16 subnormals came out as 0 on LLVM and a float16 sum failed tinygrad's UOp verification)."""
+  from tinygrad import Device
+  with on(target):
+    declared = Device[target.device].renderer.supported_dtypes()
+  return frozenset(dt for dt in ALL_DTYPES.values() if tg_dtype(dt) in declared)
+
+
+# what tinygrad's C renderer writes for a bfloat16 buffer and cast; clang 14 and 15 reject it on x86-64 ("__bf16 is
+# not supported on this target"), clang 19 compiles it
+BF16_C = "void f(__bf16* restrict p, float x) { *p = (__bf16)(x); }"
+
+
+def clang_compiles_bf16() -> bool:
+  """Whether the clang tinygrad's CPU device runs (tinygrad's ClangCompiler: $CC or clang, its target and -march
+  flags) compiles C with __bf16."""
+  from tinygrad import Device
+  with on(TARGETS["TINYGRAD_CPU"]):
+    compiler = Device["CPU"].compiler
+  command = [os.environ.get("CC", "clang"), "-c", "-x", "c", "-ffreestanding", "-nostdlib",
+             f"--target={compiler.arch}-none-unknown-elf", *compiler.args, "-", "-o", os.devnull]
+  return subprocess.run(command, input=BF16_C, capture_output=True, text=True).returncode == 0
+
+
+def device_dtypes(target: Target) -> frozenset[DType]:
+  """What a device claims: its renderer's dtypes, less bfloat16 on TINYGRAD_CPU where clang cannot compile it."""
+  declared = renderer_dtypes(target)
+  if target is TARGETS["TINYGRAD_CPU"] and not clang_compiles_bf16():
+    return declared - {dtypes.bfloat16}
+  return declared
 
 
 def to_tinygrad(values: np.ndarray, dtype: DType, device: str) -> Tensor:
