@@ -71,7 +71,7 @@ def tinygrad_script(root: UOp, inputs: list[tuple[UOp, np.ndarray]], expected: n
           f"{tuple(leaf.shape)!r})," for leaf, values in inputs]
   lines = [f'"""{title}', "", f"tinygrad {version('tinygrad')}, {target.describe()}. Runs without refgrad (needs "
            "tinygrad, numpy and ml_dtypes): python repro.py (exit status 1 if tinygrad's result differs).", '"""',
-           _SETUP.format(device=target.device, dev=target.dev), PY_CHECKER,
+           _SETUP.format(device=target.device, dev=target.dev), "\n# How the oracle judges a lane:", PY_CHECKER,
            "# The graph, as the tinygrad program refgrad-tinygrad builds of it:",
            program_source([root], leaves, target), "INPUTS = [  # (bytes, dtype, shape)", *data, "]",
            f"OUT_DTYPE = {root.dtype.np.name!r}",
