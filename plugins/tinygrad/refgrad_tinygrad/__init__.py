@@ -12,6 +12,7 @@ the reason.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as installed_version
@@ -41,7 +42,6 @@ def tinygrad_reason() -> str | None:
 
 def clang_reason() -> str | None:
   """tinygrad's CPU device compiles its C with `clang` (or $CC)."""
-  import os
   compiler = os.environ.get("CC", "clang")
   return None if shutil.which(compiler) else f"tinygrad's C renderer compiles with {compiler!r}, which is not on PATH"
 

@@ -100,7 +100,7 @@ def _integer_division(op: TgOps) -> Callable[[DType, Target], Step]:
 
 
 def _float_max(dt: DType) -> Step:
-  """SPEC's MAX on floats from tinygrad's: its MAX is `a < b ? b : a` (so max(1, NaN) is 1, and max(0.0, -0.0) is
+  """SPEC's MAX on floats from tinygrad's: its MAX is `a < b ? b : a` (so max(1, NaN) is 1, and max(-0.0, 0.0) is
   -0.0); NaN if either is NaN, and of two equal values the bitwise AND of their bits (+0.0 over -0.0)."""
   bits = _bits_of(dt)
 

@@ -111,7 +111,7 @@ def test_integer_division_shifts_and_wrapping_at_their_edges() -> None:
 
 
 def test_signed_zeros_nan_and_inf_through_max_and_its_reductions() -> None:
-  """tinygrad's MAX is `a < b ? b : a` (max(1, NaN) is 1, max(0.0, -0.0) -0.0): the rules compose SPEC's."""
+  """tinygrad's MAX is `a < b ? b : a` (max(1, NaN) is 1, max(-0.0, 0.0) -0.0): the rules compose SPEC's."""
   z = np.array([-0.0, 0.0, np.nan, np.inf, -np.inf, 3.0e38, -3.0e38, 1.0], np.float32)
   _check(lambda x: (x.maximum(x.flip(0)), x.minimum(x.flip(0)), x.reshape(2, 4).max(1), x.reshape(4, 2).min(1)), z)
   zeros = np.array([-0.0, -0.0, -0.0, 0.0, 0.0, -0.0, 1.0, np.nan], np.float32)
