@@ -24,7 +24,7 @@ from tinygrad.uop import Ops as TgOps
 
 from refgrad.alu import reduce_identity
 from refgrad.dtype import DType, dtypes
-from refgrad.graph_device import operand_dtype, step_function
+from refgrad.graph_device import SHARDED, operand_dtype, rule_gap, step_function
 from refgrad.uop import GroupOp, Ops, UOp
 from refgrad_tinygrad.casts import SIGNED_OF_SIZE, UNSIGNED_OF_SIZE, cast, equal, logical_not, tg_dtype
 from refgrad_tinygrad.targets import Target
@@ -34,8 +34,7 @@ Step = Callable[..., Tensor]
 Rule = Callable[[UOp, Target], Step]
 
 # Sharded graphs span several devices; an exported graph runs on one tinygrad device.
-NOT_EXPORTED = {Ops.MULTI: "a tensor over several devices: the graph-device contract has no sharding yet",
-                Ops.ALLREDUCE: "a reduction across devices: the graph-device contract has no sharding yet"}
+NOT_EXPORTED = SHARDED
 _NO_FMOD = ("tinygrad has no float remainder: its Ops.CMOD is integer-only (a float CMOD fails tinygrad's UOp "
             "verification), and Tensor.fmod is documented as 'C-style remainder [...] using truncating division', "
             "a - trunc(a / b) * b in tinygrad/mixin/elementwise.py, which is not C's exact fmod once a / b rounds")
@@ -45,11 +44,7 @@ UNSUPPORTED: dict[tuple[Ops, DType], str] = {(Ops.MOD, dt): _NO_FMOD for dt in d
 
 def unsupported_reason(u: UOp) -> str | None:
   """Why tinygrad cannot compute node `u` as SPEC.md says, or None if it can."""
-  if u.op in NOT_EXPORTED:
-    return NOT_EXPORTED[u.op]
-  if u.op not in RULES:
-    return f"no export rule for {u.op.name}"
-  return UNSUPPORTED.get((u.op, operand_dtype(u)))
+  return rule_gap(u, RULES, UNSUPPORTED)
 
 
 # ---- small compositions, tinygrad ops only
