@@ -51,8 +51,8 @@ def on(target: Target) -> Iterator[None]:
 def renderer_dtypes(target: Target) -> frozenset[DType]:
   """The refgrad dtypes the target's renderer declares (`Renderer.supported_dtypes()`): tinygrad 0.14's CPULLVMRenderer
   leaves out float16 off macOS ("FIXME: fp16 works on non-osx, but only if the cpu supports it", renderer/llvmir.py)
-  and its PYTHON renderer float16 before Python 3.12 (runtime/ops_python.py); tinygrad still runs such a graph, but
-  emulates the dtype (float16 subnormals came out as 0 on LLVM and a float16 sum failed tinygrad's UOp verification)."""
+  and its PYTHON renderer float16 before Python 3.12 (runtime/ops_python.py); tinygrad still runs such a graph,
+  undeclared (float16 subnormals came out as 0 on LLVM, and a float16 sum failed tinygrad's UOp verification)."""
   from tinygrad import Device
   with on(target):
     declared = Device[target.device].renderer.supported_dtypes()
