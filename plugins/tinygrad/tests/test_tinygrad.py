@@ -213,6 +213,16 @@ def test_the_python_emulators_own_differences(name: str) -> None:
   _check(fn, x, devices=("TINYGRAD_CPU",))
 
 
+def test_a_float64_subnormal_constant_still_breaks_tinygrads_llvm_ir() -> None:
+  """README.md, "Bugs": TINYGRAD_LLVM raises (LLVM's parser refuses the `5e-324` tinygrad writes for a double), and
+  TINYGRAD_CPU answers right."""
+  def add_the_smallest(t: Tensor) -> Tensor:
+    return t + 5e-324
+  with pytest.raises(RuntimeError, match="integer constant must have integer type"):
+    check_against_reference(add_the_smallest, np.array([1.0, 0.0]), device="TINYGRAD_LLVM")
+  _check(add_the_smallest, np.array([1.0, 0.0]), devices=("TINYGRAD_CPU",))
+
+
 def test_a_finding_is_shrunk_and_written_as_a_tinygrad_script(tmp_path) -> None:
   """tinygrad's log2 of a negative subnormal (README.md, "Bugs") inside exp2(log2(x) * 2 + 1): the whole-graph check
   finds it, shrinks it to the LOG2, and writes a script that runs it with tinygrad alone and exits 1."""
