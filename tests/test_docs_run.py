@@ -141,7 +141,7 @@ HOW: dict[str, object] = {
   "from refgrad import Tensor, dtypes": Run(60),
   "pip install -e . && refgrad demo": Elsewhere(CI, "run in a bare virtualenv, as written"),
   "pip install -e \".[test,ray]\" -e plugins/clang -e plugins/llvm -e plugins/opencl -e plugins/torch -e plugins/xla "
-  "-e plugins/onnx && python -m pytest -n 3":
+  "-e plugins/onnx -e plugins/tinygrad && python -m pytest -n 3":
     Elsewhere(CI, "the test command: CI runs it in a fresh virtualenv, and this file runs inside it"),
   "pip install -e plugins/clang        # device CLANG: C compiled by clang (or $CC, cc), run through ctypes":
     Elsewhere(CI, "installed by the test command"),
@@ -154,6 +154,8 @@ HOW: dict[str, object] = {
   "pip install -e plugins/xla          # graph device XLA (jax.jit on the CPU)":
     Elsewhere(CI, "installed by the test command"),
   "pip install -e plugins/onnx         # graph devices ORT and ORT_BASIC (onnxruntime on the CPU)":
+    Elsewhere(CI, "installed by the test command"),
+  "pip install -e plugins/tinygrad     # graph devices TINYGRAD_CPU, TINYGRAD_LLVM, TINYGRAD_PYTHON (tinygrad 0.14.0)":
     Elsewhere(CI, "installed by the test command"),
   "refgrad devices                     # every device, its plugin and version, available or why not":
     Run(60, prints=("PYTHON", "CLANG", "LLVM")),
